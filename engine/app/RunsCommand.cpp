@@ -1,0 +1,5 @@
+// Placeholder until its owner lands the real command.
+#include "Commands.h"
+namespace ts::app {
+void addRunsCommand(CLI::App& app, int& exitCode) {}
+}  // namespace ts::app

@@ -1,0 +1,195 @@
+#pragma once
+// The run config: one JSON document shared by the engine, the GUI and the estimator.
+// docs/config.md is the schema reference. Key names here are a public contract.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ts::core {
+
+struct ModelConfig {
+  std::string arch = "gpt2";
+  int layers = 2;
+  int heads = 4;
+  int d_model = 64;
+  int seq_len = 32;
+  int vocab = 0;  // 0 = take it from the data source's tokenizer
+  std::string activation = "gelu";  // gelu | relu
+  double dropout = 0.0;
+  // Extra shapes only the estimator uses (LLaMA-style): mlp (gelu|swiglu), norm, kv_heads.
+  std::string mlp = "gelu";
+  std::string norm = "layernorm";  // layernorm | rmsnorm
+  int kv_heads = 0;                // 0 = heads (no grouped-query attention)
+  int d_ff = 0;                    // 0 = 4 * d_model
+};
+
+struct DataConfig {
+  std::string source = "synthetic";  // synthetic | text | tokens
+  std::string task = "addition";    // addition | grammar (synthetic only)
+  std::string path;                  // text or tokens file
+  int digits = 3;                    // addition difficulty
+  double val_fraction = 0.1;
+};
+
+struct TrainConfig {
+  int64_t steps = 500;
+  int micro_batch = 16;
+  int grad_accum = 1;
+  uint64_t seed = 1337;
+  double grad_clip = 1.0;  // 0 = off
+  int64_t eval_every = 50;
+  int64_t checkpoint_every = 0;  // 0 = only at the end
+};
+
+struct OptimizerConfig {
+  std::string type = "adamw";  // adamw | sgd
+  double lr = 1e-3;
+  std::vector<double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double momentum = 0.9;  // sgd
+  int state_bits = 32;    // 32 | 8
+};
+
+struct ScheduleConfig {
+  std::string type = "cosine";  // constant | linear | cosine
+  int64_t warmup_steps = 0;
+  double min_lr = 0.0;
+};
+
+struct LossScaleConfig {
+  std::string mode = "dynamic";  // dynamic | static
+  double init = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  double static_scale = 1.0;
+};
+
+struct Fp8Config {
+  std::string recipe = "delayed";  // delayed | blockwise
+  int amax_history = 1024;
+  int margin = 0;
+  std::string format = "hybrid";  // hybrid (E4M3 fwd, E5M2 grads) | e4m3
+};
+
+struct PrecisionConfig {
+  std::string policy = "fp32";  // fp32 | bf16 | fp16 | fp8 | pure_bf16
+  LossScaleConfig loss_scale;
+  Fp8Config fp8;
+};
+
+struct MemoryConfig {
+  std::string checkpointing = "none";  // none | all | every_k
+  int checkpoint_every = 0;            // k for every_k; 0 = sqrt(layers)
+  std::string activation_compression = "none";  // none | int8 | sparse
+};
+
+struct AttentionConfig {
+  std::string impl = "naive";  // naive | flash
+};
+
+struct ParallelConfig {
+  int ranks = 1;
+  int zero_stage = 0;
+  std::string offload_optimizer = "none";  // none | cpu | nvme
+  std::string offload_params = "none";     // none | cpu | nvme
+  std::string nvme_path;
+};
+
+struct LoraConfig {
+  int r = 0;  // 0 = LoRA off
+  double alpha = 16.0;
+  double dropout = 0.0;
+  std::vector<std::string> targets = {"q", "v"};  // q k v o fc proj
+};
+
+struct FinetuneConfig {
+  std::string base_checkpoint;
+  LoraConfig lora;
+  std::string base_quant = "none";  // none | nf4
+};
+
+struct DistillConfig {
+  std::string teacher_checkpoint;  // empty = off
+  double temperature = 2.0;
+  double alpha = 0.5;
+};
+
+struct CurriculumConfig {
+  std::string type = "none";     // none | length | difficulty
+  std::string pacing = "linear";  // linear | root | step
+  double full_at = 0.5;           // fraction of steps at which the full data is in use
+};
+
+struct ProfileConfig {
+  bool enabled = false;
+  int wait = 1;
+  int warmup = 1;
+  int active = 3;
+  int repeat = 1;
+};
+
+struct DeviceConfig {
+  std::string backend = "auto";  // auto | cpu | cuda
+  int threads = 0;               // 0 = all cores
+};
+
+struct RunConfig {
+  std::string name = "run";
+  std::vector<std::string> tags;
+  std::string notes;
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  PrecisionConfig precision;
+  MemoryConfig memory;
+  AttentionConfig attention;
+  ParallelConfig parallel;
+  FinetuneConfig finetune;
+  DistillConfig distill;
+  CurriculumConfig curriculum;
+  ProfileConfig profile;
+  DeviceConfig device;
+};
+
+// One problem found in a config: where (JSON path like "/model/layers" or "model.layers"),
+// the offending value (as JSON text) and what is allowed.
+struct ConfigIssue {
+  std::string path;
+  std::string value;
+  std::string message;
+  std::string toString() const;
+};
+
+struct ConfigResult {
+  std::optional<RunConfig> config;  // set only when issues is empty
+  std::vector<ConfigIssue> issues;
+  bool ok() const { return issues.empty(); }
+};
+
+// What the validator may assume about the machine (cross-field rules such as "fp8 needs a
+// backend that supports it or CPU emulation"). Defaults describe a CPU-only build.
+struct ValidationContext {
+  bool cuda_available = false;
+  bool fp8_emulation = true;
+};
+
+// Parse + validate a JSON text (reports malformed JSON with line and column).
+ConfigResult parseConfigText(const std::string& text, const ValidationContext& ctx = {});
+// Validate an already-parsed document; collects every problem at once, unknown keys included.
+ConfigResult parseConfigJson(const nlohmann::json& doc, const ValidationContext& ctx = {});
+// Load from a file; a missing or unreadable file is an issue naming the file.
+ConfigResult loadConfigFile(const std::string& path, const ValidationContext& ctx = {});
+// Apply "--set a.b.c=value" overrides to a document before validation; value parsed as JSON
+// when it is valid JSON, else taken as a string. Returns issues for malformed overrides.
+std::vector<ConfigIssue> applyOverride(nlohmann::json& doc, const std::string& assignment);
+// The resolved document (every default filled).
+nlohmann::json toJson(const RunConfig& config);
+
+}  // namespace ts::core
