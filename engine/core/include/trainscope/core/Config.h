@@ -178,6 +178,9 @@ struct ConfigResult {
 struct ValidationContext {
   bool cuda_available = false;
   bool fp8_emulation = true;
+  // When true, device.backend "cuda" needs cuda_available (the run command sets it; validate and
+  // the estimator leave it off so GPU configs can be checked on any machine).
+  bool check_backend = false;
 };
 
 // Parse + validate a JSON text (reports malformed JSON with line and column).
@@ -186,6 +189,10 @@ ConfigResult parseConfigText(const std::string& text, const ValidationContext& c
 ConfigResult parseConfigJson(const nlohmann::json& doc, const ValidationContext& ctx = {});
 // Load from a file; a missing or unreadable file is an issue naming the file.
 ConfigResult loadConfigFile(const std::string& path, const ValidationContext& ctx = {});
+// loadConfigFile + applyOverride for each "--set" assignment, then validation (run, validate).
+ConfigResult loadConfigWithOverrides(const std::string& path,
+                                     const std::vector<std::string>& overrides,
+                                     const ValidationContext& ctx = {});
 // Apply "--set a.b.c=value" overrides to a document before validation; value parsed as JSON
 // when it is valid JSON, else taken as a string. Returns issues for malformed overrides.
 std::vector<ConfigIssue> applyOverride(nlohmann::json& doc, const std::string& assignment);

@@ -46,6 +46,8 @@ struct FinishedEvent {
   std::string status;  // completed | stopped | failed
   std::string reason;
 };
+nlohmann::json toJson(const FinishedEvent& e);
+FinishedEvent finishedEventFromJson(const nlohmann::json& j);  // throws std::invalid_argument
 
 // Stamps type, seq (monotonic from 0) and time and serializes to one line ("...\n").
 class EventEncoder {
@@ -69,10 +71,14 @@ class EventDecoder {
   std::vector<Event> finish();  // decode a trailing line without newline
   std::optional<Event> decodeLine(std::string_view line);
   int64_t errorCount() const { return errors_; }
+  // Well-formed events of a type this build does not know (returned as Unknown, not errors).
+  int64_t unknownCount() const { return unknown_; }
 
  private:
   std::string buffer_;
+  bool skipping_ = false;  // inside an oversized line, dropping bytes up to its newline
   int64_t errors_ = 0;
+  int64_t unknown_ = 0;
   ErrorHandler onError_;
 };
 

@@ -23,6 +23,8 @@ class RunRecorder {
     int ranks = 1;
     int64_t parentRun = 0;  // resume
     int64_t teacherRun = 0; // distillation
+    int busyTimeoutMs = 5000;     // how long a commit waits for another writer's lock
+    int64_t maxDatabasePages = 0; // 0 = no cap; else PRAGMA max_page_count (tests: a full disk)
   };
   // Never throws: an unusable database becomes a warning and recording continues to the file.
   explicit RunRecorder(Options options);

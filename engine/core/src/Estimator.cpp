@@ -1,0 +1,767 @@
+#include "trainscope/core/Estimator.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+namespace ts::core {
+namespace {
+
+using Cat = MemoryCategory;
+using Tier = MemoryTier;
+
+int64_t ceilDiv(int64_t a, int64_t b) { return b <= 0 ? 0 : (a + b - 1) / b; }
+int64_t roundBytes(double b) { return b <= 0 ? 0 : static_cast<int64_t>(std::llround(b)); }
+
+std::string lower(std::string_view s) {
+  std::string r(s);
+  for (auto& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return r;
+}
+
+// Resolved transformer shape. "llama" means no biases, RoPE (no position table) and an untied
+// LM head; mlp/norm/kv_heads/d_ff come from ModelConfig for every arch.
+struct Shape {
+  int64_t L = 0, H = 0, KV = 0, C = 0, F = 0, T = 0, V = 0;
+  bool bias = true, learnedPos = true, tied = true, swiglu = false, rms = false;
+  bool fusedQkv = true;
+  int64_t headDim() const { return H > 0 ? C / H : C; }
+  int64_t kvDim() const { return KV * headDim(); }
+};
+
+Shape shapeOf(const ModelConfig& m, int64_t vocab) {
+  Shape s;
+  s.L = std::max(0, m.layers);
+  s.H = std::max(1, m.heads);
+  s.KV = m.kv_heads > 0 ? m.kv_heads : s.H;
+  s.C = std::max(0, m.d_model);
+  s.F = m.d_ff > 0 ? m.d_ff : 4 * s.C;
+  s.T = std::max(0, m.seq_len);
+  s.V = std::max<int64_t>(0, vocab);
+  bool llama = lower(m.arch) == "llama";
+  s.bias = !llama;
+  s.learnedPos = !llama;
+  s.tied = !llama;
+  s.fusedQkv = !llama;
+  s.swiglu = lower(m.mlp) == "swiglu";
+  s.rms = lower(m.norm) == "rmsnorm";
+  return s;
+}
+
+enum class Kind { Embedding, Position, Norm, Bias, BlockLinear, Head, Lora };
+
+// One parameter tensor of the model; enough to apply per-tensor rules (8-bit state threshold,
+// NF4 applies to block linears only, LoRA freezes the base).
+struct TensorSpec {
+  int64_t numel = 0;
+  Kind kind = Kind::Norm;
+  int layer = -1;  // -1 outside the blocks
+  bool trainable = true;
+};
+
+struct LinearSpec {
+  std::string target;  // LoRA target name
+  int64_t in = 0, out = 0;
+};
+
+std::vector<LinearSpec> blockLinears(const Shape& s) {
+  std::vector<LinearSpec> v = {{"q", s.C, s.C}, {"k", s.C, s.kvDim()}, {"v", s.C, s.kvDim()},
+                               {"o", s.C, s.C}};
+  if (s.swiglu) {
+    v.push_back({"fc", s.C, s.F});  // gate
+    v.push_back({"fc", s.C, s.F});  // up
+  } else {
+    v.push_back({"fc", s.C, s.F});
+  }
+  v.push_back({"proj", s.F, s.C});
+  return v;
+}
+
+bool targeted(const LoraConfig& lora, const std::string& t) {
+  return std::find(lora.targets.begin(), lora.targets.end(), t) != lora.targets.end();
+}
+
+std::vector<TensorSpec> modelTensors(const Shape& s, const FinetuneConfig& ft) {
+  const bool lora = ft.lora.r > 0;
+  std::vector<TensorSpec> t;
+  auto add = [&](int64_t n, Kind k, int layer) {
+    if (n > 0) t.push_back({n, k, layer, !lora});
+  };
+  add(s.V * s.C, Kind::Embedding, -1);
+  if (s.learnedPos) add(s.T * s.C, Kind::Position, -1);
+  const int64_t normParams = s.rms ? s.C : 2 * s.C;
+  for (int l = 0; l < s.L; ++l) {
+    add(normParams, Kind::Norm, l);
+    add(normParams, Kind::Norm, l);
+    const auto lins = blockLinears(s);
+    if (s.fusedQkv) {  // GPT-2 (and this engine) keep q, k, v in one c_attn tensor
+      add(lins[0].in * (lins[0].out + lins[1].out + lins[2].out), Kind::BlockLinear, l);
+      if (s.bias) add(lins[0].out + lins[1].out + lins[2].out, Kind::Bias, l);
+    }
+    for (size_t i = 0; i < lins.size(); ++i) {
+      const auto& lin = lins[i];
+      if (!(s.fusedQkv && i < 3)) {
+        add(lin.in * lin.out, Kind::BlockLinear, l);
+        if (s.bias) add(lin.out, Kind::Bias, l);
+      }
+      if (lora && targeted(ft.lora, lin.target)) {
+        t.push_back({ft.lora.r * lin.in, Kind::Lora, l, true});   // A: r x in
+        t.push_back({lin.out * ft.lora.r, Kind::Lora, l, true});  // B: out x r
+      }
+    }
+  }
+  add(normParams, Kind::Norm, -1);
+  if (!s.tied) add(s.V * s.C, Kind::Head, -1);
+  return t;
+}
+
+// Bytes per element of each model-state buffer for a precision policy.
+struct PrecisionBytes {
+  double param = 4;   // working weights (trainable)
+  double frozen = 4;  // frozen base weights (not NF4)
+  double grad = 4;
+  double master = 0;  // fp32 master copy (optimizer_state)
+  double state = 4;   // one optimizer state element (m, v or momentum) at 32-bit
+  double act = 4;     // saved activations
+  double fp8Copy = 0; // fp8 weight copy kept next to the bf16 weights
+};
+
+PrecisionBytes precisionBytes(const std::string& policy) {
+  PrecisionBytes p;
+  if (policy == "bf16" || policy == "fp16") {
+    p = {2, 2, 2, 4, 4, 2, 0};
+  } else if (policy == "pure_bf16") {
+    p = {2, 2, 2, 0, 2, 2, 0};
+  } else if (policy == "fp8") {
+    // Our choice (Transformer-Engine style): bf16 weights + an fp8 copy for the GEMMs, bf16
+    // grads, fp32 master + Adam state, activations saved in bf16.
+    p = {2, 2, 2, 4, 4, 2, 1};
+  }
+  return p;
+}
+
+int optimizerStates(const OptimizerConfig& o) {
+  if (lower(o.type) == "sgd") return o.momentum != 0.0 ? 1 : 0;
+  return 2;
+}
+
+// Optimizer bytes for one trainable tensor (unsharded).
+double optimizerTensorBytes(int64_t n, const OptimizerConfig& o, const PrecisionBytes& p) {
+  const int states = optimizerStates(o);
+  double bytes = p.master * static_cast<double>(n);
+  if (o.state_bits == 8 && n >= 4096) {
+    bytes += states * (static_cast<double>(n) + 4.0 * static_cast<double>(ceilDiv(n, 256)));
+  } else {
+    // Small tensors keep 32-bit state under bitsandbytes; pure_bf16 keeps bf16 state.
+    bytes += states * static_cast<double>(n) * (o.state_bits == 8 ? 4.0 : p.state);
+  }
+  return bytes;
+}
+
+// Elements of a flat buffer of n elements that rank r owns (first n % N ranks get one more).
+int64_t shardOf(int64_t n, int ranks, int r) {
+  if (ranks <= 1) return n;
+  int64_t base = n / ranks, rem = n % ranks;
+  return base + (r < rem ? 1 : 0);
+}
+
+Tier tierOf(const std::string& where) {
+  if (where == "cpu") return Tier::Host;
+  if (where == "nvme") return Tier::Nvme;
+  return Tier::Device;
+}
+
+// ---- Activation models ----------------------------------------------------------------------
+struct ActBytes {
+  double steady = 0;  // allocated between steps
+  double peak = 0;
+  double wsSteady = 0;
+  double wsPeak = 0;
+};
+
+// "engine": the buffers Gpt.h keeps (BlockActivations, Activations, Workspace) for B sequences
+// of T tokens, activations in `ab` bytes, indices and LayerNorm statistics in fp32. The engine
+// allocates them once, so steady state equals peak.
+ActBytes engineActivations(const Shape& s, int64_t B, const RunConfig& cfg, double ab) {
+  const double BT = static_cast<double>(B * s.T), C = s.C, F = s.F, V = s.V;
+  const double NH = s.H, T = s.T;
+  const bool flash = lower(cfg.attention.impl) == "flash";
+  const std::string comp = lower(cfg.memory.activation_compression);
+  const bool relu = lower(cfg.model.activation) == "relu";
+  const double att = flash ? B * NH * T * 4.0 : B * NH * T * T * ab;
+  // A tensor of `rows` x `cols` as it is saved: int8 keeps one byte per value + an fp32 scale
+  // per row; sparse keeps ReLU outputs as a bitmap + the nonzeros (assumed half).
+  auto saved = [&](double rows, double cols, bool reluOut) {
+    if (comp == "int8") return rows * cols + rows * 4.0;
+    if (comp == "sparse" && reluOut) return rows * cols / 8.0 + 0.5 * rows * cols * ab;
+    return rows * cols * ab;
+  };
+  const double stats = 2 * 2 * BT * 4.0;  // mean + rstd of ln_1 and ln_2
+  const double blockFull = BT * C * ab /*input*/ + saved(BT, C, false) /*ln1*/ +
+                           saved(BT, 3 * C, false) + att + saved(BT, C, false) /*attOut*/ +
+                           BT * C * ab /*resid2*/ + saved(BT, C, false) /*ln2*/ +
+                           saved(BT, F, false) /*fcPre*/ + saved(BT, F, relu) /*fcAct*/ + stats;
+  const double blockInput = BT * C * ab;
+  const std::string ck = lower(cfg.memory.checkpointing);
+  double blocks = 0;
+  if (ck == "all") {
+    blocks = s.L * blockInput + blockFull;  // inputs kept, one block recomputed at a time
+  } else if (ck == "every_k") {
+    int64_t k = cfg.memory.checkpoint_every > 0
+                    ? cfg.memory.checkpoint_every
+                    : std::max<int64_t>(1, std::llround(std::sqrt(static_cast<double>(s.L))));
+    k = std::min<int64_t>(k, std::max<int64_t>(1, s.L));
+    blocks = ceilDiv(s.L, k) * blockInput + k * blockFull;  // Chen et al. segments
+  } else {
+    blocks = s.L * blockFull;
+  }
+  const double global = 2 * BT * 4.0 /*tokens, targets*/ + BT * C * ab /*residOut*/ +
+                        BT * C * ab /*lnf*/ + 2 * BT * 4.0 /*lnf stats*/ +
+                        BT * V * 4.0 /*logits*/ + BT * 4.0 /*losses*/;
+  ActBytes a;
+  a.peak = a.steady = blocks + global;
+  a.wsPeak = a.wsSteady = BT * 4.0 /*ones*/ + BT * C * 4.0 * 2 /*dres, dtmp*/ +
+                          BT * 3 * C * 4.0 + (flash ? 0.0 : B * NH * T * T * 4.0) +
+                          BT * F * 4.0 * 2;
+  return a;
+}
+
+// "pytorch": Korthikanti et al. Table 2 generalised to GQA and SwiGLU; nothing persists between
+// steps. Dropout masks only when dropout > 0.
+ActBytes pytorchActivations(const Shape& s, int64_t B, const RunConfig& cfg, double ab) {
+  const double sb = static_cast<double>(B * s.T), h = s.C, F = s.F, V = s.V;
+  const double a = s.H, T = s.T;
+  const double g = static_cast<double>(s.kvDim()) / std::max<double>(1, h);
+  const bool drop = cfg.model.dropout > 0;
+  const bool flash = lower(cfg.attention.impl) == "flash";
+  const double u = ab / 2.0;  // Korthikanti counts 16-bit values; scale for fp32
+  double attn = sb * h * (2 + 2 + 4 * g + 2) * u + (drop ? sb * h : 0);
+  if (flash) {
+    attn += a * sb * 4.0;  // logsumexp per row and head
+  } else {
+    attn += a * T * sb * (2 * u + (drop ? 1 + 2 * u : 0));
+  }
+  double mlp = s.swiglu ? (2 * sb * h + 6 * sb * F) * u : (2 * sb * h + 4 * sb * F) * u;
+  if (drop) mlp += sb * h;
+  const double norms = 4 * sb * h * u;
+  double layer = attn + mlp + norms;
+  const std::string comp = lower(cfg.memory.activation_compression);
+  if (comp == "int8") layer = layer / (2 * u);  // one byte per saved value
+  const double input = 2 * sb * h * u;
+  const std::string ck = lower(cfg.memory.checkpointing);
+  double blocks;
+  if (ck == "all") {
+    blocks = s.L * input + layer;
+  } else if (ck == "every_k") {
+    int64_t k = cfg.memory.checkpoint_every > 0
+                    ? cfg.memory.checkpoint_every
+                    : std::max<int64_t>(1, std::llround(std::sqrt(static_cast<double>(s.L))));
+    k = std::min<int64_t>(k, std::max<int64_t>(1, s.L));
+    blocks = ceilDiv(s.L, k) * input + k * layer;
+  } else {
+    blocks = s.L * layer;
+  }
+  ActBytes r;
+  // Final norm input, 16-bit logits and the fp32 log-softmax cross-entropy keeps.
+  r.peak = blocks + 2 * sb * h * u + sb * V * (2 * u + 4.0);
+  r.wsPeak = sb * V * 4.0;  // dlogits
+  return r;
+}
+
+void setEntry(RankMemory& rm, Tier t, Cat c, double steady, double peak) {
+  auto& e = rm.at(t, c);
+  e.current += roundBytes(steady);
+  e.peak += roundBytes(std::max(steady, peak));
+}
+
+const std::vector<std::pair<std::string, ModelConfig>>& presets() {
+  static const std::vector<std::pair<std::string, ModelConfig>> p = [] {
+    auto gpt2 = [](int L, int H, int C) {
+      ModelConfig m;
+      m.arch = "gpt2";
+      m.layers = L;
+      m.heads = H;
+      m.d_model = C;
+      m.seq_len = 1024;
+      m.vocab = 50257;
+      m.activation = "gelu";
+      return m;
+    };
+    auto llama = [](int L, int H, int KV, int C, int F, int T) {
+      ModelConfig m;
+      m.arch = "llama";
+      m.layers = L;
+      m.heads = H;
+      m.kv_heads = KV;
+      m.d_model = C;
+      m.d_ff = F;
+      m.seq_len = T;
+      m.vocab = 32000;
+      m.mlp = "swiglu";
+      m.norm = "rmsnorm";
+      m.activation = "gelu";
+      return m;
+    };
+    return std::vector<std::pair<std::string, ModelConfig>>{
+        {"gpt2", gpt2(12, 12, 768)},
+        {"gpt2-medium", gpt2(24, 16, 1024)},
+        {"gpt2-large", gpt2(36, 20, 1280)},
+        {"gpt2-xl", gpt2(48, 25, 1600)},
+        {"llama-7b", llama(32, 32, 0, 4096, 11008, 2048)},
+        {"llama-13b", llama(40, 40, 0, 5120, 13824, 2048)},
+        {"llama-70b", llama(80, 64, 8, 8192, 28672, 4096)},
+    };
+  }();
+  return p;
+}
+
+}  // namespace
+
+std::string_view toString(ActivationModel m) {
+  return m == ActivationModel::PyTorch ? "pytorch" : "engine";
+}
+
+std::optional<ActivationModel> activationModelFromString(std::string_view s) {
+  auto l = lower(s);
+  if (l == "engine") return ActivationModel::Engine;
+  if (l == "pytorch") return ActivationModel::PyTorch;
+  return std::nullopt;
+}
+
+std::optional<ModelConfig> modelPreset(std::string_view name) {
+  std::string n = lower(name);
+  static const std::map<std::string, std::string> aliases = {
+      {"gpt2-124m", "gpt2"},       {"gpt2-small", "gpt2"},      {"gpt2-355m", "gpt2-medium"},
+      {"gpt2-774m", "gpt2-large"}, {"gpt2-1.5b", "gpt2-xl"},    {"gpt2-1558m", "gpt2-xl"},
+      {"llama2-7b", "llama-7b"},   {"llama2-13b", "llama-13b"}, {"llama2-70b", "llama-70b"},
+      {"llama-2-7b", "llama-7b"},  {"llama-2-13b", "llama-13b"}, {"llama-2-70b", "llama-70b"}};
+  if (auto it = aliases.find(n); it != aliases.end()) n = it->second;
+  for (const auto& [k, m] : presets()) {
+    if (k == n) return m;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> modelPresetNames() {
+  std::vector<std::string> names;
+  for (const auto& p : presets()) names.push_back(p.first);
+  return names;
+}
+
+ParameterCounts countParameters(const ModelConfig& model, int64_t vocab,
+                                const FinetuneConfig& finetune) {
+  Shape s = shapeOf(model, vocab);
+  ParameterCounts c;
+  for (const auto& t : modelTensors(s, finetune)) {
+    c.total += t.numel;
+    if (t.trainable) c.trainable += t.numel;
+    else c.frozen += t.numel;
+    if (t.kind == Kind::Lora) c.lora += t.numel;
+    if (t.kind == Kind::Embedding || t.kind == Kind::Position) c.embedding += t.numel;
+    if (t.layer == 0 && t.kind != Kind::Lora) c.per_layer += t.numel;
+    c.largest_layer = std::max(c.largest_layer, t.numel);
+  }
+  return c;
+}
+
+int64_t loraParameters(const ModelConfig& model, const LoraConfig& lora) {
+  if (lora.r <= 0) return 0;
+  Shape s = shapeOf(model, 0);
+  int64_t per = 0;
+  for (const auto& lin : blockLinears(s)) {
+    if (targeted(lora, lin.target)) per += static_cast<int64_t>(lora.r) * (lin.in + lin.out);
+  }
+  return per * s.L;
+}
+
+double zeroModelStateBytes(double psi, int ranks, int stage, double k) {
+  const double nd = std::max(1, ranks);
+  switch (stage) {
+    case 0: return (2 + 2 + k) * psi;
+    case 1: return 4 * psi + k * psi / nd;
+    case 2: return 2 * psi + (2 + k) * psi / nd;
+    default: return (2 + 2 + k) * psi / nd;
+  }
+}
+
+DeepSpeedEstimate deepspeedZero2Estimate(double totalParams, int gpusPerNode, int nodes,
+                                         bool cpuOffload, double bufferFactor) {
+  const double totalGpus = static_cast<double>(std::max(1, nodes)) * std::max(1, gpusPerNode);
+  DeepSpeedEstimate e;
+  if (cpuOffload) {
+    e.gpu_bytes = 2 * totalParams;
+    e.cpu_bytes = totalParams * std::max(4 * totalGpus, 16.0) * bufferFactor;
+  } else {
+    // Current DeepSpeed: 2 = 16-bit params; 18 = 16-bit + fp32 grads, fp32 params, Adam m, v.
+    // (Releases before 0.9 used 4Ψ + 16Ψ/total_gpus here.)
+    e.gpu_bytes = 2 * totalParams + std::floor(18 * totalParams / totalGpus);
+    e.cpu_bytes = totalParams * 4 * std::max(1, gpusPerNode) * bufferFactor;
+  }
+  e.cpu_bytes = std::floor(e.cpu_bytes);
+  return e;
+}
+
+DeepSpeedEstimate deepspeedZero3Estimate(double totalParams, double largestLayerParams,
+                                         int gpusPerNode, int nodes, bool cpuOffload,
+                                         bool cpuOffloadParams, bool zeroInit,
+                                         double bufferFactor) {
+  const double n = std::max(1, nodes), g = std::max(1, gpusPerNode);
+  const double totalGpus = n * g, gpusFactor = 1.0 / n;
+  const double largest = 4 * largestLayerParams;
+  DeepSpeedEstimate e;
+  if (cpuOffload) {
+    if (cpuOffloadParams) {
+      e.gpu_bytes = largest;
+      e.cpu_bytes = totalParams * (zeroInit ? 18 * gpusFactor : std::max(4 * g, 18 * gpusFactor)) *
+                    bufferFactor;
+    } else {
+      e.gpu_bytes = largest + std::floor(2 * totalParams / totalGpus);
+      e.cpu_bytes = totalParams * (zeroInit ? 16 * gpusFactor : std::max(4 * g, 16 * gpusFactor)) *
+                    bufferFactor;
+    }
+  } else {
+    e.gpu_bytes = largest + std::floor(18 * totalParams / totalGpus);
+    e.cpu_bytes = (zeroInit ? largestLayerParams : totalParams) * 4 * g * bufferFactor;
+  }
+  e.cpu_bytes = std::floor(e.cpu_bytes);
+  return e;
+}
+
+double korthikantiLayerBytes(double s, double b, double h, double a, bool fullRecompute,
+                             bool flash) {
+  if (fullRecompute) return 2 * s * b * h;
+  double bytes = s * b * h * 34;
+  bytes += flash ? 4 * a * s * b : 5 * a * s * s * b;
+  return bytes;
+}
+
+double trainingFlopsPerToken(double psi, int layers, int hidden, int seq, bool fullRecompute) {
+  const double attn = static_cast<double>(layers) * hidden * seq;
+  double f = 6 * psi + 12 * attn;
+  if (fullRecompute) f += 2 * psi + 4 * attn;
+  return f;
+}
+
+double blockwiseQuantBytes(double n, int bits, int block, bool doubleQuant) {
+  const double blocks = std::ceil(n / std::max(1, block));
+  double bytes = n * bits / 8.0;
+  if (doubleQuant) {
+    bytes += blocks * 1.0 + std::ceil(blocks / 256.0) * 4.0;  // 8-bit absmax + fp32 per 256
+  } else {
+    bytes += blocks * 4.0;
+  }
+  return bytes;
+}
+
+int64_t adam8bitStateBytes(int64_t n) {
+  if (n < 4096) return 8 * n;
+  return 2 * n + 2 * 4 * ceilDiv(n, 256);
+}
+
+MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) {
+  MemoryEstimate est;
+  est.activation_model = opt.activation_model;
+  est.device_memory = opt.device_memory;
+  est.vocab = cfg.model.vocab > 0 ? cfg.model.vocab : std::max<int64_t>(1, opt.default_vocab);
+  if (cfg.model.vocab <= 0) {
+    est.notes.push_back("vocab not set in the config: assumed " + std::to_string(est.vocab));
+  }
+  const Shape s = shapeOf(cfg.model, est.vocab);
+  const std::string policy = lower(cfg.precision.policy);
+  const PrecisionBytes pb = precisionBytes(policy);
+  if (policy == "fp8") {
+    est.notes.push_back(
+        "fp8: bf16 weights + fp8 weight copy (3 B/param), bf16 grads, fp32 master + state; "
+        "activations saved in bf16");
+  }
+  const int ranks = std::max(1, cfg.parallel.ranks);
+  const int stage = std::clamp(cfg.parallel.zero_stage, 0, 3);
+  const bool nf4 = lower(cfg.finetune.base_quant) == "nf4";
+  const auto tensors = modelTensors(s, cfg.finetune);
+  est.params = countParameters(cfg.model, est.vocab, cfg.finetune);
+
+  // Model-state bytes before sharding.
+  double trainParamBytes = 0, frozenBytes = 0, gradBytes = 0, optBytes = 0;
+  double largestBlockLinear = 0;
+  for (const auto& t : tensors) {
+    const double n = static_cast<double>(t.numel);
+    if (t.trainable) {
+      trainParamBytes += n * (pb.param + (t.kind == Kind::BlockLinear ? pb.fp8Copy : 0));
+      gradBytes += n * pb.grad;
+      optBytes += optimizerTensorBytes(t.numel, cfg.optimizer, pb);
+    } else if (nf4 && t.kind == Kind::BlockLinear) {
+      frozenBytes += blockwiseQuantBytes(n, 4, 64, opt.nf4_double_quant);
+    } else {
+      frozenBytes += n * pb.frozen;
+    }
+    if (t.kind == Kind::BlockLinear) largestBlockLinear = std::max(largestBlockLinear, n);
+  }
+  const double trainable = static_cast<double>(est.params.trainable);
+
+  // Activations for one micro-batch.
+  const int64_t B = std::max(1, cfg.train.micro_batch);
+  ActBytes act = opt.activation_model == ActivationModel::PyTorch
+                     ? pytorchActivations(s, B, cfg, pb.act)
+                     : engineActivations(s, B, cfg, pb.act);
+
+  // Distillation teacher: same shape as the student unless told otherwise; frozen weights at
+  // the working precision, its logits kept for the KL term, one block's forward transient.
+  double teacherParams = 0, teacherActPeak = 0, teacherActSteady = 0;
+  if (!cfg.distill.teacher_checkpoint.empty()) {
+    ModelConfig tm = opt.teacher_model ? *opt.teacher_model : cfg.model;
+    ParameterCounts tc = countParameters(tm, est.vocab, {});
+    est.params.teacher = tc.total;
+    teacherParams = static_cast<double>(tc.total) * pb.frozen;
+    const Shape ts = shapeOf(tm, est.vocab);
+    const double BT = static_cast<double>(B * ts.T);
+    const double logits = BT * ts.V * 4.0;
+    const double transient = BT * (4 * ts.C + ts.F) * pb.act +
+                             (lower(cfg.attention.impl) == "flash"
+                                  ? 0.0
+                                  : static_cast<double>(B) * ts.H * ts.T * ts.T * pb.act);
+    teacherActPeak = logits + transient;
+    teacherActSteady = opt.activation_model == ActivationModel::Engine ? teacherActPeak : 0;
+  }
+
+  const Tier optTier = tierOf(lower(cfg.parallel.offload_optimizer));
+  Tier paramTier = tierOf(lower(cfg.parallel.offload_params));
+  if (paramTier != Tier::Device && stage < 3) {
+    est.notes.push_back("offload_params needs ZeRO stage 3: parameters stay on the device");
+    paramTier = Tier::Device;
+  }
+  const int64_t P = est.params.trainable;
+  const int64_t accum = std::max(1, cfg.train.grad_accum);
+
+  const int reported = opt.rank0_only ? 1 : ranks;
+  for (int r = 0; r < reported; ++r) {
+    RankMemory rm;
+    rm.rank = r;
+    const double frac =
+        P > 0 ? static_cast<double>(shardOf(P, ranks, r)) / static_cast<double>(P) : 0.0;
+    const double fracFrozen = 1.0 / ranks;
+    // Parameters.
+    const double pTrain = stage >= 3 ? trainParamBytes * frac : trainParamBytes;
+    const double pFrozen = stage >= 3 ? frozenBytes * fracFrozen : frozenBytes;
+    setEntry(rm, paramTier, Cat::Parameters, pTrain + pFrozen, pTrain + pFrozen);
+    if (teacherParams > 0) setEntry(rm, Tier::Device, Cat::Parameters, teacherParams, 0);
+    // Gradients: with the optimizer offloaded they go where the optimizer runs (ZeRO-Offload).
+    const double g = stage >= 2 ? gradBytes * frac : gradBytes;
+    setEntry(rm, optTier, Cat::Gradients, g, g);
+    // Optimizer state.
+    const double o = stage >= 1 ? optBytes * frac : optBytes;
+    setEntry(rm, optTier, Cat::OptimizerState, o, o);
+    // Activations and workspace (per micro-batch; accumulation adds nothing).
+    setEntry(rm, Tier::Device, Cat::Activations, act.steady + teacherActSteady,
+             act.peak + teacherActPeak);
+    double wsPeak = act.wsPeak;
+    if (stage >= 3 && ranks > 1) {
+      // Gathered weights of one block and their full gradients before the reduce-scatter.
+      const double blockParams = static_cast<double>(est.params.per_layer);
+      wsPeak += blockParams * (pb.param + pb.grad);
+    }
+    if (optTier != Tier::Device) {
+      wsPeak += largestBlockLinear * pb.grad;  // device bucket the gradients leave through
+    }
+    setEntry(rm, Tier::Device, Cat::Workspace, act.wsSteady, wsPeak);
+    if (optTier == Tier::Nvme || paramTier == Tier::Nvme) {
+      // Pinned host staging buffers, double-buffered, one largest tensor each.
+      const double staging = 2 * largestBlockLinear * 4.0;
+      setEntry(rm, Tier::Host, Cat::Workspace, staging, staging);
+    }
+    est.report.ranks.push_back(rm);
+  }
+
+  const RankMemory& r0 = est.report.ranks.front();
+  est.peak_device = r0.totalPeak(Tier::Device);
+  est.peak_host = r0.totalPeak(Tier::Host);
+  est.peak_nvme = r0.totalPeak(Tier::Nvme);
+  est.fits = opt.device_memory <= 0 || est.peak_device <= opt.device_memory;
+
+  est.effective_batch = static_cast<int64_t>(B) * accum * ranks;
+  est.tokens_per_step = est.effective_batch * s.T;
+  // FLOPs: matrices only (embedding lookups are free; a tied head counts once). Frozen weights
+  // skip their weight gradient: 4 instead of 6 FLOPs per weight per token.
+  double trainM = 0, frozenM = 0;
+  for (const auto& t : tensors) {
+    if (t.kind == Kind::Position || (t.kind == Kind::Embedding && !s.tied)) continue;
+    (t.trainable ? trainM : frozenM) += static_cast<double>(t.numel);
+  }
+  const double attn = static_cast<double>(s.L) * s.C * s.T;
+  const double perToken = 6 * trainM + 4 * frozenM + 12 * attn;
+  const std::string ck = lower(cfg.memory.checkpointing);
+  const double recomputePerToken = ck == "none" ? 0.0 : 2 * (trainM + frozenM) + 4 * attn;
+  double teacherPerToken = 0;
+  if (est.params.teacher > 0) {
+    const Shape ts = shapeOf(opt.teacher_model ? *opt.teacher_model : cfg.model, est.vocab);
+    teacherPerToken = 2 * static_cast<double>(est.params.teacher -
+                                              (ts.learnedPos ? ts.T * ts.C : 0) -
+                                              (ts.tied ? 0 : ts.V * ts.C)) +
+                      4.0 * ts.L * ts.C * ts.T;
+  }
+  const double tokens = static_cast<double>(est.tokens_per_step);
+  est.recompute_flops = recomputePerToken * tokens;
+  est.flops_per_step = (perToken + recomputePerToken + teacherPerToken) * tokens;
+
+  // Communication per rank per step (textbook ZeRO volumes: 2Ψ for stages 0-2, 3Ψ for 3).
+  if (ranks > 1) {
+    if (stage < 3) {
+      est.comm_bytes_per_step = 2 * trainable * pb.grad;
+    } else {
+      est.comm_bytes_per_step = static_cast<double>(accum) *
+                                (trainable * (2 * pb.param + pb.grad) + 2 * frozenBytes);
+    }
+  }
+  if (optTier != Tier::Device) {
+    const double shard = stage >= 1 ? trainable / ranks : trainable;
+    est.offload_bytes_per_step += shard * (pb.grad + pb.param);  // grads out, weights back
+  }
+  if (paramTier != Tier::Device) {
+    est.offload_bytes_per_step +=
+        2.0 * accum * (trainParamBytes + frozenBytes) / ranks;  // fetched for fwd and bwd
+  }
+  const double states = static_cast<double>(r0.at(Tier::Device, Cat::Parameters).peak +
+                                            r0.at(Tier::Host, Cat::Parameters).peak +
+                                            r0.at(Tier::Nvme, Cat::Parameters).peak) +
+                        static_cast<double>(r0.at(paramTier, Cat::Gradients).peak +
+                                            r0.at(optTier, Cat::Gradients).peak) *
+                            (paramTier == optTier ? 0.5 : 1.0) +
+                        static_cast<double>(r0.at(optTier, Cat::OptimizerState).peak);
+  est.bytes_per_param = P > 0 ? states / trainable : 0;
+  return est;
+}
+
+MemoryReport predictMemoryReport(const RunConfig& config) {
+  return estimateMemory(config).report;
+}
+
+nlohmann::json toJson(const MemoryEstimate& e) {
+  nlohmann::json j = toJson(e.report);
+  j["activation_model"] = std::string(toString(e.activation_model));
+  j["parameters"] = {{"total", e.params.total},         {"trainable", e.params.trainable},
+                     {"frozen", e.params.frozen},       {"lora", e.params.lora},
+                     {"embedding", e.params.embedding}, {"per_layer", e.params.per_layer},
+                     {"largest_layer", e.params.largest_layer}, {"teacher", e.params.teacher}};
+  j["vocab"] = e.vocab;
+  j["device_memory"] = e.device_memory;
+  j["fits"] = e.fits;
+  j["peak"] = {{"device", e.peak_device}, {"host", e.peak_host}, {"nvme", e.peak_nvme}};
+  j["effective_batch"] = e.effective_batch;
+  j["tokens_per_step"] = e.tokens_per_step;
+  j["flops_per_step"] = e.flops_per_step;
+  j["recompute_flops"] = e.recompute_flops;
+  j["comm_bytes_per_step"] = e.comm_bytes_per_step;
+  j["offload_bytes_per_step"] = e.offload_bytes_per_step;
+  j["bytes_per_param"] = e.bytes_per_param;
+  j["notes"] = e.notes;
+  return j;
+}
+
+nlohmann::json memoryPlanJson(const RunConfig& config) { return toJson(estimateMemory(config)); }
+
+std::string formatBytes(double bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  double v = bytes;
+  while (std::abs(v) >= 1024.0 && u < 5) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[64];
+  if (u == 0) std::snprintf(buf, sizeof buf, "%.0f B", v);
+  else std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+std::optional<int64_t> parseByteSize(std::string_view text) {
+  std::string t;
+  for (char c : text) {
+    if (!std::isspace(static_cast<unsigned char>(c))) t.push_back(c);
+  }
+  if (t.empty()) return std::nullopt;
+  size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(t, &pos);
+  } catch (...) {
+    return std::nullopt;
+  }
+  if (!std::isfinite(value) || value < 0) return std::nullopt;
+  const std::string unit = lower(t.substr(pos));
+  static const std::map<std::string, double> units = {
+      {"", 1},           {"b", 1},          {"k", 1e3},   {"kb", 1e3},   {"m", 1e6},
+      {"mb", 1e6},       {"g", 1e9},        {"gb", 1e9},  {"t", 1e12},   {"tb", 1e12},
+      {"kib", 1024.0},   {"mib", 1048576.0}, {"gib", 1073741824.0},
+      {"tib", 1099511627776.0}};
+  auto it = units.find(unit);
+  if (it == units.end()) return std::nullopt;
+  const double bytes = value * it->second;
+  if (bytes > 9.0e18) return std::nullopt;
+  return static_cast<int64_t>(std::llround(bytes));
+}
+
+std::string formatMemoryTable(const MemoryEstimate& e) {
+  std::ostringstream out;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "parameters: %lld total, %lld trainable, %lld frozen (activation model: %s, "
+                "vocab %lld)\n",
+                static_cast<long long>(e.params.total), static_cast<long long>(e.params.trainable),
+                static_cast<long long>(e.params.frozen),
+                std::string(toString(e.activation_model)).c_str(),
+                static_cast<long long>(e.vocab));
+  out << line;
+  // Ranks with identical tables are printed once.
+  size_t i = 0;
+  const auto& ranks = e.report.ranks;
+  while (i < ranks.size()) {
+    size_t j = i + 1;
+    while (j < ranks.size()) {
+      RankMemory a = ranks[i], b = ranks[j];
+      a.rank = b.rank = 0;
+      if (!(a == b)) break;
+      ++j;
+    }
+    if (j - i == 1) out << "rank " << ranks[i].rank << "\n";
+    else out << "ranks " << ranks[i].rank << "-" << ranks[j - 1].rank << "\n";
+    std::snprintf(line, sizeof line, "  %-8s %-16s %14s %14s\n", "tier", "category", "steady",
+                  "peak");
+    out << line;
+    for (int t = 0; t < kMemoryTierCount; ++t) {
+      const auto tier = static_cast<Tier>(t);
+      if (ranks[i].totalPeak(tier) == 0) continue;
+      for (int c = 0; c < kMemoryCategoryCount; ++c) {
+        const auto& en = ranks[i].at(tier, static_cast<Cat>(c));
+        if (en.peak == 0 && en.current == 0) continue;
+        std::snprintf(line, sizeof line, "  %-8s %-16s %14s %14s\n",
+                      std::string(toString(tier)).c_str(),
+                      std::string(toString(static_cast<Cat>(c))).c_str(),
+                      formatBytes(static_cast<double>(en.current)).c_str(),
+                      formatBytes(static_cast<double>(en.peak)).c_str());
+        out << line;
+      }
+      std::snprintf(line, sizeof line, "  %-8s %-16s %14s %14s\n",
+                    std::string(toString(tier)).c_str(), "total", "",
+                    formatBytes(static_cast<double>(ranks[i].totalPeak(tier))).c_str());
+      out << line;
+    }
+    i = j;
+  }
+  std::snprintf(line, sizeof line,
+                "effective batch %lld sequences, %lld tokens/step, %.3g FLOPs/step "
+                "(recompute %.3g)\n",
+                static_cast<long long>(e.effective_batch),
+                static_cast<long long>(e.tokens_per_step), e.flops_per_step, e.recompute_flops);
+  out << line;
+  if (e.device_memory > 0) {
+    out << "device memory " << formatBytes(static_cast<double>(e.device_memory)) << ": "
+        << (e.fits ? "fits" : "does NOT fit") << " (peak "
+        << formatBytes(static_cast<double>(e.peak_device)) << ")\n";
+  }
+  for (const auto& n : e.notes) out << "note: " << n << "\n";
+  return out.str();
+}
+
+}  // namespace ts::core

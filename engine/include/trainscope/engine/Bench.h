@@ -1,0 +1,33 @@
+#pragma once
+// Training throughput benchmark (`trainscope-engine bench`): fixed shapes trained a few steps on
+// 1 and 2 threads; tokens/s, achieved GFLOP/s (6*params + 12*L*C*T per token, PaLM appendix B),
+// the sgemm peak measured in the same run with the same thread count, the ratio, a time
+// breakdown by op, and peak memory per category next to docs/memory.md's formula.
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ts::engine {
+
+struct BenchShape {
+  std::string name;
+  int layers, heads, d_model, seq_len, vocab, batch;
+};
+std::vector<BenchShape> defaultBenchShapes();
+
+struct BenchOptions {
+  std::vector<int> threads = {1, 2};
+  int warmupSteps = 1;
+  int steps = 3;
+  bool quick = false;  // only the smallest shape (smoke test)
+};
+
+// Prints a table to `out` and returns the numbers as JSON.
+nlohmann::json runBench(const BenchOptions& options, std::ostream& out);
+
+// Best sgemm GFLOP/s over a few square products through the CPU backend's matmul.
+double measureGemmPeak(int threads, int n = 1024);
+
+}  // namespace ts::engine

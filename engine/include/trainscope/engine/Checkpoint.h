@@ -1,0 +1,62 @@
+#pragma once
+// Checkpoints: a directory per checkpoint holding
+//   model.safetensors      the weights under their GPT-2 names (wte, h.0.attn.c_attn.weight, ...)
+//   optimizer.safetensors  optimizer state, one flat tensor per state (exp_avg, exp_avg_sq, ...)
+//   state.json             the sidecar: step, tokens, optimizer step count, data position (the
+//                          Dataset state with its RNG), resolved config, each file's size and
+//                          FNV-1a 64 checksum, and a checksum of the sidecar itself.
+// Written into a temporary directory (every file fsync'ed) and renamed into place, so a crash
+// or a full disk leaves the previous checkpoint untouched. Loading verifies every size and
+// checksum and every tensor name/shape BEFORE anything is copied into the model.
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "trainscope/engine/Gpt.h"
+#include "trainscope/engine/Optimizer.h"
+
+namespace ts::engine {
+
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct TrainingState {
+  int64_t step = 0;    // optimizer steps completed
+  int64_t tokens = 0;  // training tokens seen
+  nlohmann::json data = nlohmann::json::object();   // Dataset::state()
+  nlohmann::json extra = nlohmann::json::object();  // best val loss, ...
+};
+
+struct CheckpointInfo {
+  std::string path;      // the checkpoint directory
+  std::string checksum;  // hex FNV-1a 64 of the sidecar (which covers the other files)
+  int64_t step = 0;
+  int64_t bytes = 0;     // all files
+};
+
+// Writes `<parentDir>/step_<step>` atomically. Throws CheckpointError (with the OS error) and
+// removes the partial temporary directory on any failure.
+CheckpointInfo saveCheckpoint(const std::string& parentDir, Gpt& model, Optimizer& optimizer,
+                              const nlohmann::json& config, const TrainingState& state);
+
+struct LoadedCheckpoint {
+  TrainingState state;
+  nlohmann::json config;  // the config the checkpoint was trained with
+  std::string path;
+  std::string checksum;
+};
+
+// Accepts the checkpoint directory or its state.json. Verifies everything, then loads weights
+// (and optimizer state when `optimizer` is given). Throws CheckpointError naming the file and
+// the problem (missing, truncated, checksum mismatch, shape mismatch); the model is untouched
+// in that case.
+LoadedCheckpoint loadCheckpoint(const std::string& path, Gpt& model, Optimizer* optimizer);
+
+// Removes checkpoint directories `step_*` under parentDir except the newest `keep`.
+void pruneCheckpoints(const std::string& parentDir, int keep);
+
+}  // namespace ts::engine

@@ -1,0 +1,93 @@
+#pragma once
+// Training data sources (issue 3, "Data"): built-in synthetic corpora (addition, a tiny
+// grammar), UTF-8 text files with a byte-level tokenizer, and pre-tokenized uint16 files.
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "trainscope/core/Config.h"
+
+namespace ts::engine {
+
+// Bad data input (missing/empty/short file, bad token ids, config that cannot fit the data).
+// The message names the file (or config field) and the problem.
+class DatasetError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int vocabSize() const = 0;
+  // One line for logs/events, e.g.
+  // "synthetic addition (3 digits, reversed answers), 512 val samples".
+  virtual std::string describe() const = 0;
+  // Next training batch: inputs/targets are B*T row-major; targets -1 = ignored position.
+  // Inputs at ignored positions are still valid ids (< vocabSize()).
+  virtual void nextTrainBatch(int32_t* inputs, int32_t* targets, int B, int T) = 0;
+  // Validation batches are fixed (independent of training progress and difficulty).
+  // 0 when there is no validation data (val_fraction 0).
+  virtual int64_t valBatchCount(int B, int T) const = 0;
+  virtual void valBatch(int64_t index, int32_t* inputs, int32_t* targets, int B,
+                        int T) const = 0;
+  // Exact-match tasks (addition): prompts to complete greedily and the expected answers
+  // (the answer tokens followed by endToken()). Taken from the validation set.
+  virtual bool hasExactMatch() const { return false; }
+  virtual std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> exactMatchSamples(
+      int count) const {
+    (void)count;
+    return {};
+  }
+  virtual int32_t endToken() const { return -1; }
+  // Curriculum: 0..1 of the hardest (core::curriculumFraction). Which knob it turns follows
+  // config.curriculum.type: "difficulty" (addition: digits; grammar: nesting depth) or
+  // "length" (shorter sequences, rest of the row ignored). No-op when type is "none".
+  virtual void setDifficulty(double fraction) { (void)fraction; }
+  virtual std::string decode(const std::vector<int32_t>& tokens) const = 0;  // valid UTF-8
+  virtual nlohmann::json state() const = 0;               // data position + RNG, for checkpoints
+  virtual void restore(const nlohmann::json& state) = 0;  // resume reproduces the same batches;
+                                                          // throws DatasetError on a bad state
+};
+
+// Builds the data source named by config.data (source, task, path, digits, val_fraction),
+// seeded by config.train.seed. Throws DatasetError with a message naming the file and the
+// problem. model.vocab: 0 = take the data's vocab; for source "tokens" it is required.
+std::unique_ptr<Dataset> makeDataset(const core::RunConfig& config);
+
+namespace detail {
+
+// Small portable RNG with a serializable state (SplitMix64 seeding, xoshiro256**): std::
+// distributions differ between standard libraries and resume must reproduce batches exactly.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed = 0);
+  uint64_t next();
+  uint64_t below(uint64_t n);  // uniform in [0, n) without modulo bias; n > 0
+  double uniform();            // [0, 1)
+  nlohmann::json state() const;  // four hex strings (JSON numbers lose 64-bit precision)
+  void restore(const nlohmann::json& state);  // throws DatasetError
+
+ private:
+  uint64_t s_[4];
+};
+
+uint64_t mix64(uint64_t x);              // SplitMix64 finalizer: a good 64-bit hash
+double unitFromHash(uint64_t h);         // top 53 bits as a double in [0, 1)
+// Length curriculum: tokens used per row at `fraction` (at least min(T, 8), at most T).
+int curriculumLength(double fraction, int T);
+
+// The concrete sources behind makeDataset (exposed for tests).
+std::unique_ptr<Dataset> makeAdditionDataset(const core::RunConfig& config);
+std::unique_ptr<Dataset> makeGrammarDataset(const core::RunConfig& config);
+std::unique_ptr<Dataset> makeTextDataset(const core::RunConfig& config);
+std::unique_ptr<Dataset> makeTokenDataset(const core::RunConfig& config);
+
+}  // namespace detail
+
+}  // namespace ts::engine

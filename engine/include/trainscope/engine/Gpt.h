@@ -1,0 +1,162 @@
+#pragma once
+// GPT-2 decoder with a hand-written backward pass (no autograd).
+//
+// Parameters and gradients each live in ONE flat fp32 buffer; every named tensor is a view at
+// an offset (ParamInfo). That keeps the optimizer, global-norm clipping, checkpoints and later
+// ZeRO sharding (contiguous slices of the flat buffer) simple. Weights are stored (out, in) like
+// torch.nn.Linear: y = x W^T + b. The LM head is tied to wte.
+//
+// What a block saves for backward is an explicit struct (BlockActivations), so recomputation,
+// compression or a different attention (flash keeps only the log-sum-exp) can replace exactly
+// those buffers. docs/memory.md lists the bytes of every buffer.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trainscope/core/Config.h"
+#include "trainscope/engine/MemoryTracker.h"
+#include "trainscope/engine/Tensor.h"
+#include "trainscope/kernels/Backend.h"
+
+namespace ts::engine {
+
+struct GptConfig {
+  int layers = 2;
+  int heads = 4;
+  int d_model = 64;
+  int seq_len = 32;  // maximum sequence length (rows of wpe)
+  int vocab = 256;
+  bool relu = false;   // activation: GELU (tanh approximation) unless relu
+  bool flash = false;  // attention.impl == flash
+};
+// model.* and attention.impl of a run config; `vocab` is the resolved vocabulary size.
+GptConfig gptConfigFrom(const core::RunConfig& config, int vocab);
+
+struct ParamInfo {
+  std::string name;            // "wte", "h.0.attn.c_attn.weight", ...
+  std::vector<int64_t> shape;  // (out, in) for linear weights
+  int64_t offset = 0;          // in elements, into the flat buffer
+  int64_t numel = 0;
+  bool decay = false;  // weight decay applies (2-D weights incl. embeddings, as nanoGPT)
+};
+
+// Everything one block keeps from forward for backward (all fp32; N = B*T rows).
+struct BlockActivations {
+  Tensor input;    // (B,T,C) residual stream entering the block (ln_1's input)
+  Tensor ln1;      // (B,T,C) ln_1 output (c_attn's input)
+  Tensor ln1Mean;  // (B,T)
+  Tensor ln1Rstd;  // (B,T)
+  Tensor qkv;      // (B,T,3C)
+  Tensor att;      // naive: softmax probabilities (B,NH,T,T); flash: log-sum-exp (B,NH,T)
+  Tensor attOut;   // (B,T,C) attention output, heads merged (c_proj's input)
+  Tensor resid2;   // (B,T,C) input + attention branch (ln_2's input)
+  Tensor ln2;      // (B,T,C)
+  Tensor ln2Mean;  // (B,T)
+  Tensor ln2Rstd;  // (B,T)
+  Tensor fcPre;    // (B,T,4C) c_fc output before the activation
+  Tensor fcAct;    // (B,T,4C) after the activation (mlp c_proj's input)
+};
+
+struct Activations {
+  int B = 0, T = 0;
+  Tensor tokens;   // I32 (B,T)
+  Tensor targets;  // I32 (B,T)
+  std::vector<BlockActivations> blocks;
+  Tensor residOut;  // (B,T,C) output of the last block
+  Tensor lnf;       // (B,T,C)
+  Tensor lnfMean;   // (B,T)
+  Tensor lnfRstd;   // (B,T)
+  Tensor logits;    // (B,T,V); after a loss forward it holds dlogits
+  Tensor losses;    // (B,T)
+};
+
+// Backward scratch (category workspace), reused by every block.
+struct Workspace {
+  Tensor ones;   // (B*T) ones: bias add and bias gradient as GEMMs (device agnostic)
+  Tensor dres;   // (B,T,C) gradient of the residual stream
+  Tensor dtmp;   // (B,T,C) also the forward's projection output before the residual add
+  Tensor dqkv;   // (B,T,3C)
+  Tensor datt;   // (B,NH,T,T), naive attention only
+  Tensor dfc;    // (B,T,4C)
+  Tensor dfc2;   // (B,T,4C)
+};
+
+class Gpt {
+ public:
+  Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* tracker);
+  Gpt(const Gpt&) = delete;  // holds pointers into its own parameter table
+  Gpt& operator=(const Gpt&) = delete;
+
+  const GptConfig& config() const { return config_; }
+  const std::vector<ParamInfo>& params() const { return params_; }
+  const ParamInfo* find(const std::string& name) const;
+  int64_t numParams() const { return numParams_; }
+  Tensor& paramBuffer() { return paramBuf_; }
+  Tensor& gradBuffer() { return gradBuf_; }
+  float* param(const ParamInfo& p) { return paramBuf_.f32() + p.offset; }
+  float* grad(const ParamInfo& p) { return gradBuf_.f32() + p.offset; }
+
+  // GPT-2 init from `seed`: weights N(0, 0.02), residual projections (attn.c_proj, mlp.c_proj)
+  // N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1 / bias 0.
+  void initWeights(uint64_t seed);
+  void zeroGrad();
+
+  // Allocates activations and workspace for micro-batches of B sequences of up to seq_len.
+  void allocate(int B);
+  int allocatedBatch() const { return acts_.B; }
+  const Activations& activations() const { return acts_; }
+
+  // Forward on host token ids (B*T, B <= allocated, T <= seq_len). With targets (ignored < 0)
+  // the fused cross-entropy also writes dlogits = dloss * (softmax - onehot) in place of the
+  // logits, ready for backward(). Returns the SUM of token losses and the number of counted
+  // targets through `count` (the caller normalises; see gradient accumulation).
+  double forward(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss,
+                 int64_t* count = nullptr);
+  // Accumulates (+=) parameter gradients of the last loss forward.
+  void backward();
+  // After a forward without targets: logits of row (b, t) copied to host (V floats).
+  void logitsRow(int b, int t, float* dst) const;
+
+  // Training FLOPs per token (PaLM appendix B: 6*params + 12*L*C*T).
+  double flopsPerToken(int T) const;
+
+ private:
+  void linearForward(float* out, const float* inp, const ParamInfo& w, const ParamInfo& b,
+                     int N, int OC, int IC);
+  void linearBackward(float* dinp, const float* dout, const float* inp, const ParamInfo& w,
+                      const ParamInfo& b, int N, int OC, int IC);
+  struct BlockParams {
+    const ParamInfo *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb,
+        *fcprojw, *fcprojb;
+  };
+
+  GptConfig config_;
+  kernels::Backend* backend_;
+  MemoryTracker* tracker_;
+  std::vector<ParamInfo> params_;
+  std::vector<BlockParams> blockParams_;
+  const ParamInfo *wte_ = nullptr, *wpe_ = nullptr, *lnfw_ = nullptr, *lnfb_ = nullptr;
+  int64_t numParams_ = 0;
+  Tensor paramBuf_;
+  Tensor gradBuf_;
+  Activations acts_;
+  Workspace ws_;
+  int curB_ = 0, curT_ = 0;
+  bool haveLoss_ = false;
+};
+
+// Deterministic RNG (splitmix64) + Box-Muller normals: the same stream on every platform.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed = 0) : state_(seed) {}
+  uint64_t next();
+  double uniform();  // [0, 1)
+  double normal();
+  uint64_t state() const { return state_; }
+  void setState(uint64_t s) { state_ = s; }
+
+ private:
+  uint64_t state_;
+};
+
+}  // namespace ts::engine

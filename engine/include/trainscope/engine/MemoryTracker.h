@@ -1,0 +1,44 @@
+#pragma once
+// One tracker per rank: every engine allocation is tagged with a tier and a category and counted
+// here (current and peak per category, and the overall peak). It produces the same table the
+// estimator predicts (core::MemoryReport), so prediction and measurement can be compared.
+#include <array>
+#include <cstdint>
+#include <mutex>
+
+#include "trainscope/core/MemoryTable.h"
+
+namespace ts::engine {
+
+class MemoryTracker {
+ public:
+  explicit MemoryTracker(int rank = 0) : rank_(rank) {}
+  int rank() const { return rank_; }
+
+  void add(core::MemoryTier tier, core::MemoryCategory category, int64_t bytes);
+  void remove(core::MemoryTier tier, core::MemoryCategory category, int64_t bytes);
+
+  int64_t current(core::MemoryTier tier, core::MemoryCategory category) const;
+  int64_t peak(core::MemoryTier tier, core::MemoryCategory category) const;
+  // Sum over every tier and category, and the highest that sum has been.
+  int64_t totalCurrent() const;
+  int64_t totalPeak() const;
+  // Peaks restart from the current values (e.g. to measure one phase).
+  void resetPeaks();
+
+  core::MemoryReport report() const;
+
+ private:
+  int rank_;
+  mutable std::mutex mutex_;
+  core::RankMemory table_{};
+  int64_t totalCurrent_ = 0;
+  int64_t totalPeak_ = 0;
+};
+
+// Resident set size of this process in bytes (from /proc/self/statm), 0 if unavailable; the
+// cross-check of the tracker against what the OS sees.
+int64_t processRssBytes();
+int64_t processPeakRssBytes();
+
+}  // namespace ts::engine

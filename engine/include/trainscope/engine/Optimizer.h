@@ -1,0 +1,35 @@
+#pragma once
+// Optimizers over the model's flat parameter buffer. State tensors are counted as
+// optimizer_state. AdamW decays only 2-D weights (linear weights and embeddings, as nanoGPT);
+// biases and LayerNorm parameters are not decayed. SGD uses momentum (PyTorch semantics).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "trainscope/core/Config.h"
+#include "trainscope/engine/Gpt.h"
+
+namespace ts::engine {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update with learning rate `lr`; the optimizer counts its own steps (bias correction).
+  virtual void step(float lr) = 0;
+  virtual int64_t stepCount() const = 0;
+  virtual void setStepCount(int64_t n) = 0;
+  // Named state tensors (flat, same length as the parameters) for checkpoints.
+  virtual std::vector<std::pair<std::string, Tensor*>> state() = 0;
+  virtual std::string name() const = 0;
+};
+
+std::unique_ptr<Optimizer> makeOptimizer(const core::OptimizerConfig& config, Gpt& model,
+                                         kernels::Backend* backend, MemoryTracker* tracker);
+
+// Global L2 norm of all gradients (before clipping). With maxNorm > 0 and norm > maxNorm, the
+// gradients are scaled by maxNorm / (norm + 1e-6), as torch.nn.utils.clip_grad_norm_.
+double clipGradNorm(Gpt& model, kernels::Backend* backend, double maxNorm);
+
+}  // namespace ts::engine

@@ -1,0 +1,75 @@
+#pragma once
+// Minimal safetensors reader/writer (https://github.com/huggingface/safetensors): 8-byte
+// little-endian header length, a JSON header {name: {dtype, shape, data_offsets}, __metadata__},
+// then the raw little-endian tensor bytes. Readers validate every offset against the file.
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ts::engine {
+
+class FormatError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct SafetensorsEntry {
+  std::string dtype;  // "F32", "I32", "BF16", ...
+  std::vector<int64_t> shape;
+  size_t begin = 0;   // offsets into the data section
+  size_t end = 0;
+};
+
+class SafetensorsWriter {
+ public:
+  void add(const std::string& name, const std::string& dtype, std::vector<int64_t> shape,
+           const void* data, size_t bytes);
+  void setMetadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+  std::string serialize() const;
+
+ private:
+  struct Item {
+    std::string name, dtype;
+    std::vector<int64_t> shape;
+    std::string bytes;
+  };
+  std::vector<Item> items_;
+  std::map<std::string, std::string> metadata_;
+};
+
+class SafetensorsFile {
+ public:
+  // Parses `bytes` (the whole file); throws FormatError naming `origin` on any inconsistency.
+  static SafetensorsFile parse(std::string bytes, const std::string& origin);
+  static SafetensorsFile load(const std::string& path);
+
+  bool has(const std::string& name) const { return entries_.count(name) != 0; }
+  const SafetensorsEntry& entry(const std::string& name) const;
+  const std::map<std::string, SafetensorsEntry>& entries() const { return entries_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Raw bytes of a tensor.
+  std::string_view bytes(const std::string& name) const;
+  // Copies an F32 tensor into dst after checking its element count; throws FormatError.
+  void readF32(const std::string& name, float* dst, int64_t numel) const;
+  std::vector<float> f32(const std::string& name) const;
+  std::vector<int32_t> i32(const std::string& name) const;
+
+ private:
+  std::string origin_;
+  std::string data_;  // whole file
+  size_t dataStart_ = 0;
+  std::map<std::string, SafetensorsEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Bytes per element of a safetensors dtype name (0 when unknown).
+int safetensorsDtypeBytes(const std::string& dtype);
+
+// FNV-1a 64-bit hash (checkpoint checksums).
+uint64_t fnv1a64(std::string_view bytes, uint64_t seed = 0xcbf29ce484222325ull);
+std::string hex64(uint64_t v);
+
+}  // namespace ts::engine

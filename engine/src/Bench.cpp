@@ -1,0 +1,143 @@
+#include "trainscope/engine/Bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include "trainscope/engine/Gpt.h"
+#include "trainscope/engine/Optimizer.h"
+#include "trainscope/profiler/Aggregation.h"
+#include "trainscope/profiler/Tracer.h"
+
+namespace ts::engine {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<BenchShape> defaultBenchShapes() {
+  return {{"small-d128", 2, 4, 128, 64, 256, 8},
+          {"gpt-d512", 4, 8, 512, 128, 1024, 8},
+          {"gpt-d768", 2, 12, 768, 128, 2048, 4}};
+}
+
+double measureGemmPeak(int threads, int n) {
+  auto backend = kernels::makeCpuBackend();
+  backend->setThreads(threads);
+  std::vector<float> a(size_t(n) * n), b(a.size()), c(a.size());
+  for (size_t i = 0; i < a.size(); ++i) a[i] = float(i % 13) * 0.01f, b[i] = float(i % 7) * 0.02f;
+  double best = 0;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = Clock::now();
+    backend->matmul(c.data(), a.data(), b.data(), n, n, n, false, r % 2 == 1, 1.f, 0.f);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (r > 0) best = std::max(best, 2.0 * n * n * n / s / 1e9);
+  }
+  return best;
+}
+
+nlohmann::json runBench(const BenchOptions& options, std::ostream& out) {
+  nlohmann::json results = nlohmann::json::array();
+  auto shapes = defaultBenchShapes();
+  if (options.quick) shapes.resize(1);
+  char buf[512];
+  for (int threads : options.threads) {
+    const double peak = measureGemmPeak(threads);
+    std::snprintf(buf, sizeof buf, "\n== %d thread%s: measured sgemm peak %.1f GFLOP/s (1024^3)\n",
+                  threads, threads == 1 ? "" : "s", peak);
+    out << buf;
+    for (const auto& s : shapes) {
+      auto backend = kernels::makeCpuBackend();
+      backend->setThreads(threads);
+      MemoryTracker tracker;
+      GptConfig gc;
+      gc.layers = s.layers;
+      gc.heads = s.heads;
+      gc.d_model = s.d_model;
+      gc.seq_len = s.seq_len;
+      gc.vocab = s.vocab;
+      Gpt model(gc, backend.get(), &tracker);
+      model.initWeights(1);
+      model.allocate(s.batch);
+      auto opt = makeOptimizer(core::OptimizerConfig{}, model, backend.get(), &tracker);
+      const int N = s.batch * s.seq_len;
+      std::vector<int32_t> tok(N), tgt(N);
+      for (int i = 0; i < N; ++i) tok[i] = (i * 31 + 7) % s.vocab, tgt[i] = (i * 17 + 3) % s.vocab;
+      auto step = [&] {
+        profiler::ScopedRange r("step", profiler::SpanCategory::Step);
+        model.zeroGrad();
+        model.forward(tok.data(), tgt.data(), s.batch, s.seq_len, 1.f / N);
+        model.backward();
+        clipGradNorm(model, backend.get(), 1.0);
+        opt->step(1e-4f);
+      };
+      for (int i = 0; i < options.warmupSteps; ++i) step();
+      double bestS = 1e30;
+      for (int i = 0; i < options.steps; ++i) {
+        const auto t0 = Clock::now();
+        step();
+        bestS = std::min(bestS, std::chrono::duration<double>(Clock::now() - t0).count());
+      }
+      // One extra traced step for the breakdown (tracing costs a little; not in the timing).
+      auto& tracer = profiler::Tracer::instance();
+      tracer.drain();
+      tracer.setEnabled(true);
+      step();
+      tracer.setEnabled(false);
+      auto summary = profiler::summarize(tracer.drain());
+
+      const double tokPerS = N / bestS;
+      const double gflops = tokPerS * model.flopsPerToken(s.seq_len) / 1e9;
+      std::snprintf(buf, sizeof buf,
+                    "%-11s L=%d C=%d NH=%d T=%d V=%d B=%d params=%lld: %.0f tok/s, %.1f GFLOP/s "
+                    "= %.0f%% of sgemm peak (step %.1f ms)\n",
+                    s.name.c_str(), s.layers, s.d_model, s.heads, s.seq_len, s.vocab, s.batch,
+                    (long long)model.numParams(), tokPerS, gflops, 100 * gflops / peak,
+                    bestS * 1000);
+      out << buf;
+      // Breakdown by op: leaf ops only (blocks/forward/backward/step are containers).
+      nlohmann::json ops = nlohmann::json::array();
+      for (const auto& op : summary.ops) {
+        if (op.category == profiler::SpanCategory::Block || op.category == profiler::SpanCategory::Step)
+          continue;
+        std::snprintf(buf, sizeof buf, "    %-16s %-11s %8.2f ms  %5.1f%%\n", op.name.c_str(),
+                      profiler::toString(op.category), op.total_ns / 1e6, op.pct_of_step);
+        out << buf;
+        ops.push_back({{"name", op.name}, {"ms", op.total_ns / 1e6}, {"pct", op.pct_of_step}});
+      }
+      // Peak memory per category vs docs/memory.md.
+      const int64_t B = s.batch, T = s.seq_len, C = s.d_model, NH = s.heads, L = s.layers,
+                    V = s.vocab, Nn = B * T;
+      const int64_t P = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
+      const std::map<core::MemoryCategory, int64_t> formula = {
+          {core::MemoryCategory::Parameters, 4 * P},
+          {core::MemoryCategory::Gradients, 4 * P},
+          {core::MemoryCategory::OptimizerState, 8 * P},
+          {core::MemoryCategory::Activations,
+           4 * (2 * Nn + L * (16 * Nn * C + 4 * Nn + B * NH * T * T) + 2 * Nn * C + 3 * Nn + Nn * V)},
+          {core::MemoryCategory::Workspace, 4 * (Nn + 13 * Nn * C + B * NH * T * T)}};
+      nlohmann::json mem;
+      out << "    peak memory:";
+      for (const auto& [cat, bytes] : formula) {
+        const int64_t measured = tracker.peak(core::MemoryTier::Device, cat);
+        std::snprintf(buf, sizeof buf, " %s %.2f MiB%s", std::string(core::toString(cat)).c_str(),
+                      measured / 1048576.0, measured == bytes ? " (=formula)" : " (FORMULA DIFFERS)");
+        out << buf;
+        mem[std::string(core::toString(cat))] = {{"measured", measured}, {"formula", bytes}};
+      }
+      out << "\n";
+      results.push_back({{"shape", s.name},
+                         {"threads", threads},
+                         {"tokens_per_s", tokPerS},
+                         {"gflops", gflops},
+                         {"gemm_peak_gflops", peak},
+                         {"ratio", gflops / peak},
+                         {"step_ms", bestS * 1000},
+                         {"ops", ops},
+                         {"memory", mem}});
+      out.flush();
+    }
+  }
+  return results;
+}
+
+}  // namespace ts::engine

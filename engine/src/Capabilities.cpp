@@ -1,0 +1,173 @@
+#include "trainscope/engine/Capabilities.h"
+
+#include <cpuid.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <thread>
+
+#include "trainscope/core/Protocol.h"
+#include "trainscope/kernels/Backend.h"
+
+namespace ts::engine {
+
+namespace {
+uint64_t xgetbv0() {
+  uint32_t eax = 0, edx = 0;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (static_cast<uint64_t>(edx) << 32) | eax;
+}
+}  // namespace
+
+CpuFeatures detectCpuFeatures() {
+  CpuFeatures f;
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = c & (1u << 27);
+  const uint64_t xcr0 = osxsave ? xgetbv0() : 0;
+  const bool ymm = (xcr0 & 0x6) == 0x6;            // OS saves SSE + AVX state
+  const bool zmm = ymm && (xcr0 & 0xE0) == 0xE0;   // + opmask, ZMM
+  const bool tiles = (xcr0 & 0x60000) == 0x60000;  // AMX TILECFG + TILEDATA
+  f.fma = ymm && (c & (1u << 12));
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+    f.avx2 = ymm && (b & (1u << 5));
+    f.avx512f = zmm && (b & (1u << 16));
+    f.avx512bw = zmm && (b & (1u << 30));
+    f.amx_bf16 = tiles && (d & (1u << 22));
+    f.amx_tile = tiles && (d & (1u << 24));
+    f.amx_int8 = tiles && (d & (1u << 25));
+  }
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512_bf16 = zmm && (a & (1u << 5));
+  return f;
+}
+
+std::vector<std::string> CpuFeatures::names() const {
+  std::vector<std::string> n;
+  if (avx2) n.push_back("avx2");
+  if (fma) n.push_back("fma");
+  if (avx512f) n.push_back("avx512f");
+  if (avx512bw) n.push_back("avx512bw");
+  if (avx512_bf16) n.push_back("avx512_bf16");
+  if (amx_tile) n.push_back("amx_tile");
+  if (amx_bf16) n.push_back("amx_bf16");
+  if (amx_int8) n.push_back("amx_int8");
+  return n;
+}
+
+std::string cpuModelName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto p = line.find(':');
+      if (p != std::string::npos) return line.substr(p + 2);
+    }
+  }
+  return "unknown CPU";
+}
+
+nlohmann::json capabilitiesJson() {
+  using nlohmann::json;
+  json j;
+  j["engine_version"] = TRAINSCOPE_VERSION;
+  j["protocol_version"] = core::kProtocolVersion;
+  const auto f = detectCpuFeatures();
+  json backends = json::array();
+  json devices = json::array();
+  const auto compiled = kernels::compiledBackends();
+  auto isCompiled = [&](const std::string& n) {
+    for (const auto& c : compiled)
+      if (c == n) return true;
+    return false;
+  };
+  {
+    auto cpu = kernels::makeCpuBackend();
+    backends.push_back({{"name", "cpu"}, {"compiled", true}, {"usable", true}});
+    auto dev = cpu->device();
+    devices.push_back({{"kind", "cpu"},
+                       {"name", dev.name.empty() ? cpuModelName() : dev.name},
+                       {"memory_bytes", dev.memory_bytes},
+                       {"features", f.names()}});
+  }
+  {
+    std::string why;
+    std::unique_ptr<kernels::Backend> cuda;
+    if (isCompiled("cuda")) cuda = kernels::makeCudaBackend(&why);
+    else why = "this build has no CUDA backend (built without nvcc)";
+    json b = {{"name", "cuda"}, {"compiled", isCompiled("cuda")}, {"usable", cuda != nullptr}};
+    if (!cuda) b["why"] = why;
+    backends.push_back(b);
+    if (cuda) {
+      auto dev = cuda->device();
+      devices.push_back({{"kind", "cuda"},
+                         {"name", dev.name},
+                         {"memory_bytes", dev.memory_bytes},
+                         {"features", dev.features}});
+    }
+  }
+  j["backends"] = backends;
+  j["devices"] = devices;
+  j["cpu"] = {{"model", cpuModelName()},
+              {"threads", std::thread::hardware_concurrency()},
+              {"avx2", f.avx2},
+              {"fma", f.fma},
+              {"avx512f", f.avx512f},
+              {"avx512_bf16", f.avx512_bf16},
+              {"amx", f.amx_tile && f.amx_bf16},
+              {"amx_bf16", f.amx_bf16},
+              {"features", f.names()}};
+  const std::string later = "not implemented by this engine yet";
+  auto cap = [](bool ok, const std::string& why = "") {
+    json c = {{"supported", ok}};
+    if (!ok) c["why"] = why;
+    return c;
+  };
+  j["precisions"] = {{"fp32", cap(true)},          {"bf16", cap(false, later)},
+                     {"fp16", cap(false, later)},  {"fp8", cap(false, later)},
+                     {"pure_bf16", cap(false, later)}};
+  j["techniques"] = {
+      {"gradient_accumulation", cap(true)},
+      {"flash_attention", cap(true)},
+      {"lr_schedule", cap(true)},
+      {"curriculum", cap(true)},
+      {"profiling", cap(true)},
+      {"checkpoint_resume", cap(true)},
+      {"mixed_precision", cap(false, later)},
+      {"activation_checkpointing", cap(false, later)},
+      {"activation_compression", cap(false, later)},
+      {"zero", cap(false, later)},
+      {"offload", cap(false, later)},
+      {"lora", cap(false, later)},
+      {"qlora", cap(false, later)},
+      {"optimizer_8bit", cap(false, later)},
+      {"distillation", cap(false, later)},
+  };
+  j["optimizers"] = {"adamw", "sgd"};
+  j["attention"] = {"naive", "flash"};
+  return j;
+}
+
+void ensurePassiveOmpWaitPolicy() {
+  if (std::getenv("OMP_WAIT_POLICY")) return;
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  size_t start = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i] == '\0') {
+      args.push_back(all.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  if (args.empty()) return;
+  setenv("OMP_WAIT_POLICY", "passive", 0);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv("/proc/self/exe", argv.data());
+  // exec failed: continue with whatever policy libgomp picked.
+}
+
+}  // namespace ts::engine

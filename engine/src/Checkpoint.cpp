@@ -1,0 +1,260 @@
+#include "trainscope/engine/Checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "trainscope/engine/Safetensors.h"
+#include "trainscope/profiler/Tracer.h"
+
+namespace ts::engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "trainscope-checkpoint";
+constexpr int kVersion = 1;
+
+void writeFileDurable(const fs::path& path, const std::string& bytes) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw CheckpointError("cannot create " + path.string() + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      throw CheckpointError("cannot write " + path.string() + ": " + std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    int err = errno;
+    ::close(fd);
+    throw CheckpointError("cannot sync " + path.string() + ": " + std::strerror(err));
+  }
+  if (::close(fd) != 0)
+    throw CheckpointError("cannot close " + path.string() + ": " + std::strerror(errno));
+}
+
+void syncDir(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+std::string readFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError("cannot open " + path.string() + ": " + std::strerror(errno));
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string stateChecksum(nlohmann::json state) {
+  state.erase("checksum");
+  return hex64(fnv1a64(state.dump()));
+}
+
+std::string stepDirName(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+}  // namespace
+
+CheckpointInfo saveCheckpoint(const std::string& parentDir, Gpt& model, Optimizer& optimizer,
+                              const nlohmann::json& config, const TrainingState& state) {
+  profiler::ScopedRange range("checkpoint_save", profiler::SpanCategory::IO);
+  const fs::path parent(parentDir);
+  const fs::path final = parent / stepDirName(state.step);
+  const fs::path tmp = parent / (stepDirName(state.step) + ".tmp." + std::to_string(::getpid()));
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) throw CheckpointError("cannot create " + parent.string() + ": " + ec.message());
+  fs::remove_all(tmp, ec);
+  try {
+    fs::create_directories(tmp, ec);
+    if (ec) throw CheckpointError("cannot create " + tmp.string() + ": " + ec.message());
+
+    // Weights (host copies: the model may live on a device).
+    SafetensorsWriter mw;
+    mw.setMetadata("format", "pt");
+    const float* params = model.paramBuffer().f32();
+    for (const auto& p : model.params()) {
+      mw.add(p.name, "F32", p.shape, params + p.offset, sizeof(float) * p.numel);
+    }
+    const std::string modelBytes = mw.serialize();
+    SafetensorsWriter ow;
+    for (auto& [name, t] : optimizer.state())
+      ow.add(name, "F32", t->shape(), t->data(), static_cast<size_t>(t->bytes()));
+    const std::string optBytes = ow.serialize();
+
+    writeFileDurable(tmp / "model.safetensors", modelBytes);
+    writeFileDurable(tmp / "optimizer.safetensors", optBytes);
+
+    nlohmann::json s;
+    s["format"] = kFormat;
+    s["version"] = kVersion;
+    s["step"] = state.step;
+    s["tokens"] = state.tokens;
+    s["optimizer"] = {{"type", optimizer.name()}, {"step_count", optimizer.stepCount()}};
+    s["data"] = state.data;
+    s["extra"] = state.extra;
+    s["config"] = config;
+    s["files"] = {
+        {"model.safetensors", {{"bytes", modelBytes.size()}, {"fnv1a64", hex64(fnv1a64(modelBytes))}}},
+        {"optimizer.safetensors",
+         {{"bytes", optBytes.size()}, {"fnv1a64", hex64(fnv1a64(optBytes))}}}};
+    const std::string checksum = stateChecksum(s);
+    s["checksum"] = checksum;
+    const std::string stateBytes = s.dump(1);
+    writeFileDurable(tmp / "state.json", stateBytes);
+    syncDir(tmp);
+
+    // Replace an older checkpoint of the same step (e.g. a periodic one before the final one).
+    if (fs::exists(final)) {
+      const fs::path old = parent / (stepDirName(state.step) + ".old." + std::to_string(::getpid()));
+      fs::remove_all(old, ec);
+      fs::rename(final, old, ec);
+      if (ec) throw CheckpointError("cannot replace " + final.string() + ": " + ec.message());
+      fs::rename(tmp, final, ec);
+      if (ec) {
+        std::error_code ec2;
+        fs::rename(old, final, ec2);
+        throw CheckpointError("cannot rename into " + final.string() + ": " + ec.message());
+      }
+      fs::remove_all(old, ec);
+    } else {
+      fs::rename(tmp, final, ec);
+      if (ec) throw CheckpointError("cannot rename into " + final.string() + ": " + ec.message());
+    }
+    syncDir(parent);
+    CheckpointInfo info;
+    info.path = final.string();
+    info.checksum = checksum;
+    info.step = state.step;
+    info.bytes = static_cast<int64_t>(modelBytes.size() + optBytes.size() + stateBytes.size());
+    return info;
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::error_code ec2;
+    fs::remove_all(tmp, ec2);
+    throw CheckpointError(std::string("checkpoint failed: ") + e.what());
+  } catch (...) {
+    std::error_code ec2;
+    fs::remove_all(tmp, ec2);
+    throw;
+  }
+}
+
+LoadedCheckpoint loadCheckpoint(const std::string& path, Gpt& model, Optimizer* optimizer) {
+  profiler::ScopedRange range("checkpoint_load", profiler::SpanCategory::IO);
+  fs::path dir(path);
+  std::error_code ec;
+  if (fs::is_regular_file(dir, ec)) dir = dir.parent_path();
+  if (!fs::is_directory(dir, ec))
+    throw CheckpointError("checkpoint " + path + " does not exist (expected a checkpoint directory"
+                          " or its state.json)");
+  const fs::path statePath = dir / "state.json";
+  nlohmann::json s;
+  try {
+    s = nlohmann::json::parse(readFile(statePath));
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(statePath.string() + " is corrupt (not valid JSON): " + e.what());
+  }
+  try {
+    if (!s.is_object() || s.value("format", "") != kFormat)
+      throw CheckpointError(statePath.string() + " is not a trainscope checkpoint");
+    if (s.value("version", 0) != kVersion)
+      throw CheckpointError(statePath.string() + " has unsupported version " +
+                            s.value("version", nlohmann::json()).dump());
+    if (!s.contains("checksum") || s["checksum"] != stateChecksum(s))
+      throw CheckpointError(statePath.string() + " is corrupt (checksum mismatch)");
+
+    auto readVerified = [&](const std::string& name) {
+      const fs::path p = dir / name;
+      std::string bytes = readFile(p);
+      const auto& f = s.at("files").at(name);
+      const auto expectBytes = f.at("bytes").get<uint64_t>();
+      if (bytes.size() != expectBytes)
+        throw CheckpointError(p.string() + " is truncated or damaged: " +
+                              std::to_string(bytes.size()) + " bytes, expected " +
+                              std::to_string(expectBytes));
+      if (hex64(fnv1a64(bytes)) != f.at("fnv1a64").get<std::string>())
+        throw CheckpointError(p.string() + " is corrupt (checksum mismatch)");
+      try {
+        return SafetensorsFile::parse(std::move(bytes), p.string());
+      } catch (const FormatError& e) {
+        throw CheckpointError(e.what());
+      }
+    };
+    SafetensorsFile mf = readVerified("model.safetensors");
+    SafetensorsFile of = readVerified("optimizer.safetensors");
+
+    // Check every shape before touching the model.
+    for (const auto& p : model.params()) {
+      if (!mf.has(p.name))
+        throw CheckpointError((dir / "model.safetensors").string() + " has no tensor '" + p.name +
+                              "' (different model shape?)");
+      const auto& e = mf.entry(p.name);
+      if (e.dtype != "F32" || e.shape != p.shape)
+        throw CheckpointError((dir / "model.safetensors").string() + ": tensor '" + p.name +
+                              "' has shape " + nlohmann::json(e.shape).dump() + ", the model needs " +
+                              nlohmann::json(p.shape).dump());
+    }
+    if (optimizer) {
+      const std::string type = s.at("optimizer").at("type").get<std::string>();
+      if (type != optimizer->name())
+        throw CheckpointError(statePath.string() + ": optimizer is " + type + ", the run uses " +
+                              optimizer->name());
+      for (auto& [name, t] : optimizer->state()) {
+        if (!of.has(name) || of.entry(name).end - of.entry(name).begin !=
+                                 static_cast<size_t>(t->bytes()))
+          throw CheckpointError((dir / "optimizer.safetensors").string() + ": state '" + name +
+                                "' is missing or has the wrong size");
+      }
+    }
+    // All verified: load.
+    for (const auto& p : model.params()) mf.readF32(p.name, model.param(p), p.numel);
+    if (optimizer) {
+      for (auto& [name, t] : optimizer->state()) of.readF32(name, t->f32(), t->numel());
+      optimizer->setStepCount(s.at("optimizer").at("step_count").get<int64_t>());
+    }
+    LoadedCheckpoint out;
+    out.state.step = s.at("step").get<int64_t>();
+    out.state.tokens = s.at("tokens").get<int64_t>();
+    out.state.data = s.at("data");
+    out.state.extra = s.value("extra", nlohmann::json::object());
+    out.config = s.at("config");
+    out.path = dir.string();
+    out.checksum = s["checksum"].get<std::string>();
+    return out;
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(statePath.string() + " is malformed: " + e.what());
+  }
+}
+
+void pruneCheckpoints(const std::string& parentDir, int keep) {
+  std::error_code ec;
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(parentDir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.rfind("step_", 0) == 0 && name.find('.') == std::string::npos)
+      dirs.push_back(e.path());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  for (size_t i = 0; i + keep < dirs.size(); ++i) fs::remove_all(dirs[i], ec);
+}
+
+}  // namespace ts::engine

@@ -1,0 +1,431 @@
+#include "trainscope/engine/Trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <thread>
+
+#include "trainscope/core/Schedule.h"
+#include "trainscope/engine/Checkpoint.h"
+#include "trainscope/engine/Dataset.h"
+#include "trainscope/engine/Gpt.h"
+#include "trainscope/engine/Optimizer.h"
+#include "trainscope/profiler/Aggregation.h"
+#include "trainscope/profiler/ProfileSchedule.h"
+#include "trainscope/profiler/Tracer.h"
+
+namespace ts::engine {
+
+using core::EventType;
+using Clock = std::chrono::steady_clock;
+
+std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
+  std::vector<core::ConfigIssue> out;
+  auto add = [&](std::string path, nlohmann::json value, std::string why) {
+    out.push_back({std::move(path), value.dump(), std::move(why)});
+  };
+  const std::string later = "is not implemented by this engine yet";
+  if (c.model.arch != "gpt2") add("model.arch", c.model.arch, "only gpt2 is trainable");
+  if (c.model.dropout != 0.0) add("model.dropout", c.model.dropout, "dropout " + later + " (use 0)");
+  if (c.model.mlp != "gelu") add("model.mlp", c.model.mlp, "only the GPT-2 MLP is trainable");
+  if (c.model.norm != "layernorm") add("model.norm", c.model.norm, "only layernorm is trainable");
+  if (c.model.kv_heads != 0 && c.model.kv_heads != c.model.heads)
+    add("model.kv_heads", c.model.kv_heads, "grouped-query attention " + later);
+  if (c.model.d_ff != 0 && c.model.d_ff != 4 * c.model.d_model)
+    add("model.d_ff", c.model.d_ff, "the GPT-2 MLP is 4*d_model wide");
+  if (c.precision.policy != "fp32")
+    add("precision.policy", c.precision.policy, "mixed precision " + later + " (use fp32)");
+  if (c.optimizer.state_bits != 32)
+    add("optimizer.state_bits", c.optimizer.state_bits, "8-bit optimizer state " + later);
+  if (c.memory.checkpointing != "none")
+    add("memory.checkpointing", c.memory.checkpointing, "activation checkpointing " + later);
+  if (c.memory.activation_compression != "none")
+    add("memory.activation_compression", c.memory.activation_compression,
+        "activation compression " + later);
+  if (c.parallel.ranks != 1) add("parallel.ranks", c.parallel.ranks, "multi-rank training " + later);
+  if (c.parallel.zero_stage != 0) add("parallel.zero_stage", c.parallel.zero_stage, "ZeRO " + later);
+  if (c.parallel.offload_optimizer != "none")
+    add("parallel.offload_optimizer", c.parallel.offload_optimizer, "offload " + later);
+  if (c.parallel.offload_params != "none")
+    add("parallel.offload_params", c.parallel.offload_params, "offload " + later);
+  if (c.finetune.lora.r != 0) add("finetune.lora.r", c.finetune.lora.r, "LoRA " + later);
+  if (!c.finetune.base_checkpoint.empty())
+    add("finetune.base_checkpoint", c.finetune.base_checkpoint, "fine-tuning " + later);
+  if (c.finetune.base_quant != "none")
+    add("finetune.base_quant", c.finetune.base_quant, "NF4 base " + later);
+  if (!c.distill.teacher_checkpoint.empty())
+    add("distill.teacher_checkpoint", c.distill.teacher_checkpoint, "distillation " + later);
+  return out;
+}
+
+Trainer::Trainer(core::RunConfig config, kernels::Backend* backend, TrainerOptions options)
+    : config_(std::move(config)), backend_(backend), options_(std::move(options)) {}
+
+Trainer::~Trainer() = default;
+
+void Trainer::post(const core::Command& command) {
+  std::lock_guard lock(mutex_);
+  commands_.push_back(command);
+}
+
+namespace {
+
+double msSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+nlohmann::json memoryFields(const MemoryTracker& tracker) {
+  nlohmann::json j = core::toJson(tracker.report());
+  j["process"] = {{"rss", processRssBytes()}, {"peak_rss", processPeakRssBytes()},
+                  {"tracked", tracker.totalCurrent()}, {"tracked_peak", tracker.totalPeak()}};
+  return j;
+}
+
+}  // namespace
+
+TrainResult Trainer::run() {
+  TrainResult result;
+  auto emit = [&](EventType t, nlohmann::json f, bool droppable = false) {
+    if (options_.emit) options_.emit(t, std::move(f), droppable);
+  };
+  auto fail = [&](std::string reason, bool badInput) {
+    emit(EventType::Error, {{"message", reason}, {"fatal", true}});
+    result.status = "failed";
+    result.reason = std::move(reason);
+    result.badInput = badInput;
+    return result;
+  };
+  auto log = [&](const std::string& msg) { emit(EventType::Log, {{"message", msg}}); };
+
+  if (auto issues = unsupportedFeatures(config_); !issues.empty()) {
+    std::string msg = "config uses features this engine cannot run:";
+    for (const auto& i : issues) msg += "\n  " + i.toString();
+    return fail(msg, true);
+  }
+
+  // ---- Data -------------------------------------------------------------------------------
+  std::unique_ptr<Dataset> data;
+  try {
+    profiler::ScopedRange r("data_load", profiler::SpanCategory::Data);
+    data = makeDataset(config_);
+  } catch (const std::exception& e) {
+    return fail(std::string("data: ") + e.what(), true);
+  }
+  const int dataVocab = data->vocabSize();
+  const int vocab = config_.model.vocab > 0 ? config_.model.vocab : dataVocab;
+  if (vocab < dataVocab)
+    return fail("model.vocab " + std::to_string(vocab) + " is smaller than the data's vocabulary (" +
+                    std::to_string(dataVocab) + ")",
+                true);
+  log("data: " + data->describe());
+
+  // ---- Model + optimizer ------------------------------------------------------------------
+  const int B = config_.train.micro_batch, T = config_.model.seq_len;
+  const int accum = std::max(1, config_.train.grad_accum);
+  std::unique_ptr<Gpt> model;
+  std::unique_ptr<Optimizer> opt;
+  try {
+    model = std::make_unique<Gpt>(gptConfigFrom(config_, vocab), backend_, &tracker_);
+    model->initWeights(config_.train.seed);
+    model->allocate(B);
+    opt = makeOptimizer(config_.optimizer, *model, backend_, &tracker_);
+  } catch (const std::bad_alloc&) {
+    return fail("out of memory allocating the model (" + std::to_string(tracker_.totalCurrent()) +
+                    " bytes tracked so far)",
+                false);
+  } catch (const std::exception& e) {
+    return fail(std::string("model: ") + e.what(), true);
+  }
+  log("model: " + std::to_string(model->numParams()) + " parameters, vocab " +
+      std::to_string(vocab));
+
+  const nlohmann::json configJson = core::toJson(config_);
+  const std::string ckptDir =
+      (std::filesystem::path(options_.runDir.empty() ? "." : options_.runDir) / "checkpoints")
+          .string();
+
+  int64_t step = 0;
+  int64_t tokens = 0;
+  double bestVal = NAN;
+  if (!options_.resumePath.empty()) {
+    try {
+      auto loaded = loadCheckpoint(options_.resumePath, *model, opt.get());
+      data->restore(loaded.state.data);
+      step = loaded.state.step;
+      tokens = loaded.state.tokens;
+      if (loaded.state.extra.contains("best_val_loss") &&
+          loaded.state.extra["best_val_loss"].is_number())
+        bestVal = loaded.state.extra["best_val_loss"].get<double>();
+      result.lastCheckpoint = loaded.path;
+      log("resumed from " + loaded.path + " at step " + std::to_string(step));
+    } catch (const std::exception& e) {
+      return fail("resume: " + std::string(e.what()), true);
+    }
+  }
+
+  // ---- Helpers ----------------------------------------------------------------------------
+  auto saveCkpt = [&](const char* why) -> bool {
+    TrainingState st;
+    st.step = step;
+    st.tokens = tokens;
+    st.data = data->state();
+    st.extra = {{"best_val_loss", std::isfinite(bestVal) ? nlohmann::json(bestVal) : nlohmann::json()},
+                {"reason", why}};
+    try {
+      auto info = saveCheckpoint(ckptDir, *model, *opt, configJson, st);
+      pruneCheckpoints(ckptDir, std::max(1, options_.keepCheckpoints));
+      result.lastCheckpoint = info.path;
+      emit(EventType::Checkpoint, {{"path", info.path},
+                                   {"step", info.step},
+                                   {"checksum", info.checksum},
+                                   {"bytes", info.bytes},
+                                   {"reason", why}});
+      return true;
+    } catch (const std::exception& e) {
+      emit(EventType::Warning,
+           {{"message", std::string("checkpoint at step ") + std::to_string(step) +
+                            " failed, previous checkpoint kept" +
+                            (result.lastCheckpoint.empty() ? "" : " (" + result.lastCheckpoint + ")") +
+                            ": " + e.what()}});
+      return false;
+    }
+  };
+
+  const int evalB = B;
+  auto evaluate = [&]() {
+    profiler::ScopedRange r("eval", profiler::SpanCategory::Other);
+    nlohmann::json ev = {{"step", step}};
+    const int64_t nb = std::min<int64_t>(data->valBatchCount(evalB, T), options_.evalBatches);
+    std::vector<int32_t> in(static_cast<size_t>(evalB) * T), tg(in.size());
+    double sum = 0;
+    int64_t count = 0;
+    for (int64_t i = 0; i < nb; ++i) {
+      data->valBatch(i, in.data(), tg.data(), evalB, T);
+      int64_t c = 0;
+      sum += model->forward(in.data(), tg.data(), evalB, T, 0.f, &c);
+      count += c;
+    }
+    if (count > 0) {
+      const double vl = sum / static_cast<double>(count);
+      ev["val_loss"] = vl;
+      ev["val_tokens"] = count;
+      result.finalValLoss = vl;
+      if (!std::isfinite(bestVal) || vl < bestVal) bestVal = vl;
+    }
+    if (data->hasExactMatch()) {
+      auto samples = data->exactMatchSamples(options_.exactMatchSamples);
+      int64_t correct = 0;
+      // Greedy decoding, batched over samples with equal prompt length.
+      std::vector<size_t> order(samples.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return samples[a].first.size() < samples[b].first.size();
+      });
+      std::vector<float> row(static_cast<size_t>(vocab));
+      size_t pos = 0;
+      while (pos < order.size()) {
+        size_t end = pos;
+        const size_t plen = samples[order[pos]].first.size();
+        while (end < order.size() && end - pos < static_cast<size_t>(evalB) &&
+               samples[order[end]].first.size() == plen)
+          ++end;
+        const int nb2 = static_cast<int>(end - pos);
+        size_t maxAns = 0;
+        for (size_t k = pos; k < end; ++k) maxAns = std::max(maxAns, samples[order[k]].second.size());
+        std::vector<std::vector<int32_t>> seqs, gen(nb2);
+        for (size_t k = pos; k < end; ++k) seqs.push_back(samples[order[k]].first);
+        for (size_t g = 0; g < maxAns; ++g) {
+          const int len = static_cast<int>(std::min<size_t>(seqs[0].size(), T));
+          std::vector<int32_t> batch(static_cast<size_t>(nb2) * len);
+          for (int b = 0; b < nb2; ++b)
+            std::copy(seqs[b].end() - len, seqs[b].end(), batch.begin() + int64_t(b) * len);
+          model->forward(batch.data(), nullptr, nb2, len, 0.f);
+          for (int b = 0; b < nb2; ++b) {
+            model->logitsRow(b, len - 1, row.data());
+            const int32_t next = static_cast<int32_t>(
+                std::max_element(row.begin(), row.begin() + dataVocab) - row.begin());
+            seqs[b].push_back(next);
+            gen[b].push_back(next);
+          }
+        }
+        for (int b = 0; b < nb2; ++b) {
+          const auto& want = samples[order[pos + b]].second;
+          if (std::equal(want.begin(), want.end(), gen[b].begin())) ++correct;
+        }
+        pos = end;
+      }
+      if (!samples.empty()) {
+        result.accuracy = static_cast<double>(correct) / static_cast<double>(samples.size());
+        ev["accuracy"] = result.accuracy;
+        ev["exact_match_samples"] = samples.size();
+      }
+    }
+    if (std::isfinite(bestVal)) ev["best_val_loss"] = bestVal;
+    emit(EventType::Eval, ev);
+    emit(EventType::Memory, memoryFields(tracker_));
+  };
+
+  profiler::ProfileController profile(
+      config_.profile.enabled ? profiler::ProfileSchedule(config_.profile.wait, config_.profile.warmup,
+                                                          config_.profile.active, config_.profile.repeat)
+                              : profiler::ProfileSchedule());
+  auto emitWindow = [&](const profiler::ProfileWindow& w) {
+    emit(EventType::KernelSummary, profiler::toJson(profiler::summarize(w, 0)));
+    for (auto& batch : profiler::kernelsBatches(w, 0, profiler::Tracer::instance().epochUnixNs()))
+      emit(EventType::Kernels, std::move(batch), true);
+  };
+
+  // ---- Loop ---------------------------------------------------------------------------------
+  bool paused = false, stopRequested = false, ckptRequested = false;
+  auto drainCommands = [&] {
+    std::deque<core::Command> cmds;
+    {
+      std::lock_guard lock(mutex_);
+      cmds.swap(commands_);
+    }
+    for (const auto& c : cmds) {
+      switch (c.type) {
+        case core::CommandType::Stop: stopRequested = true; break;
+        case core::CommandType::Pause:
+          if (!paused) log("paused at step " + std::to_string(step));
+          paused = true;
+          break;
+        case core::CommandType::Resume:
+          if (paused) log("resumed at step " + std::to_string(step));
+          paused = false;
+          break;
+        case core::CommandType::Checkpoint: ckptRequested = true; break;
+        case core::CommandType::Profile:
+          profile.requestSteps(c.steps > 0 ? c.steps : config_.profile.active > 0 ? config_.profile.active : 3);
+          log("profiling the next " + std::to_string(c.steps > 0 ? c.steps : 3) + " steps");
+          break;
+        default:
+          emit(EventType::Warning, {{"message", "unknown command ignored: " + c.raw}});
+      }
+    }
+  };
+  auto interrupted = [&] { return options_.interrupt && options_.interrupt->load(); };
+
+  const int64_t perMicro = static_cast<int64_t>(B) * T;
+  std::vector<int32_t> inputs(static_cast<size_t>(perMicro * accum)), targets(inputs.size());
+  const int64_t firstStep = step;
+  double sumStepMs = 0;
+  int64_t stepsHere = 0, tokensHere = 0;
+  bool failed = false;
+
+  while (step < config_.train.steps) {
+    drainCommands();
+    while (paused && !stopRequested && !interrupted()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      drainCommands();
+    }
+    if (stopRequested || interrupted()) break;
+
+    profile.beginStep(step);
+    profiler::Tracer::instance().setStep(step);
+    const auto t0 = Clock::now();
+    double lossSum = 0;
+    int64_t count = 0;
+    {
+      profiler::ScopedRange sr("step", profiler::SpanCategory::Step);
+      {
+        profiler::ScopedRange r("data", profiler::SpanCategory::Data);
+        data->setDifficulty(core::curriculumFraction(config_, step));
+        for (int a = 0; a < accum; ++a)
+          data->nextTrainBatch(inputs.data() + a * perMicro, targets.data() + a * perMicro, B, T);
+      }
+      int64_t total = 0;
+      for (int32_t t : targets) total += t >= 0 ? 1 : 0;
+      // Gradient accumulation: every token loss is divided by the total number of target tokens
+      // of the whole step, not by each micro-batch's own count.
+      const float dloss = total > 0 ? 1.f / static_cast<float>(total) : 0.f;
+      model->zeroGrad();
+      for (int a = 0; a < accum; ++a) {
+        int64_t c = 0;
+        lossSum += model->forward(inputs.data() + a * perMicro, targets.data() + a * perMicro, B, T,
+                                  dloss, &c);
+        count += c;
+        model->backward();
+      }
+    }
+    const double loss = count > 0 ? lossSum / static_cast<double>(count) : 0.0;
+    if (!std::isfinite(loss)) {
+      profile.endStep(step);
+      failed = true;
+      const std::string where =
+          result.lastCheckpoint.empty() ? "no checkpoint was written before it"
+                                        : "last good checkpoint kept: " + result.lastCheckpoint;
+      emit(EventType::Error, {{"message", "loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") +
+                                              " at step " + std::to_string(step + 1) +
+                                              "; training stopped (" + where +
+                                              "). Lower optimizer.lr or enable train.grad_clip."},
+                              {"step", step + 1},
+                              {"fatal", true}});
+      result.reason = "loss became non-finite at step " + std::to_string(step + 1);
+      break;
+    }
+    double gradNorm = clipGradNorm(*model, backend_, config_.train.grad_clip);
+    const double lr = core::learningRate(config_, step);
+    opt->step(static_cast<float>(lr));
+    const double stepMs = msSince(t0);
+    ++step;
+    tokens += perMicro * accum;
+    ++stepsHere;
+    tokensHere += perMicro * accum;
+    sumStepMs += stepMs;
+    result.finalLoss = loss;
+
+    core::StepEvent se;
+    se.step = step;
+    se.loss = loss;
+    se.lr = lr;
+    se.grad_norm = gradNorm;
+    se.tokens = tokens;
+    se.step_ms = stepMs;
+    se.tokens_per_s = stepMs > 0 ? perMicro * accum / (stepMs / 1000.0) : 0;
+    se.loss_scale = 1.0;
+    se.skipped = false;
+    nlohmann::json sf = core::toJson(se);
+    sf["total_steps"] = config_.train.steps;
+    sf["target_tokens"] = count;
+    emit(EventType::Step, sf);
+    if (auto w = profile.endStep(step - 1)) emitWindow(*w);
+    for (auto& w : profile.takeWarnings()) emit(EventType::Warning, {{"message", w}});
+
+    if (step == firstStep + 1) emit(EventType::Memory, memoryFields(tracker_));
+    const bool last = step >= config_.train.steps;
+    if ((config_.train.eval_every > 0 && step % config_.train.eval_every == 0) || last) evaluate();
+    drainCommands();
+    if (!last && ((config_.train.checkpoint_every > 0 && step % config_.train.checkpoint_every == 0) ||
+                  ckptRequested)) {
+      saveCkpt(ckptRequested ? "requested" : "periodic");
+      ckptRequested = false;
+    }
+  }
+
+  result.steps = step;
+  result.bestValLoss = bestVal;
+  result.tokensPerSecond = sumStepMs > 0 ? tokensHere / (sumStepMs / 1000.0) : 0;
+  result.memory = tracker_.report();
+  result.peakBytes = tracker_.totalPeak();
+  if (failed) {
+    result.status = "failed";
+    return result;
+  }
+  const bool stopped = step < config_.train.steps;
+  saveCkpt(stopped ? "stopped" : "final");
+  if (stopped) {
+    result.status = "stopped";
+    result.interrupted = interrupted();
+    result.reason = result.interrupted ? "interrupted by signal at step " + std::to_string(step)
+                                       : "stop requested at step " + std::to_string(step);
+  } else {
+    result.status = "completed";
+    result.reason = "trained " + std::to_string(step) + " steps";
+  }
+  (void)stepsHere;
+  return result;
+}
+
+}  // namespace ts::engine

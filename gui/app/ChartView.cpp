@@ -1,0 +1,154 @@
+#include "ChartView.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <QChart>
+#include <QChartView>
+#include <QLineSeries>
+#include <QScatterSeries>
+#include <QValueAxis>
+#include <QVBoxLayout>
+
+namespace ts::gui {
+
+ChartView::ChartView(const QString& title, QWidget* parent) : QWidget(parent) {
+  chart_ = new QChart;
+  chart_->setTitle(title);
+  QFont tf = chart_->titleFont();
+  tf.setPointSizeF(10.5);
+  tf.setBold(true);
+  chart_->setTitleFont(tf);
+  chart_->setTitleBrush(QColor("#323f4b"));
+  chart_->setBackgroundRoundness(6);
+  chart_->setMargins(QMargins(4, 2, 8, 2));
+  chart_->legend()->setAlignment(Qt::AlignTop);
+  chart_->legend()->setFont(QFont(font().family(), 8));
+  chart_->setAnimationOptions(QChart::NoAnimation);
+  ax_ = new QValueAxis;
+  ay_ = new QValueAxis;
+  for (QValueAxis* a : {ax_, ay_}) {
+    a->setLabelsFont(QFont(font().family(), 8));
+    a->setGridLineColor(QColor("#eef0f3"));
+    a->setLinePenColor(QColor("#cbd2d9"));
+    a->setLabelsColor(QColor("#52606d"));
+    QFont f = a->titleFont();
+    f.setPointSizeF(8.5);
+    f.setBold(false);
+    a->setTitleFont(f);
+    a->setTitleBrush(QColor("#52606d"));
+  }
+  ax_->setLabelFormat("%.0f");
+  ay_->setLabelFormat("%.3g");
+  ax_->setTickCount(6);
+  ay_->setTickCount(5);
+  chart_->addAxis(ax_, Qt::AlignBottom);
+  chart_->addAxis(ay_, Qt::AlignLeft);
+  view_ = new QChartView(chart_, this);
+  view_->setRenderHint(QPainter::Antialiasing);
+  view_->setMinimumHeight(160);
+  auto* lay = new QVBoxLayout(this);
+  lay->setContentsMargins(0, 0, 0, 0);
+  lay->addWidget(view_);
+}
+
+int ChartView::addSeries(const QString& name, const QColor& color, Style style) {
+  QXYSeries* s = nullptr;
+  if (style == Style::Points) {
+    auto* sc = new QScatterSeries;
+    sc->setMarkerSize(7);
+    sc->setColor(color);
+    sc->setBorderColor(color.darker(130));
+    s = sc;
+  } else {
+    auto* ls = new QLineSeries;
+    QPen pen(color);
+    pen.setWidthF(style == Style::FaintLine ? 1.0 : 2.0);
+    if (style == Style::FaintLine) {
+      QColor c = color;
+      c.setAlpha(70);
+      pen.setColor(c);
+    }
+    if (style == Style::Dashed) pen.setStyle(Qt::DashLine);
+    ls->setPen(pen);
+    s = ls;
+  }
+  s->setName(name);
+  s->setUseOpenGL(false);
+  chart_->addSeries(s);
+  s->attachAxis(ax_);
+  s->attachAxis(ay_);
+  series_.push_back(s);
+  data_.emplace_back();
+  if (style == Style::FaintLine) {
+    // The faint raw curve explains itself next to its smoothed twin; keep the legend short.
+    for (auto* m : chart_->legend()->markers(s)) m->setVisible(false);
+  }
+  return static_cast<int>(series_.size()) - 1;
+}
+
+void ChartView::setPoints(int series, const QVector<QPointF>& points) {
+  if (series < 0 || series >= static_cast<int>(series_.size())) return;
+  series_[series]->replace(points);
+  data_[series] = points;
+  rescale();
+}
+
+void ChartView::setSeriesVisible(int series, bool visible) {
+  if (series < 0 || series >= static_cast<int>(series_.size())) return;
+  series_[series]->setVisible(visible);
+  rescale();
+}
+
+void ChartView::setAxisTitles(const QString& x, const QString& y) {
+  ax_->setTitleText(x);
+  ay_->setTitleText(y);
+}
+
+void ChartView::setYLabelFormat(const QString& fmt) { ay_->setLabelFormat(fmt); }
+
+void ChartView::setXRange(double x0, double x1) {
+  fixedX_ = true;
+  x0_ = x0;
+  x1_ = std::max(x1, x0 + 1e-9);
+  ax_->setRange(x0_, x1_);
+}
+
+void ChartView::setLegendVisible(bool v) { chart_->legend()->setVisible(v); }
+
+int ChartView::plotPixels() const {
+  const int w = static_cast<int>(chart_->plotArea().width());
+  return w > 10 ? w : std::max(100, width() - 80);
+}
+
+int ChartView::pointCount(int series) const {
+  if (series < 0 || series >= static_cast<int>(series_.size())) return 0;
+  return static_cast<int>(series_[series]->count());
+}
+
+QString ChartView::title() const { return chart_->title(); }
+
+void ChartView::rescale() {
+  double xmin = std::numeric_limits<double>::infinity(), xmax = -xmin;
+  double ymin = xmin, ymax = -xmin;
+  for (size_t i = 0; i < series_.size(); ++i) {
+    if (!series_[i]->isVisible()) continue;
+    for (const QPointF& p : data_[i]) {
+      if (!std::isfinite(p.y())) continue;
+      xmin = std::min(xmin, p.x());
+      xmax = std::max(xmax, p.x());
+      ymin = std::min(ymin, p.y());
+      ymax = std::max(ymax, p.y());
+    }
+  }
+  if (!std::isfinite(xmin)) return;
+  if (!fixedX_) ax_->setRange(xmin, xmax > xmin ? xmax : xmin + 1);
+  if (haveFloor_) ymin = std::min(ymin, yFloor_);
+  double pad = (ymax - ymin) * 0.06;
+  if (pad <= 0) pad = std::max(std::abs(ymax) * 0.1, 1e-12);
+  ay_->setRange(haveFloor_ && ymin >= yFloor_ ? std::max(yFloor_, ymin - pad) : ymin - pad,
+                ymax + pad);
+}
+
+}  // namespace ts::gui

@@ -1,0 +1,56 @@
+#pragma once
+// The one place that knows about Qt Charts (deprecated in favour of Qt Graphs from Qt 6.10):
+// a titled x/y line chart whose series are replaced whole, at most once per redraw.
+#include <vector>
+
+#include <QColor>
+#include <QPointF>
+#include <QString>
+#include <QVector>
+#include <QWidget>
+
+class QChart;
+class QChartView;
+class QValueAxis;
+class QXYSeries;
+class QLabel;
+
+namespace ts::gui {
+
+class ChartView : public QWidget {
+  Q_OBJECT
+ public:
+  explicit ChartView(const QString& title, QWidget* parent = nullptr);
+
+  enum class Style { Line, FaintLine, Dashed, Points };
+  int addSeries(const QString& name, const QColor& color, Style style = Style::Line);
+  // Replaces a series' points (one replace() call) and rescales the axes.
+  void setPoints(int series, const QVector<QPointF>& points);
+  void setSeriesVisible(int series, bool visible);
+  void setAxisTitles(const QString& x, const QString& y);
+  void setYLabelFormat(const QString& fmt);  // printf-style, e.g. "%.2g"
+  // Fixed x range (e.g. 0..total steps); otherwise the data's range.
+  void setXRange(double x0, double x1);
+  void setYFloor(double y0) { yFloor_ = y0; haveFloor_ = true; }
+  void setLegendVisible(bool v);
+  // Pixels available for the plot area: the reduction target for minMaxEnvelope.
+  int plotPixels() const;
+  int pointCount(int series) const;
+  QString title() const;
+
+ private:
+  void rescale();
+
+  QChart* chart_;
+  QChartView* view_;
+  QValueAxis* ax_;
+  QValueAxis* ay_;
+  std::vector<QXYSeries*> series_;
+  std::vector<QVector<QPointF>> data_;  // kept for ranges only (points are the reduced ones)
+  bool fixedX_ = false;
+  double x0_ = 0, x1_ = 1;
+  bool haveFloor_ = false;
+  double yFloor_ = 0;
+};
+
+}  // namespace ts::gui

@@ -1,0 +1,332 @@
+#include "MainWindow.h"
+
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDateTime>
+#include <QDir>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QListWidget>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QStackedWidget>
+#include <QStandardPaths>
+#include <QStatusBar>
+#include <QStyle>
+#include <QTabWidget>
+#include <QTableWidget>
+#include <QVBoxLayout>
+
+#include "RunDashboard.h"
+#include "RunWizard.h"
+#include "trainscope/core/RunRecorder.h"
+#include "trainscope/gui/PresetLibrary.h"
+
+namespace ts::gui {
+
+static QString resolveDb(const QString& given) {
+  if (!given.isEmpty()) return given;
+  return QString::fromStdString(core::defaultDatabasePath());  // honours $TRAINSCOPE_DB
+}
+
+MainWindow::MainWindow(Options options, QWidget* parent)
+    : QMainWindow(parent),
+      options_(std::move(options)),
+      dbPath_(resolveDb(options_.dbPath)),
+      repo_(dbPath_.toStdString()),
+      doc_(new ConfigDocument(this)) {
+  setWindowTitle("Trainscope");
+  setWindowIcon(QIcon(":/icons/trainscope.png"));
+  resize(1440, 900);
+
+  // Start from the preset given on the command line, else the built-in default.
+  bool loaded = false;
+  if (!options_.presetFile.isEmpty()) {
+    QString err;
+    if (auto p = PresetLibrary::load(options_.presetFile, &err)) {
+      doc_->reset(p->doc);
+      loaded = true;
+    } else {
+      lastError_ = err;
+    }
+  }
+  if (!loaded) {
+    auto presets = PresetLibrary::builtIn();
+    if (!presets.empty()) doc_->reset(presets.front().doc);
+  }
+
+  wizard_ = new RunWizard(doc_, &repo_);
+  live_ = new QTabWidget;
+  live_->setTabsClosable(true);
+  live_->setDocumentMode(true);
+  connect(live_, &QTabWidget::tabCloseRequested, this, [this](int i) {
+    auto* d = dashboard(i);
+    if (d && d->run()->isActive() && d->client() && d->client()->isRunning()) {
+      const auto b = QMessageBox::question(
+          this, "Close the dashboard",
+          "This run is still training. Close its tab and let it finish in the background?\n\n"
+          "It keeps recording to the database and can be followed again from Runs.",
+          QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel);
+      if (b != QMessageBox::Yes) return;
+      d->client()->detach();
+    }
+    QWidget* w = live_->widget(i);
+    live_->removeTab(i);
+    w->deleteLater();
+  });
+  auto* liveEmpty = new QLabel("No run is live. Start one from New run.");
+  liveEmpty->setAlignment(Qt::AlignCenter);
+  liveEmpty->setObjectName("Muted");
+  auto* livePage = new QStackedWidget;
+  livePage->addWidget(liveEmpty);
+  livePage->addWidget(live_);
+  connect(live_, &QTabWidget::currentChanged, livePage,
+          [this, livePage] { livePage->setCurrentIndex(live_->count() > 0 ? 1 : 0); });
+
+  pages_ = new QStackedWidget;
+  pages_->addWidget(wizard_);
+  pages_->addWidget(livePage);
+  pages_->addWidget(buildRunsPage());
+
+  side_ = new QListWidget;
+  side_->setObjectName("SideBar");
+  side_->setFixedWidth(150);
+  side_->setIconSize(QSize(18, 18));
+  side_->addItem(new QListWidgetItem(style()->standardIcon(QStyle::SP_FileDialogNewFolder), "New run"));
+  side_->addItem(new QListWidgetItem(style()->standardIcon(QStyle::SP_MediaPlay), "Live"));
+  side_->addItem(new QListWidgetItem(style()->standardIcon(QStyle::SP_FileDialogDetailedView), "Runs"));
+  connect(side_, &QListWidget::currentRowChanged, pages_, &QStackedWidget::setCurrentIndex);
+  connect(side_, &QListWidget::currentRowChanged, this, [this](int r) {
+    if (r == 2) refreshRuns();
+  });
+
+  auto* central = new QWidget;
+  auto* h = new QHBoxLayout(central);
+  h->setContentsMargins(0, 0, 0, 0);
+  h->setSpacing(0);
+  h->addWidget(side_);
+  h->addWidget(pages_, 1);
+  setCentralWidget(central);
+  side_->setCurrentRow(0);
+
+  dbLabel_ = new QLabel("Database: " + QDir::toNativeSeparators(dbPath_));
+  dbLabel_->setToolTip("Set $TRAINSCOPE_DB to use another file");
+  capsLabel_ = new QLabel("Backends: probing…");
+  statusBar()->addWidget(dbLabel_, 1);
+  statusBar()->addPermanentWidget(capsLabel_);
+
+  connect(wizard_, &RunWizard::launchRequested, this, [this] { launch(); });
+
+  probe_ = new CapabilityProbe(this);
+  connect(probe_, &CapabilityProbe::ready, this, [this](const CapabilitySummary& s) {
+    caps_ = s;
+    capsLabel_->setText("Backends: " + s.text);
+    wizard_->setCapabilities(s);
+  });
+  probe_->start(options_.enginePath.isEmpty() ? EngineLocator::findEngine() : options_.enginePath);
+
+  if (options_.reattach) reattachRunning();
+}
+
+MainWindow::~MainWindow() = default;
+
+RunDashboard* MainWindow::dashboard(int i) const {
+  return qobject_cast<RunDashboard*>(live_->widget(i));
+}
+
+void MainWindow::showSection(int i) { side_->setCurrentRow(i); }
+
+RunDashboard* MainWindow::addDashboard(LiveRun* run, EngineClient* client) {
+  auto* d = new RunDashboard(run, client);
+  run->setParent(d);
+  if (client) client->setParent(d);
+  d->setDeviceCapacity(caps_.deviceMemory > 0 ? caps_.deviceMemory : hostMemoryBytes());
+  const int i = live_->addTab(d, run->name());
+  live_->setCurrentIndex(i);
+  connect(run, &LiveRun::stateChanged, this, [this, d, run](RunState s) {
+    const int idx = live_->indexOf(d);
+    if (idx < 0) return;
+    live_->setTabText(idx, run->isActive() ? run->name() : run->name() + " (" + toString(s) + ")");
+  });
+  return d;
+}
+
+RunDashboard* MainWindow::launch(const QStringList& extraArgs) {
+  lastError_.clear();
+  const auto blockers = wizard_->launchBlockers();
+  if (!blockers.isEmpty()) {
+    lastError_ = "The configuration has problems:\n" + blockers.join('\n');
+    if (showDialogs_) QMessageBox::warning(this, "Cannot launch", lastError_);
+    return nullptr;
+  }
+  const nlohmann::json cfg = doc_->resolved();
+  QString name = QString::fromStdString(cfg.value("name", std::string("run")));
+  auto* run = new LiveRun(name);
+  auto* client = new EngineClient(run);
+  if (cfg.contains("train")) run->setTotalSteps(cfg["train"].value("steps", int64_t{0}));
+  if (auto est = doc_->estimate()) run->setPredicted(est->report);
+  LaunchOptions lo;
+  lo.enginePath = options_.enginePath;
+  lo.dbPath = dbPath_;
+  lo.extraArgs = extraArgs;
+  const QString stamp = QDateTime::currentDateTime().toString("yyyyMMdd-HHmmss");
+  lo.runDir = QDir(QFileInfo(dbPath_).absolutePath())
+                  .filePath(QStringLiteral("runs/%1-%2-%3").arg(stamp, name).arg(++runCounter_));
+  if (!client->start(cfg, lo)) {
+    lastError_ = client->error();
+    if (showDialogs_) QMessageBox::critical(this, "Cannot start the run", lastError_);
+    delete client;
+    delete run;
+    return nullptr;
+  }
+  auto* d = addDashboard(run, client);
+  connect(client, &EngineClient::startFailed, this, [this](const QString& msg) {
+    lastError_ = msg;
+    if (showDialogs_) QMessageBox::critical(this, "The run did not start", msg);
+  });
+  showSection(1);
+  return d;
+}
+
+QWidget* MainWindow::buildRunsPage() {
+  auto* w = new QWidget;
+  auto* v = new QVBoxLayout(w);
+  v->setContentsMargins(16, 12, 16, 12);
+  auto* t = new QLabel("Runs");
+  t->setObjectName("PageTitle");
+  v->addWidget(t);
+  auto* hint = new QLabel("Every run recorded in the database. Double-click to clone its "
+                          "configuration into the wizard; running runs can be followed live.");
+  hint->setObjectName("PageHint");
+  hint->setWordWrap(true);
+  v->addWidget(hint);
+  runs_ = new QTableWidget(0, 8);
+  runs_->setHorizontalHeaderLabels({"#", "Name", "Status", "Started", "Steps", "Last loss",
+                                    "Best eval loss", "Throughput"});
+  runs_->horizontalHeader()->setSectionResizeMode(1, QHeaderView::Stretch);
+  runs_->verticalHeader()->setVisible(false);
+  runs_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  runs_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  runs_->setAlternatingRowColors(true);
+  v->addWidget(runs_, 1);
+  auto* row = new QHBoxLayout;
+  auto* refresh = new QPushButton("Refresh");
+  auto* clone = new QPushButton("Clone into wizard");
+  auto* follow = new QPushButton("Follow live");
+  follow->setToolTip("Open a dashboard for a run that is still running (read from the database)");
+  row->addWidget(refresh);
+  row->addStretch(1);
+  row->addWidget(follow);
+  row->addWidget(clone);
+  v->addLayout(row);
+  auto selectedId = [this]() -> int64_t {
+    const int r = runs_->currentRow();
+    return r >= 0 && runs_->item(r, 0) ? runs_->item(r, 0)->text().toLongLong() : 0;
+  };
+  connect(refresh, &QPushButton::clicked, this, &MainWindow::refreshRuns);
+  auto doClone = [this, selectedId] {
+    const int64_t id = selectedId();
+    if (id <= 0) return;
+    QString err;
+    auto run = repo_.getRun(id, &err);
+    if (!run || run->config.is_null()) {
+      if (showDialogs_) QMessageBox::information(this, "Clone", err.isEmpty() ? "That run has no recorded config." : err);
+      return;
+    }
+    auto cfg = run->config;
+    cfg["name"] = run->name + "-clone";
+    doc_->reset(cfg);
+    wizard_->goToPage(0);
+    showSection(0);
+  };
+  connect(clone, &QPushButton::clicked, this, doClone);
+  connect(runs_, &QTableWidget::cellDoubleClicked, this, doClone);
+  connect(follow, &QPushButton::clicked, this, [this, selectedId] {
+    const int64_t id = selectedId();
+    if (id <= 0) return;
+    for (int i = 0; i < live_->count(); ++i)
+      if (dashboard(i)->run()->runId() == id) {
+        live_->setCurrentIndex(i);
+        showSection(1);
+        return;
+      }
+    auto detail = repo_.getRun(id);
+    if (!detail) return;
+    auto* run = new LiveRun(QString::fromStdString(detail->name));
+    new DatabaseFollower(repo_, id, run, run);
+    addDashboard(run, nullptr);
+    showSection(1);
+  });
+  return w;
+}
+
+void MainWindow::refreshRuns() {
+  if (!runs_) return;
+  QString err;
+  const auto runs = repo_.listRuns(&err);
+  runs_->setRowCount(0);
+  runs_->setRowCount(static_cast<int>(runs.size()));
+  auto cell = [](const QString& s) { return new QTableWidgetItem(s); };
+  for (int i = 0; i < static_cast<int>(runs.size()); ++i) {
+    const auto& r = runs[i];
+    runs_->setItem(i, 0, cell(QString::number(r.id)));
+    runs_->setItem(i, 1, cell(QString::fromStdString(r.name)));
+    runs_->setItem(i, 2, cell(QString::fromStdString(r.status)));
+    runs_->setItem(i, 3, cell(r.started > 0 ? QDateTime::fromSecsSinceEpoch(static_cast<qint64>(r.started)).toString("yyyy-MM-dd HH:mm") : QString()));
+    runs_->setItem(i, 4, cell(QString::number(r.lastStep >= 0 ? r.lastStep : 0)));
+    runs_->setItem(i, 5, cell(r.lastLoss ? QString::number(*r.lastLoss, 'f', 4) : QString("—")));
+    runs_->setItem(i, 6, cell(r.bestEvalLoss ? QString::number(*r.bestEvalLoss, 'f', 4) : QString("—")));
+    runs_->setItem(i, 7, cell(r.tokensPerS ? QString::number(*r.tokensPerS, 'f', 0) + " tokens/s" : QString("—")));
+  }
+  if (!err.isEmpty()) statusBar()->showMessage("Database: " + err, 8000);
+  wizard_->refreshPastRuns();
+}
+
+void MainWindow::reattachRunning() {
+  QString err;
+  for (const auto& r : repo_.listRuns(&err)) {
+    if (r.status != "running") continue;
+    auto* run = new LiveRun(QString::fromStdString(r.name));
+    run->addLog("info", QStringLiteral("Re-attached to run #%1 (pid %2): following its progress "
+                                       "from the database.")
+                            .arg(r.id)
+                            .arg(r.pid));
+    new DatabaseFollower(repo_, r.id, run, run);
+    addDashboard(run, nullptr);
+  }
+}
+
+void MainWindow::closeEvent(QCloseEvent* e) {
+  QList<RunDashboard*> running;
+  for (int i = 0; i < live_->count(); ++i)
+    if (auto* d = dashboard(i); d && d->client() && d->client()->isRunning()) running << d;
+  if (running.isEmpty() || !options_.askOnClose) {
+    for (auto* d : running) d->client()->detach();  // default: keep running
+    e->accept();
+    return;
+  }
+  QMessageBox box(QMessageBox::Question, "Runs are still training",
+                  QStringLiteral("%1 run%2 still training. Keep %3 running in the background?\n\n"
+                                 "They keep recording to the database; Trainscope re-attaches "
+                                 "to them on its next start.")
+                      .arg(running.size())
+                      .arg(running.size() == 1 ? " is" : "s are")
+                      .arg(running.size() == 1 ? "it" : "them"),
+                  QMessageBox::NoButton, this);
+  auto* keep = box.addButton("Keep running", QMessageBox::AcceptRole);
+  auto* stop = box.addButton("Stop runs", QMessageBox::DestructiveRole);
+  box.addButton(QMessageBox::Cancel);
+  box.setDefaultButton(keep);
+  box.exec();
+  if (box.clickedButton() == keep) {
+    for (auto* d : running) d->client()->detach();
+    e->accept();
+  } else if (box.clickedButton() == stop) {
+    e->accept();  // the clients' destructors ask each engine to stop, then make sure
+  } else {
+    e->ignore();
+  }
+}
+
+}  // namespace ts::gui

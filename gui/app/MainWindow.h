@@ -1,0 +1,77 @@
+#pragma once
+// The main window: side bar (New run, Live, Runs), status bar (database, backends found).
+#include <memory>
+#include <vector>
+
+#include <QMainWindow>
+
+#include "trainscope/gui/Capabilities.h"
+#include "trainscope/gui/ConfigDocument.h"
+#include "trainscope/gui/EngineClient.h"
+#include "trainscope/gui/RunRepository.h"
+
+class QLabel;
+class QListWidget;
+class QStackedWidget;
+class QTabWidget;
+class QTableWidget;
+
+namespace ts::gui {
+
+class RunWizard;
+class RunDashboard;
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+ public:
+  struct Options {
+    QString presetFile;   // --preset
+    QString dbPath;       // empty = $TRAINSCOPE_DB / default location
+    QString enginePath;   // empty = EngineLocator
+    bool reattach = true;  // follow runs still `running` in the database
+    bool askOnClose = true;
+  };
+  explicit MainWindow(Options options, QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  RunWizard* wizard() const { return wizard_; }
+  ConfigDocument* document() const { return doc_; }
+  QTabWidget* liveTabs() const { return live_; }
+  RunDashboard* dashboard(int i) const;
+  void showSection(int i);  // 0 New run, 1 Live, 2 Runs
+  // Starts a run of the current document (what Launch does). Returns the dashboard, or null
+  // after a clear dialog when it could not start.
+  RunDashboard* launch(const QStringList& extraArgs = {});
+  const QString& databasePath() const { return dbPath_; }
+  void setShowDialogs(bool v) { showDialogs_ = v; }
+  QString lastError() const { return lastError_; }
+  // Opens a dashboard tab for a run (takes ownership of both).
+  RunDashboard* addDashboard(LiveRun* run, EngineClient* client);
+
+ protected:
+  void closeEvent(QCloseEvent* e) override;
+
+ private:
+  QWidget* buildRunsPage();
+  void refreshRuns();
+  void reattachRunning();
+
+  Options options_;
+  QString dbPath_;
+  RunRepository repo_;
+  ConfigDocument* doc_;
+  RunWizard* wizard_;
+  QListWidget* side_;
+  QStackedWidget* pages_;
+  QTabWidget* live_;
+  QTableWidget* runs_ = nullptr;
+  QLabel* dbLabel_;
+  QLabel* capsLabel_;
+  CapabilityProbe* probe_;
+  CapabilitySummary caps_;
+  bool showDialogs_ = true;
+  QString lastError_;
+  int runCounter_ = 0;
+};
+
+}  // namespace ts::gui

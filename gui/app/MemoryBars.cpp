@@ -1,0 +1,194 @@
+#include "MemoryBars.h"
+
+#include <algorithm>
+
+#include <QPainter>
+#include <QPainterPath>
+
+namespace ts::gui {
+
+QColor categoryColor(int c) {
+  static const QColor colors[] = {QColor("#2563eb"), QColor("#f59e0b"), QColor("#10b981"),
+                                  QColor("#8b5cf6"), QColor("#94a3b8")};
+  return colors[std::clamp(c, 0, 4)];
+}
+
+QString categoryLabel(int c) {
+  static const char* names[] = {"Parameters", "Gradients", "Optimizer state", "Activations",
+                                "Workspace"};
+  return names[std::clamp(c, 0, 4)];
+}
+
+QString formatBytes(double b) {
+  const double k = 1024.0;
+  if (b >= k * k * k * k) return QString::number(b / (k * k * k * k), 'f', 2) + " TiB";
+  if (b >= k * k * k) return QString::number(b / (k * k * k), 'f', 2) + " GiB";
+  if (b >= k * k) return QString::number(b / (k * k), 'f', 1) + " MiB";
+  if (b >= k) return QString::number(b / k, 'f', 1) + " KiB";
+  return QString::number(b, 'f', 0) + " B";
+}
+
+MemoryBars::MemoryBars(QWidget* parent) : QWidget(parent) {
+  setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Preferred);
+}
+
+void MemoryBars::setReports(std::optional<core::MemoryReport> bars,
+                            std::optional<core::MemoryReport> marks, int64_t capacity,
+                            bool barsArePredicted) {
+  bars_ = std::move(bars);
+  marks_ = std::move(marks);
+  capacity_ = capacity;
+  predicted_ = barsArePredicted;
+  updateGeometry();
+  update();
+}
+
+int MemoryBars::rowsNeeded() const {
+  if (!bars_) return 1;
+  // Ranks with the same layout would repeat: show up to 8 ranks, one row each.
+  return std::min<int>(8, static_cast<int>(bars_->ranks.size()));
+}
+
+QSize MemoryBars::sizeHint() const { return {320, 96 + rowsNeeded() * 58}; }
+QSize MemoryBars::minimumSizeHint() const { return {220, 90 + rowsNeeded() * 58}; }
+
+void MemoryBars::paintEvent(QPaintEvent*) {
+  QPainter p(this);
+  p.setRenderHint(QPainter::Antialiasing);
+  const QFont base = font();
+  QFont small = base;
+  small.setPointSizeF(std::max(7.5, base.pointSizeF() - 1.5));
+  const QFontMetrics fm(base), sfm(small);
+  const int left = 8, right = width() - 8;
+  int y = 4;
+
+  if (!bars_ || bars_->ranks.empty()) {
+    p.setPen(QColor("#7b8794"));
+    p.drawText(rect().adjusted(8, 8, -8, -8), Qt::AlignLeft | Qt::AlignTop | Qt::TextWordWrap,
+               "No memory figures yet: they appear as soon as the configuration is valid "
+               "(estimate) or the run reports a measurement.");
+    return;
+  }
+  // Scale: device capacity or the largest bar, whichever is bigger.
+  double maxDevice = 0, maxOther = 0;
+  for (const auto& r : bars_->ranks) {
+    maxDevice = std::max<double>(maxDevice, r.totalPeak(core::MemoryTier::Device));
+    maxOther = std::max<double>(maxOther, std::max(r.totalPeak(core::MemoryTier::Host),
+                                                   r.totalPeak(core::MemoryTier::Nvme)));
+  }
+  if (marks_) {
+    for (const auto& r : marks_->ranks)
+      maxDevice = std::max<double>(maxDevice, r.totalPeak(core::MemoryTier::Device));
+  }
+  const double scale = std::max<double>({maxDevice, static_cast<double>(capacity_), 1.0}) * 1.02;
+  const int barW = right - left;
+
+  const int rows = rowsNeeded();
+  for (int i = 0; i < rows; ++i) {
+    const auto& r = bars_->ranks[i];
+    const double total = r.totalPeak(core::MemoryTier::Device);
+    p.setFont(base);
+    p.setPen(QColor("#323f4b"));
+    QString head = QStringLiteral("Rank %1 · device").arg(r.rank);
+    QString val = formatBytes(total);
+    if (capacity_ > 0) val += QStringLiteral(" of %1").arg(formatBytes(static_cast<double>(capacity_)));
+    p.drawText(QRect(left, y, barW, fm.height()), Qt::AlignLeft | Qt::AlignVCenter, head);
+    p.setPen(capacity_ > 0 && total > capacity_ ? QColor("#b42318") : QColor("#52606d"));
+    p.drawText(QRect(left, y, barW, fm.height()), Qt::AlignRight | Qt::AlignVCenter, val);
+    y += fm.height() + 2;
+    const int barH = 16;
+    QRectF track(left, y, barW, barH);
+    p.setPen(Qt::NoPen);
+    p.setBrush(QColor("#eef0f3"));
+    p.drawRoundedRect(track, 4, 4);
+    double x = left;
+    for (int c = 0; c < core::kMemoryCategoryCount; ++c) {
+      const double v = r.tiers[0][c].peak;
+      const double w = v / scale * barW;
+      if (w <= 0) continue;
+      QColor col = categoryColor(c);
+      if (predicted_) col.setAlpha(200);
+      p.setBrush(col);
+      p.drawRect(QRectF(x, y, std::max(w, 1.0), barH));
+      x += w;
+    }
+    if (capacity_ > 0) {  // capacity line
+      const double cx = left + capacity_ / scale * barW;
+      p.setPen(QPen(QColor("#b42318"), 1.5, Qt::DashLine));
+      p.drawLine(QPointF(cx, y - 3), QPointF(cx, y + barH + 3));
+    }
+    if (marks_ && i < static_cast<int>(marks_->ranks.size())) {  // predicted peak per category
+      const auto& m = marks_->ranks[i];
+      double mx = left;
+      p.setPen(Qt::NoPen);
+      for (int c = 0; c < core::kMemoryCategoryCount; ++c) {
+        mx += m.tiers[0][c].peak / scale * barW;
+        if (m.tiers[0][c].peak <= 0) continue;
+        QPainterPath tri;
+        tri.moveTo(mx, y - 1);
+        tri.lineTo(mx - 4, y - 7);
+        tri.lineTo(mx + 4, y - 7);
+        tri.closeSubpath();
+        p.setBrush(categoryColor(c).darker(140));
+        p.drawPath(tri);
+      }
+    }
+    y += barH + 4;
+    // Host / NVMe tiers: thin bars on their own scale, only when used.
+    for (auto tier : {core::MemoryTier::Host, core::MemoryTier::Nvme}) {
+      const double t = r.totalPeak(tier);
+      if (t <= 0) continue;
+      p.setFont(small);
+      p.setPen(QColor("#52606d"));
+      const QString label = QStringLiteral("%1: %2")
+                                .arg(tier == core::MemoryTier::Host ? "host RAM" : "NVMe",
+                                     formatBytes(t));
+      p.drawText(QRect(left, y, barW, sfm.height()), Qt::AlignLeft | Qt::AlignVCenter, label);
+      y += sfm.height();
+      double hx = left;
+      p.setPen(Qt::NoPen);
+      for (int c = 0; c < core::kMemoryCategoryCount; ++c) {
+        const double v = r.tiers[static_cast<int>(tier)][c].peak;
+        const double w = v / std::max(maxOther, 1.0) * barW * 0.98;
+        if (w <= 0) continue;
+        p.setBrush(categoryColor(c).lighter(115));
+        p.drawRect(QRectF(hx, y, std::max(w, 1.0), 7));
+        hx += w;
+      }
+      y += 10;
+    }
+    y += 8;
+  }
+  if (static_cast<int>(bars_->ranks.size()) > rows) {
+    p.setFont(small);
+    p.setPen(QColor("#7b8794"));
+    p.drawText(QRect(left, y, barW, sfm.height()), Qt::AlignLeft,
+               QStringLiteral("… and %1 more ranks").arg(bars_->ranks.size() - rows));
+    y += sfm.height() + 4;
+  }
+  // Legend, wrapped.
+  p.setFont(small);
+  int lx = left;
+  for (int c = 0; c < core::kMemoryCategoryCount; ++c) {
+    const QString t = categoryLabel(c);
+    const int w = 14 + sfm.horizontalAdvance(t) + 12;
+    if (lx + w > right) {
+      lx = left;
+      y += sfm.height() + 4;
+    }
+    p.setPen(Qt::NoPen);
+    p.setBrush(categoryColor(c));
+    p.drawRoundedRect(QRectF(lx, y + (sfm.height() - 10) / 2.0, 10, 10), 2, 2);
+    p.setPen(QColor("#323f4b"));
+    p.drawText(QPoint(lx + 14, y + sfm.ascent()), t);
+    lx += w;
+  }
+  y += sfm.height() + 4;
+  p.setPen(QColor("#7b8794"));
+  QString foot = predicted_ ? "Estimated peak per rank" : "Measured peak per rank";
+  if (marks_) foot += " · ▼ predicted";
+  if (capacity_ > 0) foot += " · dashed line: device capacity";
+  p.drawText(QRect(left, y, barW, sfm.height() * 2), Qt::AlignLeft | Qt::TextWordWrap, foot);
+}
+
+}  // namespace ts::gui

@@ -1,0 +1,42 @@
+#pragma once
+// Per-rank stacked bars of the memory table (parameters, gradients, optimizer state,
+// activations, workspace), device tier against the device capacity, host and NVMe tiers as
+// their own thinner bars. Shows an estimate alone (wizard) or a measurement with the
+// prediction marked (dashboard).
+#include <cstdint>
+#include <optional>
+
+#include <QColor>
+#include <QWidget>
+
+#include "trainscope/core/MemoryTable.h"
+
+namespace ts::gui {
+
+QColor categoryColor(int category);
+QString categoryLabel(int category);
+// "1.50 GiB", "12.0 MiB", "512 B"
+QString formatBytes(double bytes);
+
+class MemoryBars : public QWidget {
+  Q_OBJECT
+ public:
+  explicit MemoryBars(QWidget* parent = nullptr);
+  // bars: what is drawn (measured, or the estimate when nothing is measured yet);
+  // marks: drawn as ticks over the bars (the prediction next to a measurement).
+  void setReports(std::optional<core::MemoryReport> bars, std::optional<core::MemoryReport> marks,
+                  int64_t capacity, bool barsArePredicted);
+  QSize sizeHint() const override;
+  QSize minimumSizeHint() const override;
+
+ protected:
+  void paintEvent(QPaintEvent*) override;
+
+ private:
+  int rowsNeeded() const;
+  std::optional<core::MemoryReport> bars_, marks_;
+  int64_t capacity_ = 0;
+  bool predicted_ = true;
+};
+
+}  // namespace ts::gui

@@ -1,0 +1,67 @@
+#pragma once
+// The live dashboard of one run: charts, memory bars, progress, log and controls. Redraws on
+// a 10 Hz timer, only when the run changed, with one replace() per series of per-pixel
+// min/max-reduced points.
+#include <QWidget>
+
+#include "trainscope/gui/LiveRun.h"
+
+class QLabel;
+class QPlainTextEdit;
+class QProgressBar;
+class QPushButton;
+class QSlider;
+class QSpinBox;
+class QTimer;
+
+namespace ts::gui {
+
+class ChartView;
+class EngineClient;
+class MemoryBars;
+
+class RunDashboard : public QWidget {
+  Q_OBJECT
+ public:
+  RunDashboard(LiveRun* run, EngineClient* client, QWidget* parent = nullptr);
+
+  LiveRun* run() const { return run_; }
+  EngineClient* client() const { return client_; }
+  // Redraws now if anything changed (the timer calls this; the benchmark and tests too).
+  void refresh();
+  void setDeviceCapacity(int64_t bytes) { capacity_ = bytes; }
+
+  ChartView* lossChart() const { return loss_; }
+  ChartView* lrChart() const { return lr_; }
+  ChartView* throughputChart() const { return tps_; }
+  int lossRawSeries() const { return lossRaw_; }
+  int lossSmoothSeries() const { return lossSmooth_; }
+  QPushButton* stopButton() const { return stop_; }
+  uint64_t redraws() const { return redraws_; }
+
+ signals:
+  void titleChanged(const QString& title);
+
+ private:
+  void updateControls();
+
+  LiveRun* run_;
+  EngineClient* client_;
+  QTimer* timer_;
+  ChartView *loss_, *lr_, *tps_, *scale_, *memTime_;
+  int lossRaw_, lossSmooth_, lossEval_, lrS_, tpsS_, scaleS_;
+  std::vector<int> memTimeS_;
+  MemoryBars* bars_;
+  QLabel *state_, *stats_, *eta_;
+  QProgressBar* progress_;
+  QPlainTextEdit* log_;
+  QSlider* smoothing_;
+  QLabel* smoothingValue_;
+  QPushButton *pause_, *resume_, *stop_, *checkpoint_, *profile_;
+  QSpinBox* profileSteps_;
+  uint64_t logShown_ = 0;
+  uint64_t redraws_ = 0;
+  int64_t capacity_ = 0;
+};
+
+}  // namespace ts::gui

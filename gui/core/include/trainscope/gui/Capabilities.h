@@ -1,0 +1,39 @@
+#pragma once
+// What the engine can do (`trainscope-engine capabilities --json`), queried asynchronously.
+#include <cstdint>
+
+#include <QObject>
+#include <QProcess>
+#include <QString>
+#include <nlohmann/json.hpp>
+
+namespace ts::gui {
+
+struct CapabilitySummary {
+  bool known = false;
+  QString text;              // one line for the status bar ("CPU (AVX2, 2 threads) · no GPU")
+  bool cudaAvailable = false;
+  int64_t deviceMemory = 0;  // bytes of the first device (GPU memory, else host RAM)
+  nlohmann::json raw;
+};
+// Tolerant reading of the capabilities document (missing fields are simply not shown).
+CapabilitySummary summarizeCapabilities(const nlohmann::json& caps);
+// Host RAM in bytes (the CPU backend's "device").
+int64_t hostMemoryBytes();
+
+class CapabilityProbe : public QObject {
+  Q_OBJECT
+ public:
+  explicit CapabilityProbe(QObject* parent = nullptr);
+  void start(const QString& enginePath);
+  const CapabilitySummary& summary() const { return summary_; }
+
+ signals:
+  void ready(const ts::gui::CapabilitySummary& summary);
+
+ private:
+  QProcess process_;
+  CapabilitySummary summary_;
+};
+
+}  // namespace ts::gui

@@ -1,0 +1,80 @@
+#pragma once
+// Runs `trainscope-engine run CONFIG` (or `mpirun -np N trainscope-engine run CONFIG`) as a
+// child process, decodes its NDJSON events in batches and feeds them to a LiveRun; sends
+// commands on its stdin. A missing binary or a failed start is reported, never waited on.
+#include <memory>
+#include <optional>
+
+#include <QObject>
+#include <QProcess>
+#include <QString>
+#include <QStringList>
+#include <nlohmann/json.hpp>
+
+#include "trainscope/core/Protocol.h"
+#include "trainscope/gui/LiveRun.h"
+
+namespace ts::gui {
+
+// Where the engine and mpirun are. Search order for the engine: $TRAINSCOPE_ENGINE, next to
+// the application (../engine/, ./), then PATH.
+struct EngineLocator {
+  static QString findEngine();
+  static QString findMpirun();
+};
+
+struct LaunchOptions {
+  QString enginePath;   // empty = EngineLocator::findEngine()
+  QString mpirunPath;   // empty = EngineLocator::findMpirun() (only used when ranks > 1)
+  QString dbPath;       // passed as --db when set
+  QString runDir;       // where run.json is written (and --run-dir); empty = a temp dir
+  QStringList extraArgs;  // e.g. {"--set", "train.steps=20"}
+};
+
+class EngineClient : public QObject {
+  Q_OBJECT
+ public:
+  explicit EngineClient(LiveRun* run, QObject* parent = nullptr);
+  ~EngineClient() override;
+
+  // Starts the run. Returns false (and sets error()) when it cannot even start: no engine
+  // binary, no mpirun for several ranks, an unwritable run directory.
+  bool start(const nlohmann::json& config, const LaunchOptions& options);
+  // The program and arguments start() would use (for display and tests).
+  static std::pair<QString, QStringList> commandLine(const QString& engine, const QString& mpirun,
+                                                     int ranks, const QString& configPath,
+                                                     const LaunchOptions& options);
+
+  void send(core::CommandType type, int steps = 0);
+  bool isRunning() const;
+  const QString& error() const { return error_; }
+  LiveRun* run() const { return run_; }
+  QString configPath() const { return configPath_; }
+
+  // Leaves the engine running when the GUI exits: stdin/stdout are closed and the process
+  // object is released without killing the child (the engine records to the database itself,
+  // and ignores SIGPIPE because it was started with SIGPIPE ignored).
+  void detach();
+
+  // Decodes a chunk as if it came from the engine (used by the replay benchmark and tests).
+  void feed(const QByteArray& chunk);
+
+ signals:
+  void startFailed(const QString& message);
+  void exited(int exitCode);
+
+ private:
+  void onReadyRead();
+  void onFinished(int exitCode, QProcess::ExitStatus status);
+
+  LiveRun* run_;
+  QProcess* process_ = nullptr;
+  core::EventDecoder decoder_;
+  QString error_;
+  QString configPath_;
+  QByteArray stderrTail_;
+  bool sawFinished_ = false;
+  bool detached_ = false;
+};
+
+}  // namespace ts::gui

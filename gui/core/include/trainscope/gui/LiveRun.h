@@ -1,0 +1,110 @@
+#pragma once
+// Everything the dashboard shows about one run, fed by protocol events (from the engine's
+// stdout, or rebuilt from the run database when re-attaching). Owns the data; views only
+// read it on their own redraw timer (dirty() tells them whether anything changed).
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <QObject>
+#include <QString>
+#include <nlohmann/json.hpp>
+
+#include "trainscope/core/MemoryTable.h"
+#include "trainscope/core/Protocol.h"
+#include "trainscope/gui/ChartReduction.h"
+#include "trainscope/gui/SeriesBuffer.h"
+
+namespace ts::gui {
+
+enum class RunState { Starting, Running, Paused, Completed, Stopped, Failed, Detached };
+QString toString(RunState s);
+
+struct LogLine {
+  double time = 0;
+  QString level;  // info | warning | error
+  QString text;
+};
+
+class LiveRun : public QObject {
+  Q_OBJECT
+ public:
+  explicit LiveRun(QString name, QObject* parent = nullptr);
+
+  void apply(const core::Event& e);
+  void applyBatch(const std::vector<core::Event>& events);
+  // A step that did not come from an event (database polling when re-attached).
+  void applyStep(const core::StepEvent& s, double time);
+  void addLog(const QString& level, const QString& text, double time = 0);
+  void setState(RunState s, const QString& reason = {});
+  void setTotalSteps(int64_t steps) { totalSteps_ = steps; }
+  void setRunId(int64_t id) { runId_ = id; }
+  void setPredicted(const core::MemoryReport& r) { predicted_ = r; dirty_ = true; }
+
+  // Smoothing weight for the EMA of the training loss (recomputed over the stored curve).
+  void setSmoothing(double weight);
+  double smoothing() const { return ema_.weight(); }
+
+  const QString& name() const { return name_; }
+  RunState state() const { return state_; }
+  bool isActive() const;
+  const QString& finishReason() const { return reason_; }
+  int64_t runId() const { return runId_; }
+  int64_t lastStep() const { return lastStep_; }
+  int64_t totalSteps() const { return totalSteps_; }
+  int64_t tokens() const { return tokens_; }
+  double lastTokensPerS() const { return lastTps_; }
+  double lastLoss() const { return loss_.empty() ? 0.0 : loss_.lastY(); }
+  int64_t skippedSteps() const { return skipped_; }
+  // Seconds remaining at the recent pace; nullopt before there is a pace.
+  std::optional<double> etaSeconds() const;
+  double progress() const;  // 0..1
+
+  const SeriesBuffer& loss() const { return loss_; }
+  const SeriesBuffer& lossSmoothed() const { return lossEma_; }
+  const SeriesBuffer& evalLoss() const { return evalLoss_; }
+  const SeriesBuffer& lr() const { return lr_; }
+  const SeriesBuffer& tokensPerS() const { return tps_; }
+  const SeriesBuffer& lossScale() const { return lossScale_; }
+  bool usesLossScale() const { return usesLossScale_; }
+  // Device-tier total (current bytes) over steps, per rank.
+  const std::vector<SeriesBuffer>& memoryOverTime() const { return memTime_; }
+  const std::optional<core::MemoryReport>& measured() const { return measured_; }
+  const std::optional<core::MemoryReport>& predicted() const { return predicted_; }
+  const nlohmann::json& hello() const { return hello_; }
+  const nlohmann::json& config() const { return config_; }
+  const std::deque<LogLine>& log() const { return log_; }
+  uint64_t logAppended() const { return logAppended_; }
+
+  bool dirty() const { return dirty_; }
+  void clearDirty() { dirty_ = false; }
+  size_t bytes() const;
+
+ signals:
+  void stateChanged(ts::gui::RunState state);
+
+ private:
+  QString name_;
+  RunState state_ = RunState::Starting;
+  QString reason_;
+  int64_t runId_ = 0;
+  int64_t lastStep_ = 0, totalSteps_ = 0, tokens_ = 0, skipped_ = 0;
+  double lastTps_ = 0;
+  double firstTime_ = 0, lastTime_ = 0;
+  int64_t firstStep_ = -1;
+  double recentStepS_ = 0;  // EMA of seconds per step, for the ETA
+  bool usesLossScale_ = false;
+  bool dirty_ = true;
+  DebiasedEma ema_{0.9};
+  SeriesBuffer loss_, lossEma_, evalLoss_, lr_, tps_, lossScale_;
+  std::vector<SeriesBuffer> memTime_;
+  std::optional<core::MemoryReport> measured_, predicted_;
+  nlohmann::json hello_, config_;
+  std::deque<LogLine> log_;
+  uint64_t logAppended_ = 0;
+  static constexpr size_t kMaxLogLines = 5000;
+};
+
+}  // namespace ts::gui

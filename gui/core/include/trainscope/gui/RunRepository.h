@@ -1,0 +1,70 @@
+#pragma once
+// The GUI's view of the run database (core::RunStore, read-only). Each call opens its own
+// connection, so calls are safe from worker threads; failures come back as text, never as
+// exceptions, because a missing or busy database must not take the window down.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <QObject>
+#include <QString>
+#include <QTimer>
+#include <nlohmann/json.hpp>
+
+#include "trainscope/core/RunStore.h"
+#include "trainscope/gui/LiveRun.h"
+
+namespace ts::gui {
+
+class RunRepository {
+ public:
+  explicit RunRepository(std::string path);
+  const std::string& path() const { return path_; }
+
+  // Empty (no error) when the database file does not exist yet.
+  std::vector<core::RunSummary> listRuns(QString* error = nullptr) const;
+  std::optional<core::RunDetail> getRun(int64_t id, QString* error = nullptr) const;
+  std::vector<core::StepRow> steps(int64_t id, int64_t fromStep, QString* error = nullptr) const;
+  std::vector<core::EvalRow> evals(int64_t id, QString* error = nullptr) const;
+  // Latest measured report and the plan, rebuilt from memory samples.
+  struct MemoryState {
+    std::optional<core::MemoryReport> measured, planned;
+  };
+  MemoryState memory(int64_t id, QString* error = nullptr) const;
+  // (run, checkpoint path) of every recorded checkpoint, newest run first (distillation teachers).
+  struct CheckpointRef {
+    int64_t runId = 0;
+    std::string runName;
+    int64_t step = 0;
+    std::string path;
+  };
+  std::vector<CheckpointRef> checkpoints(QString* error = nullptr) const;
+
+ private:
+  std::optional<core::RunStore> openStore(QString* error) const;
+  std::string path_;
+};
+
+// Follows a run the GUI did not start (or detached from) by polling the database: new steps,
+// evals, memory samples and the status. Queries run on a worker thread.
+class DatabaseFollower : public QObject {
+  Q_OBJECT
+ public:
+  DatabaseFollower(RunRepository repo, int64_t runId, LiveRun* run, QObject* parent = nullptr);
+  void pollNow();
+
+ private:
+  struct Delta;
+  void applyDelta(const Delta& d);
+
+  RunRepository repo_;
+  int64_t runId_;
+  LiveRun* run_;
+  int64_t nextStep_ = 0;
+  size_t evalsSeen_ = 0;
+  bool busy_ = false;
+  QTimer timer_;
+};
+
+}  // namespace ts::gui

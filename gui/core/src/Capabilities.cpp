@@ -1,0 +1,102 @@
+#include "trainscope/gui/Capabilities.h"
+
+#include <unistd.h>
+
+#include <QStringList>
+#include <QTimer>
+
+namespace ts::gui {
+
+int64_t hostMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && size > 0 ? static_cast<int64_t>(pages) * size : 0;
+}
+
+static QString gib(int64_t b) { return QString::number(b / double(int64_t{1} << 30), 'f', 1) + " GiB"; }
+
+CapabilitySummary summarizeCapabilities(const nlohmann::json& caps) {
+  CapabilitySummary s;
+  s.raw = caps;
+  if (!caps.is_object()) return s;
+  s.known = true;
+  QStringList parts;
+  // CPU: features and threads, wherever the engine puts them.
+  const nlohmann::json cpu = caps.contains("cpu") && caps["cpu"].is_object() ? caps["cpu"]
+                                                                              : nlohmann::json::object();
+  QStringList feats;
+  auto addFeatures = [&](const nlohmann::json& f) {
+    if (f.is_array()) {
+      for (const auto& x : f) if (x.is_string()) feats << QString::fromStdString(x.get<std::string>()).toUpper();
+    } else if (f.is_object()) {
+      for (auto it = f.begin(); it != f.end(); ++it)
+        if (it.value().is_boolean() && it.value().get<bool>()) feats << QString::fromStdString(it.key()).toUpper();
+    }
+  };
+  if (cpu.contains("features")) addFeatures(cpu["features"]);
+  else if (caps.contains("cpu_features")) addFeatures(caps["cpu_features"]);
+  QString cpuText = "CPU";
+  if (!feats.isEmpty()) cpuText += " (" + feats.join(", ") + ")";
+  int threads = cpu.value("threads", cpu.value("cores", 0));
+  if (threads > 0) cpuText += QStringLiteral(", %1 threads").arg(threads);
+  parts << cpuText;
+  // GPUs: "devices" array with backend/name/memory, or a "cuda" object.
+  int gpus = 0;
+  if (caps.contains("devices") && caps["devices"].is_array()) {
+    for (const auto& d : caps["devices"]) {
+      if (!d.is_object()) continue;
+      const std::string kind = d.value("backend", d.value("type", std::string()));
+      if (kind == "cpu") continue;
+      ++gpus;
+      const int64_t mem = d.value("memory", d.value("memory_bytes", int64_t{0}));
+      if (s.deviceMemory == 0) s.deviceMemory = mem;
+      parts << QString::fromStdString(d.value("name", std::string("GPU"))) +
+                   (mem > 0 ? " " + gib(mem) : QString());
+    }
+  }
+  if (gpus > 0) s.cudaAvailable = true;
+  if (caps.contains("cuda") && caps["cuda"].is_object() && caps["cuda"].value("available", false))
+    s.cudaAvailable = true;
+  if (gpus == 0) parts << (s.cudaAvailable ? "CUDA" : "no GPU");
+  if (s.deviceMemory == 0) s.deviceMemory = hostMemoryBytes();
+  s.text = parts.join(QStringLiteral(" · "));
+  return s;
+}
+
+CapabilityProbe::CapabilityProbe(QObject* parent) : QObject(parent) {
+  connect(&process_, &QProcess::finished, this, [this](int code, QProcess::ExitStatus) {
+    const QByteArray out = process_.readAllStandardOutput();
+    try {
+      summary_ = summarizeCapabilities(nlohmann::json::parse(out.toStdString()));
+    } catch (const std::exception&) {
+      summary_ = {};
+      summary_.text = code == 0 ? "engine capabilities unreadable"
+                                : QStringLiteral("engine capabilities unavailable (exit %1)").arg(code);
+      summary_.deviceMemory = hostMemoryBytes();
+    }
+    emit ready(summary_);
+  });
+  connect(&process_, &QProcess::errorOccurred, this, [this](QProcess::ProcessError e) {
+    if (e != QProcess::FailedToStart) return;
+    summary_ = {};
+    summary_.text = "engine not found";
+    summary_.deviceMemory = hostMemoryBytes();
+    emit ready(summary_);
+  });
+}
+
+void CapabilityProbe::start(const QString& enginePath) {
+  if (enginePath.isEmpty()) {
+    summary_ = {};
+    summary_.text = "engine not found";
+    summary_.deviceMemory = hostMemoryBytes();
+    QTimer::singleShot(0, this, [this] { emit ready(summary_); });
+    return;
+  }
+  process_.start(enginePath, {"capabilities", "--json"});
+  // Never wait forever on a wedged engine.
+  QTimer::singleShot(10000, this, [this] {
+    if (process_.state() != QProcess::NotRunning) process_.kill();
+  });
+}
+
+}  // namespace ts::gui

@@ -1,0 +1,212 @@
+#include "trainscope/gui/EngineClient.h"
+
+#include <csignal>
+#include <unistd.h>
+
+#include <QCoreApplication>
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QProcessEnvironment>
+#include <QStandardPaths>
+#include <QTemporaryDir>
+
+namespace ts::gui {
+
+QString EngineLocator::findEngine() {
+  const QString env = qEnvironmentVariable("TRAINSCOPE_ENGINE");
+  if (!env.isEmpty()) return QFileInfo(env).isExecutable() ? env : QString();
+  const QString appDir = QCoreApplication::instance() ? QCoreApplication::applicationDirPath()
+                                                      : QDir::currentPath();
+  for (const QString& rel : {"../engine/trainscope-engine", "trainscope-engine",
+                             "../../engine/trainscope-engine"}) {
+    const QFileInfo fi(QDir(appDir).filePath(rel));
+    if (fi.isFile() && fi.isExecutable()) return fi.canonicalFilePath();
+  }
+  return QStandardPaths::findExecutable("trainscope-engine");
+}
+
+QString EngineLocator::findMpirun() {
+  for (const char* name : {"mpirun", "mpiexec"}) {
+    const QString p = QStandardPaths::findExecutable(name);
+    if (!p.isEmpty()) return p;
+  }
+  return {};
+}
+
+EngineClient::EngineClient(LiveRun* run, QObject* parent) : QObject(parent), run_(run) {
+  decoder_.setErrorHandler([this](const std::string& msg, const std::string& line) {
+    // Non-protocol output on stdout: show it, do not stop.
+    run_->addLog("warning", QStringLiteral("unreadable engine output (%1): %2")
+                                .arg(QString::fromStdString(msg),
+                                     QString::fromStdString(line.substr(0, 200))));
+  });
+}
+
+EngineClient::~EngineClient() {
+  if (process_ && !detached_ && process_->state() != QProcess::NotRunning) {
+    // Owner decided to stop: ask nicely first, then make sure.
+    process_->write(QByteArray::fromStdString(core::encodeCommand({core::CommandType::Stop})));
+    if (!process_->waitForFinished(3000)) {
+      process_->kill();
+      process_->waitForFinished(2000);
+    }
+  }
+}
+
+std::pair<QString, QStringList> EngineClient::commandLine(const QString& engine,
+                                                          const QString& mpirun, int ranks,
+                                                          const QString& configPath,
+                                                          const LaunchOptions& options) {
+  QStringList engineArgs{"run", configPath};
+  if (!options.dbPath.isEmpty()) engineArgs << "--db" << options.dbPath;
+  if (!options.runDir.isEmpty()) engineArgs << "--run-dir" << options.runDir;
+  engineArgs << options.extraArgs;
+  if (ranks <= 1) return {engine, engineArgs};
+  QStringList args{"-np", QString::number(ranks), "--oversubscribe", engine};
+  args << engineArgs;
+  return {mpirun, args};
+}
+
+bool EngineClient::start(const nlohmann::json& config, const LaunchOptions& options) {
+  error_.clear();
+  const QString engine = options.enginePath.isEmpty() ? EngineLocator::findEngine()
+                                                      : options.enginePath;
+  if (engine.isEmpty() || !QFileInfo(engine).isExecutable()) {
+    error_ = QStringLiteral(
+                 "The training engine (trainscope-engine) was not found%1.\n\nBuild it with "
+                 "`cmake --build build --target trainscope-engine`, or point $TRAINSCOPE_ENGINE "
+                 "at it.")
+                 .arg(engine.isEmpty() ? QString() : " at " + engine);
+    run_->setState(RunState::Failed, error_);
+    emit startFailed(error_);
+    return false;
+  }
+  const int ranks = config.contains("parallel") && config["parallel"].contains("ranks") &&
+                            config["parallel"]["ranks"].is_number_integer()
+                        ? config["parallel"]["ranks"].get<int>()
+                        : 1;
+  QString mpirun;
+  if (ranks > 1) {
+    mpirun = options.mpirunPath.isEmpty() ? EngineLocator::findMpirun() : options.mpirunPath;
+    if (mpirun.isEmpty()) {
+      error_ = QStringLiteral(
+                   "This run uses %1 ranks, which needs `mpirun` (OpenMPI), but it was not found "
+                   "on PATH.\n\nInstall openmpi-bin, or set the number of ranks to 1.")
+                   .arg(ranks);
+      run_->setState(RunState::Failed, error_);
+      emit startFailed(error_);
+      return false;
+    }
+  }
+  // The config goes to a file the engine reads; keep it with the run for later inspection.
+  QString dir = options.runDir;
+  if (dir.isEmpty()) {
+    dir = QDir(QStandardPaths::writableLocation(QStandardPaths::TempLocation))
+              .filePath(QStringLiteral("trainscope-%1-%2")
+                            .arg(QCoreApplication::applicationPid())
+                            .arg(reinterpret_cast<quintptr>(this), 0, 16));
+  }
+  QDir().mkpath(dir);
+  configPath_ = QDir(dir).filePath("run.json");
+  QFile f(configPath_);
+  if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate)) {
+    error_ = QStringLiteral("Cannot write the run config to %1: %2").arg(configPath_, f.errorString());
+    run_->setState(RunState::Failed, error_);
+    emit startFailed(error_);
+    return false;
+  }
+  f.write(QByteArray::fromStdString(config.dump(2)));
+  f.close();
+
+  auto [program, args] = commandLine(engine, mpirun, ranks, configPath_, options);
+  process_ = new QProcess(this);
+  process_->setProgram(program);
+  process_->setArguments(args);
+  QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+  if (ranks > 1) {  // OpenMPI refuses root without these; harmless otherwise
+    env.insert("OMPI_ALLOW_RUN_AS_ROOT", "1");
+    env.insert("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+  }
+  process_->setProcessEnvironment(env);
+  // Own session (a terminal hang-up does not reach it) and SIGPIPE ignored (inherited across
+  // exec), so the engine outlives the GUI when the user chooses to keep it running.
+  process_->setChildProcessModifier([] {
+    ::setsid();
+    ::signal(SIGPIPE, SIG_IGN);
+  });
+  connect(process_, &QProcess::readyReadStandardOutput, this, &EngineClient::onReadyRead);
+  connect(process_, &QProcess::readyReadStandardError, this, [this] {
+    stderrTail_ += process_->readAllStandardError();
+    if (stderrTail_.size() > 16384) stderrTail_ = stderrTail_.right(16384);
+  });
+  connect(process_, &QProcess::finished, this, &EngineClient::onFinished);
+  connect(process_, &QProcess::errorOccurred, this, [this](QProcess::ProcessError err) {
+    if (err != QProcess::FailedToStart) return;
+    error_ = QStringLiteral("Could not start %1: %2").arg(process_->program(), process_->errorString());
+    run_->setState(RunState::Failed, error_);
+    emit startFailed(error_);
+  });
+  run_->addLog("info", QStringLiteral("$ %1 %2").arg(program, args.join(' ')));
+  process_->start();
+  return true;
+}
+
+void EngineClient::feed(const QByteArray& chunk) {
+  run_->applyBatch(decoder_.feed(std::string_view(chunk.constData(), chunk.size())));
+}
+
+void EngineClient::onReadyRead() {
+  const QByteArray chunk = process_->readAllStandardOutput();
+  auto events = decoder_.feed(std::string_view(chunk.constData(), chunk.size()));
+  for (const auto& e : events)
+    if (e.type == core::EventType::Finished) sawFinished_ = true;
+  run_->applyBatch(events);
+}
+
+void EngineClient::onFinished(int exitCode, QProcess::ExitStatus status) {
+  onReadyRead();
+  auto rest = decoder_.finish();
+  for (const auto& e : rest)
+    if (e.type == core::EventType::Finished) sawFinished_ = true;
+  run_->applyBatch(rest);
+  stderrTail_ += process_->readAllStandardError();
+  if (!sawFinished_) {
+    QString why = status == QProcess::CrashExit
+                      ? QStringLiteral("the engine crashed")
+                      : QStringLiteral("the engine exited with code %1").arg(exitCode);
+    const QString tail = QString::fromLocal8Bit(stderrTail_).trimmed();
+    if (!tail.isEmpty()) why += ": " + tail.right(600);
+    run_->addLog("error", why);
+    run_->setState(exitCode == 130 ? RunState::Stopped : RunState::Failed, why);
+  } else if (!stderrTail_.trimmed().isEmpty() && exitCode != 0) {
+    run_->addLog("warning", QString::fromLocal8Bit(stderrTail_).trimmed().right(600));
+  }
+  emit exited(exitCode);
+}
+
+void EngineClient::send(core::CommandType type, int steps) {
+  if (!isRunning()) return;
+  core::Command c;
+  c.type = type;
+  c.steps = steps;
+  process_->write(QByteArray::fromStdString(core::encodeCommand(c)));
+  if (type == core::CommandType::Pause) run_->setState(RunState::Paused);
+  if (type == core::CommandType::Resume) run_->setState(RunState::Running);
+}
+
+bool EngineClient::isRunning() const {
+  return process_ && !detached_ && process_->state() != QProcess::NotRunning;
+}
+
+void EngineClient::detach() {
+  if (!process_ || detached_) return;
+  detached_ = true;
+  disconnect(process_, nullptr, this, nullptr);
+  // Released on purpose: destroying a QProcess kills its child. The OS reclaims it at exit.
+  process_->setParent(nullptr);
+  process_ = nullptr;
+  run_->setState(RunState::Detached);
+}
+
+}  // namespace ts::gui

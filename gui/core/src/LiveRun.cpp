@@ -1,0 +1,192 @@
+#include "trainscope/gui/LiveRun.h"
+
+#include <cmath>
+
+namespace ts::gui {
+
+QString toString(RunState s) {
+  switch (s) {
+    case RunState::Starting: return QStringLiteral("starting");
+    case RunState::Running: return QStringLiteral("running");
+    case RunState::Paused: return QStringLiteral("paused");
+    case RunState::Completed: return QStringLiteral("completed");
+    case RunState::Stopped: return QStringLiteral("stopped");
+    case RunState::Failed: return QStringLiteral("failed");
+    case RunState::Detached: return QStringLiteral("running (followed from the database)");
+  }
+  return {};
+}
+
+LiveRun::LiveRun(QString name, QObject* parent) : QObject(parent), name_(std::move(name)) {}
+
+bool LiveRun::isActive() const {
+  return state_ == RunState::Starting || state_ == RunState::Running ||
+         state_ == RunState::Paused || state_ == RunState::Detached;
+}
+
+void LiveRun::setState(RunState s, const QString& reason) {
+  if (s == state_ && reason.isEmpty()) return;
+  state_ = s;
+  if (!reason.isEmpty()) reason_ = reason;
+  dirty_ = true;
+  emit stateChanged(s);
+}
+
+void LiveRun::addLog(const QString& level, const QString& text, double time) {
+  log_.push_back({time, level, text});
+  ++logAppended_;
+  if (log_.size() > kMaxLogLines) log_.pop_front();
+  dirty_ = true;
+}
+
+void LiveRun::applyStep(const core::StepEvent& s, double time) {
+  const double x = static_cast<double>(s.step);
+  if (firstStep_ < 0) {
+    firstStep_ = s.step;
+    firstTime_ = time;
+  } else if (s.step > lastStep_ && time > lastTime_) {
+    const double perStep = (time - lastTime_) / static_cast<double>(s.step - lastStep_);
+    recentStepS_ = recentStepS_ == 0 ? perStep : 0.9 * recentStepS_ + 0.1 * perStep;
+  }
+  if (s.step_ms > 0 && recentStepS_ == 0) recentStepS_ = s.step_ms / 1000.0;
+  lastTime_ = time;
+  lastStep_ = s.step;
+  tokens_ = s.tokens;
+  lastTps_ = s.tokens_per_s;
+  if (s.skipped) ++skipped_;
+  if (std::isfinite(s.loss) && !s.skipped) {
+    loss_.append(x, s.loss);
+    lossEma_.append(x, ema_.push(s.loss));
+  }
+  lr_.append(x, s.lr);
+  tps_.append(x, s.tokens_per_s);
+  lossScale_.append(x, s.loss_scale);
+  if (s.loss_scale != 1.0) usesLossScale_ = true;
+  if (state_ == RunState::Starting) setState(RunState::Running);
+  dirty_ = true;
+}
+
+void LiveRun::apply(const core::Event& e) {
+  using core::EventType;
+  try {
+    switch (e.type) {
+      case EventType::Hello:
+        hello_ = e.body;
+        if (e.body.contains("run_id") && e.body["run_id"].is_number_integer())
+          runId_ = e.body["run_id"].get<int64_t>();
+        if (state_ == RunState::Starting) setState(RunState::Running);
+        break;
+      case EventType::Config: {
+        const auto& c = e.body.contains("config") ? e.body["config"] : e.body;
+        config_ = c;
+        if (c.contains("train") && c["train"].contains("steps") &&
+            c["train"]["steps"].is_number_integer())
+          totalSteps_ = c["train"]["steps"].get<int64_t>();
+        if (c.contains("precision") && c["precision"].value("policy", "") == "fp16")
+          usesLossScale_ = true;
+        break;
+      }
+      case EventType::MemoryPlan:
+        predicted_ = core::memoryReportFromJson(e.body);
+        break;
+      case EventType::Step:
+        applyStep(core::stepEventFromJson(e.body), e.time);
+        break;
+      case EventType::Memory: {
+        measured_ = core::memoryReportFromJson(e.body);
+        if (memTime_.size() < measured_->ranks.size()) memTime_.resize(measured_->ranks.size(),
+                                                                        SeriesBuffer(1 << 16));
+        for (size_t r = 0; r < measured_->ranks.size(); ++r) {
+          int64_t total = 0;
+          for (const auto& entry : measured_->ranks[r].tiers[0]) total += entry.current;
+          const double x = e.body.contains("step") && e.body["step"].is_number()
+                               ? e.body["step"].get<double>()
+                               : static_cast<double>(lastStep_);
+          memTime_[r].append(x, static_cast<double>(total));
+        }
+        break;
+      }
+      case EventType::Eval: {
+        const double step = e.body.contains("step") && e.body["step"].is_number()
+                                ? e.body["step"].get<double>()
+                                : static_cast<double>(lastStep_);
+        for (const char* k : {"loss", "val_loss", "eval_loss"}) {
+          if (e.body.contains(k) && e.body[k].is_number()) {
+            evalLoss_.append(step, e.body[k].get<double>());
+            break;
+          }
+        }
+        break;
+      }
+      case EventType::Checkpoint:
+        addLog("info",
+               QStringLiteral("checkpoint at step %1: %2")
+                   .arg(e.body.value("step", int64_t{0}))
+                   .arg(QString::fromStdString(e.body.value("path", std::string()))),
+               e.time);
+        break;
+      case EventType::Log:
+        addLog(QString::fromStdString(e.body.value("level", std::string("info"))),
+               QString::fromStdString(e.body.value("message", e.body.value("text", std::string()))),
+               e.time);
+        break;
+      case EventType::Warning:
+        addLog("warning", QString::fromStdString(e.body.value("message", e.body.dump())), e.time);
+        break;
+      case EventType::Error:
+        addLog("error", QString::fromStdString(e.body.value("message", e.body.dump())), e.time);
+        break;
+      case EventType::Finished: {
+        const std::string st = e.body.value("status", std::string("completed"));
+        const QString reason = QString::fromStdString(e.body.value("reason", std::string()));
+        setState(st == "completed" ? RunState::Completed
+                 : st == "stopped" ? RunState::Stopped
+                                   : RunState::Failed,
+                 reason);
+        addLog(st == "failed" ? "error" : "info",
+               QStringLiteral("finished: %1%2")
+                   .arg(QString::fromStdString(st), reason.isEmpty() ? "" : " (" + reason + ")"),
+               e.time);
+        break;
+      }
+      default:
+        break;  // kernels / kernel_summary: the timeline (part 2) consumes them
+    }
+  } catch (const std::exception& ex) {
+    addLog("warning", QStringLiteral("ignored malformed %1 event: %2")
+                          .arg(QString::fromStdString(e.typeName), ex.what()));
+  }
+  dirty_ = true;
+}
+
+void LiveRun::applyBatch(const std::vector<core::Event>& events) {
+  for (const auto& e : events) apply(e);
+}
+
+void LiveRun::setSmoothing(double weight) {
+  ema_.reset(weight);
+  lossEma_.clear();
+  // Recompute over the stored curve (full resolution unless the run outgrew the buffer).
+  for (size_t i = 0; i < loss_.size(); ++i) lossEma_.append(loss_.x(i), ema_.push(loss_.mean(i)));
+  dirty_ = true;
+}
+
+std::optional<double> LiveRun::etaSeconds() const {
+  if (totalSteps_ <= 0 || recentStepS_ <= 0 || lastStep_ <= 0) return std::nullopt;
+  return std::max<double>(0.0, static_cast<double>(totalSteps_ - lastStep_) * recentStepS_);
+}
+
+double LiveRun::progress() const {
+  if (totalSteps_ <= 0) return 0.0;
+  return std::clamp(static_cast<double>(lastStep_) / static_cast<double>(totalSteps_), 0.0, 1.0);
+}
+
+size_t LiveRun::bytes() const {
+  size_t b = loss_.bytes() + lossEma_.bytes() + evalLoss_.bytes() + lr_.bytes() + tps_.bytes() +
+             lossScale_.bytes();
+  for (const auto& m : memTime_) b += m.bytes();
+  for (const auto& l : log_) b += sizeof(LogLine) + static_cast<size_t>(l.text.size()) * 2;
+  return b;
+}
+
+}  // namespace ts::gui

@@ -1,0 +1,198 @@
+#include "trainscope/gui/RunRepository.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include <QFutureWatcher>
+#include <QtConcurrent/QtConcurrentRun>
+
+namespace ts::gui {
+
+RunRepository::RunRepository(std::string path) : path_(std::move(path)) {}
+
+std::optional<core::RunStore> RunRepository::openStore(QString* error) const {
+  std::error_code ec;
+  if (!std::filesystem::exists(path_, ec)) return std::nullopt;
+  try {
+    return core::RunStore::open(path_, core::RunStore::Mode::ReadOnly);
+  } catch (const std::exception& e) {
+    if (error) *error = QString::fromStdString(e.what());
+    return std::nullopt;
+  }
+}
+
+template <class F>
+static auto guarded(QString* error, F f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    if (error) *error = QString::fromStdString(e.what());
+    return {};
+  }
+}
+
+std::vector<core::RunSummary> RunRepository::listRuns(QString* error) const {
+  auto store = openStore(error);
+  if (!store) return {};
+  return guarded(error, [&] { return store->listRuns(); });
+}
+
+std::optional<core::RunDetail> RunRepository::getRun(int64_t id, QString* error) const {
+  auto store = openStore(error);
+  if (!store) return std::nullopt;
+  return guarded(error, [&] { return store->getRun(id); });
+}
+
+std::vector<core::StepRow> RunRepository::steps(int64_t id, int64_t fromStep,
+                                                QString* error) const {
+  auto store = openStore(error);
+  if (!store) return {};
+  return guarded(error, [&] { return store->steps(id, fromStep); });
+}
+
+std::vector<core::EvalRow> RunRepository::evals(int64_t id, QString* error) const {
+  auto store = openStore(error);
+  if (!store) return {};
+  return guarded(error, [&] { return store->evals(id); });
+}
+
+RunRepository::MemoryState RunRepository::memory(int64_t id, QString* error) const {
+  MemoryState out;
+  auto store = openStore(error);
+  if (!store) return out;
+  auto rows = guarded(error, [&] { return store->memorySamples(id, true); });
+  // Keep the latest sample seq for measured and for planned; build reports from those rows.
+  int64_t lastMeasured = -1, lastPlanned = -1;
+  for (const auto& r : rows) (r.planned ? lastPlanned : lastMeasured) = std::max(r.planned ? lastPlanned : lastMeasured, r.seq);
+  auto build = [&](bool planned, int64_t seq) -> std::optional<core::MemoryReport> {
+    if (seq < 0) return std::nullopt;
+    std::map<int, core::RankMemory> ranks;
+    for (const auto& r : rows) {
+      if (r.planned != planned || r.seq != seq) continue;
+      auto tier = core::memoryTierFromString(r.tier);
+      auto cat = core::memoryCategoryFromString(r.category);
+      if (!tier || !cat) continue;
+      auto& rm = ranks[r.rank];
+      rm.rank = r.rank;
+      rm.at(*tier, *cat) = {r.current, r.peak};
+    }
+    core::MemoryReport rep;
+    for (auto& [k, v] : ranks) rep.ranks.push_back(v);
+    return rep;
+  };
+  out.measured = build(false, lastMeasured);
+  out.planned = build(true, lastPlanned);
+  return out;
+}
+
+std::vector<RunRepository::CheckpointRef> RunRepository::checkpoints(QString* error) const {
+  std::vector<CheckpointRef> out;
+  auto store = openStore(error);
+  if (!store) return out;
+  guarded(error, [&] {
+    for (const auto& run : store->listRuns()) {
+      for (const auto& c : store->checkpoints(run.id)) out.push_back({run.id, run.name, c.step, c.path});
+    }
+    return 0;
+  });
+  return out;
+}
+
+struct DatabaseFollower::Delta {
+  std::vector<core::StepRow> steps;
+  std::vector<core::EvalRow> evals;
+  RunRepository::MemoryState memory;
+  std::optional<core::RunDetail> detail;
+  QString error;
+};
+
+DatabaseFollower::DatabaseFollower(RunRepository repo, int64_t runId, LiveRun* run,
+                                   QObject* parent)
+    : QObject(parent), repo_(std::move(repo)), runId_(runId), run_(run) {
+  run_->setRunId(runId);
+  timer_.setInterval(1000);
+  connect(&timer_, &QTimer::timeout, this, &DatabaseFollower::pollNow);
+  timer_.start();
+  pollNow();
+}
+
+void DatabaseFollower::pollNow() {
+  if (busy_) return;
+  busy_ = true;
+  auto* watcher = new QFutureWatcher<Delta>(this);
+  const RunRepository repo = repo_;
+  const int64_t id = runId_, from = nextStep_;
+  const bool needDetail = true;
+  connect(watcher, &QFutureWatcher<Delta>::finished, this, [this, watcher] {
+    applyDelta(watcher->result());
+    watcher->deleteLater();
+    busy_ = false;
+  });
+  watcher->setFuture(QtConcurrent::run([repo, id, from, needDetail] {
+    Delta d;
+    d.steps = repo.steps(id, from, &d.error);
+    d.evals = repo.evals(id, &d.error);
+    d.memory = repo.memory(id, &d.error);
+    if (needDetail) d.detail = repo.getRun(id, &d.error);
+    return d;
+  }));
+}
+
+void DatabaseFollower::applyDelta(const Delta& d) {
+  if (!d.error.isEmpty()) run_->addLog("warning", "database: " + d.error);
+  if (d.detail) {
+    if (run_->config().is_null() && !d.detail->config.is_null()) {
+      core::Event e;
+      e.type = core::EventType::Config;
+      e.body = d.detail->config;
+      run_->apply(e);
+    }
+  }
+  for (const auto& s : d.steps) {
+    core::StepEvent ev;
+    ev.step = s.step;
+    ev.loss = s.loss.value_or(0);
+    ev.lr = s.lr.value_or(0);
+    ev.grad_norm = s.gradNorm.value_or(0);
+    ev.tokens = s.tokens.value_or(0);
+    ev.tokens_per_s = s.tokensPerS.value_or(0);
+    ev.step_ms = s.stepMs.value_or(0);
+    ev.loss_scale = s.lossScale.value_or(1.0);
+    ev.skipped = s.skipped;
+    run_->applyStep(ev, s.time);
+    nextStep_ = std::max(nextStep_, s.step + 1);
+  }
+  for (size_t i = evalsSeen_; i < d.evals.size(); ++i) {
+    core::Event e;
+    e.type = core::EventType::Eval;
+    e.body = d.evals[i].body.is_object() ? d.evals[i].body : nlohmann::json::object();
+    e.body["step"] = d.evals[i].step;
+    if (d.evals[i].loss) e.body["loss"] = *d.evals[i].loss;
+    run_->apply(e);
+  }
+  evalsSeen_ = std::max(evalsSeen_, d.evals.size());
+  if (d.memory.planned) run_->setPredicted(*d.memory.planned);
+  if (d.memory.measured) {
+    core::Event e;
+    e.type = core::EventType::Memory;
+    e.body = core::toJson(*d.memory.measured);
+    e.body["step"] = run_->lastStep();
+    run_->apply(e);
+  }
+  if (d.detail) {
+    const auto& st = d.detail->status;
+    if (st != "running") {
+      const QString reason = QString::fromStdString(d.detail->reason);
+      run_->setState(st == "completed" ? RunState::Completed
+                     : st == "stopped" ? RunState::Stopped
+                                       : RunState::Failed,
+                     reason.isEmpty() ? QString::fromStdString(st) : reason);
+      timer_.stop();
+    } else if (run_->state() != RunState::Detached) {
+      run_->setState(RunState::Detached);
+    }
+  }
+}
+
+}  // namespace ts::gui

@@ -1,0 +1,49 @@
+// Token + position embedding. Backward scatters into dwte; rows may repeat, so threads split
+// the channel dimension instead of the tokens (no races, deterministic order).
+#include <omp.h>
+
+#include <algorithm>
+
+#include "cpu/VecMath.h"
+#include "trainscope/kernels/CpuOps.h"
+
+namespace ts::kernels::cpu {
+
+void embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                      int B, int T, int C) {
+#pragma omp parallel for schedule(static) if (worthThreading(int64_t(B) * T * C))
+  for (int bt = 0; bt < B * T; ++bt) {
+    const float* e = wte + int64_t(tokens[bt]) * C;
+    const float* p = wpe + int64_t(bt % T) * C;
+    float* o = out + int64_t(bt) * C;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+  }
+}
+
+void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                       int B, int T, int C) {
+  const bool par = worthThreading(int64_t(B) * T * C);
+#pragma omp parallel if (par)
+  {
+    // Channel slices of whole cache lines (16 floats) per thread.
+    const int tid = omp_get_thread_num(), cnt = omp_get_num_threads();
+    const int lines = (C + 15) / 16;
+    const int c0 = std::min(C, 16 * (lines * tid / cnt));
+    const int c1 = std::min(C, 16 * (lines * (tid + 1) / cnt));
+    for (int b = 0; b < B; ++b) {
+      for (int t = 0; t < T; ++t) {
+        const float* g = dout + (int64_t(b) * T + t) * C;
+        float* dw = dwte + int64_t(tokens[b * T + t]) * C;
+        float* dp = dwpe + int64_t(t) * C;
+#pragma omp simd
+        for (int c = c0; c < c1; ++c) {
+          dw[c] += g[c];
+          dp[c] += g[c];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace ts::kernels::cpu

@@ -1,0 +1,81 @@
+// LayerNorm over the last dim; two-pass mean/variance per row for accuracy.
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "cpu/VecMath.h"
+#include "trainscope/kernels/CpuOps.h"
+
+namespace ts::kernels::cpu {
+
+void layernormForward(float* out, float* mean, float* rstd, const float* inp,
+                      const float* weight, const float* bias, int N, int C, float eps) {
+#pragma omp parallel for schedule(static) if (worthThreading(int64_t(N) * C))
+  for (int i = 0; i < N; ++i) {
+    const float* x = inp + int64_t(i) * C;
+    float* o = out + int64_t(i) * C;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; ++c) s += x[c];
+    const float mu = s / C;
+    float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; ++c) v += (x[c] - mu) * (x[c] - mu);
+    const float rs = 1.0f / std::sqrt(v / C + eps);
+#pragma omp simd
+    for (int c = 0; c < C; ++c) o[c] = (x[c] - mu) * rs * weight[c] + bias[c];
+    mean[i] = mu;
+    rstd[i] = rs;
+  }
+}
+
+void layernormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, const float* mean,
+                       const float* rstd, int N, int C) {
+  // dweight/dbias are reductions over rows: each thread sums its static chunk of rows into a
+  // private buffer, then the buffers are added in thread order (deterministic).
+  const int nt = worthThreading(int64_t(N) * C) ? omp_get_max_threads() : 1;
+  std::vector<float> partial(size_t(nt) * 2 * C, 0.0f);
+#pragma omp parallel num_threads(nt)
+  {
+    const int tid = omp_get_thread_num();
+    float* dw = partial.data() + size_t(tid) * 2 * C;
+    float* db = dw + C;
+#pragma omp for schedule(static)
+    for (int i = 0; i < N; ++i) {
+      const float* x = inp + int64_t(i) * C;
+      const float* g = dout + int64_t(i) * C;
+      float* dx = dinp + int64_t(i) * C;
+      const float mu = mean[i], rs = rstd[i];
+      float sumDn = 0.0f, sumDnN = 0.0f;
+#pragma omp simd reduction(+ : sumDn, sumDnN)
+      for (int c = 0; c < C; ++c) {
+        const float n = (x[c] - mu) * rs;
+        const float dn = weight[c] * g[c];
+        sumDn += dn;
+        sumDnN += dn * n;
+      }
+      const float mDn = sumDn / C, mDnN = sumDnN / C;
+#pragma omp simd
+      for (int c = 0; c < C; ++c) {
+        const float n = (x[c] - mu) * rs;
+        const float dn = weight[c] * g[c];
+        db[c] += g[c];
+        dw[c] += n * g[c];
+        dx[c] += (dn - mDn - n * mDnN) * rs;
+      }
+    }
+  }
+  for (int t = 0; t < nt; ++t) {
+    const float* dw = partial.data() + size_t(t) * 2 * C;
+    const float* db = dw + C;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) {
+      dweight[c] += dw[c];
+      dbias[c] += db[c];
+    }
+  }
+}
+
+}  // namespace ts::kernels::cpu

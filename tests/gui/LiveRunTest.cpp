@@ -1,0 +1,118 @@
+#include <QCoreApplication>
+#include <gtest/gtest.h>
+
+#include "trainscope/core/Protocol.h"
+#include "trainscope/gui/EngineClient.h"
+#include "trainscope/gui/LiveRun.h"
+
+using namespace ts::gui;
+namespace core = ts::core;
+
+static QByteArray stepLine(core::EventEncoder& enc, int64_t step, double loss) {
+  core::StepEvent s;
+  s.step = step;
+  s.loss = loss;
+  s.lr = 1e-3;
+  s.tokens = step * 1000;
+  s.tokens_per_s = 5000;
+  s.step_ms = 200;
+  return QByteArray::fromStdString(enc.encode(core::EventType::Step, core::toJson(s)));
+}
+
+TEST(LiveRun, EventsFromTheStreamFillTheModel) {
+  LiveRun run("t");
+  EngineClient client(&run);
+  core::EventEncoder enc;
+  QByteArray stream;
+  stream += QByteArray::fromStdString(enc.encode(core::EventType::Hello, {{"backend", "cpu"}}));
+  stream += QByteArray::fromStdString(
+      enc.encode(core::EventType::Config, {{"config", {{"train", {{"steps", 100}}}}}}));
+  for (int i = 1; i <= 10; ++i) stream += stepLine(enc, i, 5.0 - 0.1 * i);
+  stream += "this is not json\n";
+  core::MemoryReport rep;
+  rep.ranks.resize(1);
+  rep.ranks[0].at(core::MemoryTier::Device, core::MemoryCategory::Parameters) = {1000, 1200};
+  stream += QByteArray::fromStdString(enc.encode(core::EventType::Memory, core::toJson(rep)));
+  stream += QByteArray::fromStdString(enc.encode(core::EventType::Eval, {{"step", 10}, {"loss", 4.2}}));
+  // Deliver in awkward chunks: lines split across reads must still decode.
+  for (int i = 0; i < stream.size(); i += 37) client.feed(stream.mid(i, 37));
+
+  EXPECT_EQ(run.state(), RunState::Running);
+  EXPECT_EQ(run.totalSteps(), 100);
+  EXPECT_EQ(run.lastStep(), 10);
+  EXPECT_EQ(run.loss().size(), 10u);
+  EXPECT_DOUBLE_EQ(run.loss().lastY(), 4.0);
+  EXPECT_EQ(run.evalLoss().size(), 1u);
+  ASSERT_TRUE(run.measured().has_value());
+  EXPECT_EQ(run.measured()->ranks[0].at(core::MemoryTier::Device, core::MemoryCategory::Parameters).peak, 1200);
+  ASSERT_EQ(run.memoryOverTime().size(), 1u);
+  EXPECT_DOUBLE_EQ(run.memoryOverTime()[0].lastY(), 1000.0);
+  EXPECT_NEAR(run.progress(), 0.10, 1e-12);
+  // The garbage line is reported in the log, not silently dropped.
+  bool logged = false;
+  for (const auto& l : run.log()) logged |= l.text.contains("unreadable");
+  EXPECT_TRUE(logged);
+
+  client.feed(QByteArray::fromStdString(
+      enc.encode(core::EventType::Finished, {{"status", "completed"}, {"reason", ""}})));
+  EXPECT_EQ(run.state(), RunState::Completed);
+  EXPECT_FALSE(run.isActive());
+}
+
+TEST(LiveRun, SmoothingRecomputesOverTheWholeCurve) {
+  LiveRun run("t");
+  for (int i = 1; i <= 50; ++i) {
+    core::StepEvent s;
+    s.step = i;
+    s.loss = i % 2 ? 2.0 : 4.0;
+    run.applyStep(s, 1000.0 + i);
+  }
+  run.setSmoothing(0.0);
+  EXPECT_DOUBLE_EQ(run.lossSmoothed().lastY(), 4.0);
+  run.setSmoothing(0.9);
+  const auto ref = debiasedEma(std::vector<double>([] {
+                                 std::vector<double> v;
+                                 for (int i = 1; i <= 50; ++i) v.push_back(i % 2 ? 2.0 : 4.0);
+                                 return v;
+                               }()),
+                               0.9);
+  EXPECT_NEAR(run.lossSmoothed().lastY(), ref.back(), 1e-5);
+  EXPECT_EQ(run.lossSmoothed().size(), 50u);
+}
+
+TEST(LiveRun, EtaFollowsThePace) {
+  LiveRun run("t");
+  run.setTotalSteps(110);
+  for (int i = 1; i <= 10; ++i) {
+    core::StepEvent s;
+    s.step = i;
+    s.loss = 1;
+    run.applyStep(s, 100.0 + 0.5 * i);  // 0.5 s per step
+  }
+  ASSERT_TRUE(run.etaSeconds().has_value());
+  EXPECT_NEAR(*run.etaSeconds(), 100 * 0.5, 1e-6);
+}
+
+TEST(EngineClient, MissingEngineFailsFastWithAClearMessage) {
+  LiveRun run("t");
+  EngineClient client(&run);
+  LaunchOptions o;
+  o.enginePath = "/nonexistent/trainscope-engine";
+  EXPECT_FALSE(client.start(nlohmann::json::object(), o));
+  EXPECT_TRUE(client.error().contains("not found"));
+  EXPECT_EQ(run.state(), RunState::Failed);
+}
+
+TEST(EngineClient, SeveralRanksUseMpirun) {
+  LaunchOptions o;
+  o.dbPath = "/tmp/x.db";
+  auto [prog, args] = EngineClient::commandLine("/e/trainscope-engine", "/usr/bin/mpirun", 4,
+                                                "/r/run.json", o);
+  EXPECT_EQ(prog, "/usr/bin/mpirun");
+  EXPECT_EQ(args.mid(0, 2), QStringList({"-np", "4"}));
+  EXPECT_TRUE(args.contains("/e/trainscope-engine"));
+  EXPECT_EQ(args.mid(args.indexOf("run"), 4), QStringList({"run", "/r/run.json", "--db", "/tmp/x.db"}));
+  auto [p1, a1] = EngineClient::commandLine("/e/trainscope-engine", "", 1, "/r/run.json", {});
+  EXPECT_EQ(p1, "/e/trainscope-engine");
+  EXPECT_EQ(a1, QStringList({"run", "/r/run.json"}));
+}

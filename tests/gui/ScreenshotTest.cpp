@@ -1,0 +1,123 @@
+// Writes PNGs of every wizard page and of the dashboard mid-run to $TRAINSCOPE_SCREENSHOT_DIR
+// (default: <build>/screenshots) for people to look at. Checks only that they were written
+// and are not blank.
+#include <cmath>
+#include <random>
+
+#include <QDir>
+#include <QImage>
+#include <QTemporaryDir>
+#include <QTest>
+#include <gtest/gtest.h>
+
+#include "MainWindow.h"
+#include "RunDashboard.h"
+#include "RunWizard.h"
+#include "trainscope/core/Estimator.h"
+#include "trainscope/core/Protocol.h"
+#include "trainscope/gui/EngineClient.h"
+
+using namespace ts::gui;
+namespace core = ts::core;
+
+namespace {
+
+QString screenshotDir() {
+  QString d = qEnvironmentVariable("TRAINSCOPE_SCREENSHOT_DIR");
+  if (d.isEmpty()) d = TRAINSCOPE_SCREENSHOT_DEFAULT;
+  QDir().mkpath(d);
+  return d;
+}
+
+void save(QWidget* w, const QString& name) {
+  QCoreApplication::processEvents();
+  QTest::qWait(50);
+  const QImage img = w->grab().toImage();
+  const QString path = QDir(screenshotDir()).filePath(name + ".png");
+  ASSERT_TRUE(img.save(path)) << path.toStdString();
+  // Not blank: some variation in the pixels.
+  QRgb first = img.pixel(img.width() / 2, img.height() / 2);
+  bool varied = false;
+  for (int y = 0; y < img.height() && !varied; y += 17)
+    for (int x = 0; x < img.width() && !varied; x += 17) varied = img.pixel(x, y) != first;
+  EXPECT_TRUE(varied) << path.toStdString();
+}
+
+// A plausible mid-run stream (what the engine sends), fed through the client's decoder.
+void feedMidRun(EngineClient& client, const nlohmann::json& config, int steps, int total) {
+  core::EventEncoder enc;
+  std::mt19937 rng(7);
+  std::normal_distribution<double> noise(0.0, 1.0);
+  QByteArray s;
+  s += QByteArray::fromStdString(enc.encode(core::EventType::Hello,
+      {{"protocol", core::kProtocolVersion}, {"backend", "cpu"}, {"ranks", 1}}));
+  s += QByteArray::fromStdString(enc.encode(core::EventType::Config, {{"config", config}}));
+  auto parsed = core::parseConfigJson(config);
+  if (parsed.ok())
+    s += QByteArray::fromStdString(enc.encode(core::EventType::MemoryPlan, core::memoryPlanJson(*parsed.config)));
+  for (int i = 1; i <= steps; ++i) {
+    core::StepEvent e;
+    e.step = i;
+    e.loss = 0.35 + 2.4 * std::exp(-i / 60.0) + 0.06 * noise(rng) * std::exp(-i / 400.0);
+    e.lr = 0.003 * std::min(1.0, i / 20.0) * (0.55 + 0.45 * std::cos(M_PI * i / total));
+    e.tokens = int64_t{i} * 32 * 32;
+    e.tokens_per_s = 9000 + 600 * noise(rng);
+    e.step_ms = 110;
+    s += QByteArray::fromStdString(enc.encode(core::EventType::Step, core::toJson(e)));
+    if (i % 50 == 0)
+      s += QByteArray::fromStdString(enc.encode(core::EventType::Eval,
+          {{"step", i}, {"loss", 0.42 + 2.3 * std::exp(-i / 65.0)}}));
+    if (i % 10 == 0 && parsed.ok()) {
+      // Measured: the plan, with activations that breathe a little.
+      auto rep = core::predictMemoryReport(*parsed.config);
+      for (auto& r : rep.ranks) {
+        auto& act = r.at(core::MemoryTier::Device, core::MemoryCategory::Activations);
+        act.current = static_cast<int64_t>(act.current * (0.9 + 0.05 * std::sin(i * 0.1)));
+        act.peak = static_cast<int64_t>(act.peak * 0.97);
+      }
+      auto j = core::toJson(rep);
+      j["step"] = i;
+      s += QByteArray::fromStdString(enc.encode(core::EventType::Memory, j));
+    }
+    if (i == 100)
+      s += QByteArray::fromStdString(enc.encode(core::EventType::Log,
+          {{"level", "info"}, {"message", "step 100: eval loss 0.88, 9.1 K tokens/s"}}));
+  }
+  client.feed(s);
+}
+
+}  // namespace
+
+TEST(Screenshots, WizardPagesAndDashboard) {
+  QTemporaryDir tmp;
+  MainWindow::Options o;
+  o.dbPath = tmp.filePath("runs.db");
+  o.enginePath = "/nonexistent/engine";
+  o.reattach = false;
+  o.askOnClose = false;
+  MainWindow win(o);
+  win.setShowDialogs(false);
+  win.resize(1440, 900);
+  win.show();
+  ASSERT_TRUE(QTest::qWaitForWindowExposed(&win));
+  RunWizard* wiz = win.wizard();
+  for (int i = 0; i < wiz->pageCount(); ++i) {
+    wiz->goToPage(i);
+    QString name = wiz->pageTitle(i).section(".", 1).trimmed().toLower();
+    name.replace("&&", "and").replace(' ', '-');
+    save(&win, QStringLiteral("wizard-%1-%2").arg(i + 1, 2, 10, QChar('0')).arg(name));
+  }
+  // Dashboard mid-run (240 of 400 steps of the default preset).
+  auto* run = new LiveRun("default");
+  auto* client = new EngineClient(run);
+  const auto cfg = win.document()->resolved();
+  run->setTotalSteps(cfg["train"]["steps"].get<int64_t>());
+  feedMidRun(*client, cfg, 240, 400);
+  RunDashboard* d = win.addDashboard(run, client);
+  d->setDeviceCapacity(2LL << 30);
+  win.showSection(1);
+  QTest::qWait(300);
+  d->refresh();
+  EXPECT_GT(d->lossChart()->pointCount(d->lossRawSeries()), 0);
+  save(&win, "dashboard");
+}

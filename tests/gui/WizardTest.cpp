@@ -1,0 +1,144 @@
+// Drives the wizard like a user: pick a preset on the start page, click Next through every
+// page, change options through the widgets, and check the document Launch would send.
+#include <fstream>
+
+#include <QComboBox>
+#include <QListWidget>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QTemporaryDir>
+#include <QTest>
+#include <gtest/gtest.h>
+
+#include "MainWindow.h"
+#include "RunWizard.h"
+#include "trainscope/core/Config.h"
+
+using namespace ts::gui;
+
+namespace {
+
+nlohmann::json presetFile(const std::string& name) {
+  std::ifstream f(std::string(TRAINSCOPE_PRESET_DIR) + "/" + name + ".json");
+  return nlohmann::json::parse(f);
+}
+
+nlohmann::json resolvedReference(const nlohmann::json& doc) {
+  auto r = ts::core::parseConfigJson(doc);
+  EXPECT_TRUE(r.ok());
+  return r.ok() ? ts::core::toJson(*r.config) : nlohmann::json();
+}
+
+template <class W>
+W* byPath(QWidget* root, const char* path) {
+  for (W* w : root->findChildren<W*>())
+    if (w->property("configPath").toString() == path) return w;
+  return nullptr;
+}
+
+int presetRow(RunWizard* wiz, const QString& title) {
+  for (int i = 0; i < wiz->presetList()->count(); ++i)
+    if (wiz->presetList()->item(i)->text().startsWith(title)) return i;
+  return -1;
+}
+
+struct Fixture : ::testing::Test {
+  QTemporaryDir tmp;
+  std::unique_ptr<MainWindow> win;
+  void SetUp() override {
+    MainWindow::Options o;
+    o.dbPath = tmp.filePath("runs.db");
+    o.enginePath = "/nonexistent/engine";  // never launches here
+    o.reattach = false;
+    o.askOnClose = false;
+    win = std::make_unique<MainWindow>(o);
+    win->setShowDialogs(false);
+    win->resize(1400, 900);
+    win->show();
+    ASSERT_TRUE(QTest::qWaitForWindowExposed(win.get()));
+  }
+  void clickThrough(RunWizard* wiz) {
+    ASSERT_EQ(wiz->currentPage(), 0);
+    for (int i = 1; i < wiz->pageCount(); ++i) {
+      QTest::mouseClick(wiz->nextButton(), Qt::LeftButton);
+      ASSERT_EQ(wiz->currentPage(), i) << wiz->pageTitle(i).toStdString();
+    }
+    EXPECT_FALSE(wiz->nextButton()->isVisible());
+  }
+};
+
+}  // namespace
+
+TEST_F(Fixture, WindowIsTitledTrainscope) { EXPECT_EQ(win->windowTitle(), "Trainscope"); }
+
+TEST_F(Fixture, DefaultPresetToLaunch) {
+  RunWizard* wiz = win->wizard();
+  const int row = presetRow(wiz, "default");
+  ASSERT_GE(row, 0);
+  wiz->presetList()->setCurrentRow(row);
+  QSignalSpy launch(wiz, &RunWizard::launchRequested);
+  clickThrough(wiz);
+  ASSERT_TRUE(wiz->launchButton()->isEnabled()) << wiz->launchBlockers().join("; ").toStdString();
+  QTest::mouseClick(wiz->launchButton(), Qt::LeftButton);
+  EXPECT_EQ(launch.count(), 1);
+  // What Launch sends is exactly the preset as the engine's validator resolves it.
+  EXPECT_EQ(wiz->document()->resolved(), resolvedReference(presetFile("default")));
+}
+
+TEST_F(Fixture, ConsumerGpuScenarioEditedThroughWidgets) {
+  RunWizard* wiz = win->wizard();
+  const int row = presetRow(wiz, "consumer-gpu");
+  ASSERT_GE(row, 0);
+  wiz->presetList()->setCurrentRow(row);
+  auto expected = presetFile("consumer-gpu");
+
+  // Memory page: double the micro-batch, halve accumulation (same effective batch).
+  wiz->goToPage(3);
+  auto* mb = byPath<QSpinBox>(wiz, "train.micro_batch");
+  auto* ga = byPath<QSpinBox>(wiz, "train.grad_accum");
+  ASSERT_TRUE(mb && ga);
+  const int mb0 = mb->value(), ga0 = std::max(1, ga->value());
+  const int64_t eff0 = wiz->document()->effectiveBatch();
+  mb->setValue(mb0 * 2);
+  if (ga0 % 2 == 0) ga->setValue(ga0 / 2);
+  expected["train"]["micro_batch"] = mb0 * 2;
+  if (ga0 % 2 == 0) {
+    expected["train"]["grad_accum"] = ga0 / 2;
+    EXPECT_EQ(wiz->document()->effectiveBatch(), eff0);
+  }
+  // Attention: switch with the combo box, as a user would.
+  auto* attn = byPath<QComboBox>(wiz, "attention.impl");
+  ASSERT_TRUE(attn);
+  attn->setCurrentIndex(attn->findData("flash"));
+  expected["attention"]["impl"] = "flash";
+
+  // An invalid combination disables Launch and says why, inline.
+  wiz->goToPage(4);
+  auto* zero = byPath<QComboBox>(wiz, "parallel.zero_stage");
+  auto* ranks = byPath<QSpinBox>(wiz, "parallel.ranks");
+  ASSERT_TRUE(zero && ranks);
+  ranks->setValue(1);
+  zero->setCurrentIndex(zero->findData(3));
+  EXPECT_FALSE(wiz->launchButton()->isEnabled());
+  EXPECT_FALSE(wiz->launchBlockers().isEmpty());
+  zero->setCurrentIndex(zero->findData(0));
+  expected["parallel"]["ranks"] = 1;
+  expected["parallel"]["zero_stage"] = 0;
+
+  wiz->goToPage(0);
+  clickThrough(wiz);
+  ASSERT_TRUE(wiz->launchButton()->isEnabled()) << wiz->launchBlockers().join("; ").toStdString();
+  const auto got = wiz->document()->resolved();
+  EXPECT_EQ(got, resolvedReference(expected));
+  // The scenario's techniques survived the edits.
+  EXPECT_EQ(got["finetune"]["base_quant"], "nf4");
+  EXPECT_GT(got["finetune"]["lora"]["r"].get<int>(), 0);
+  EXPECT_EQ(got["optimizer"]["state_bits"], 8);
+}
+
+TEST_F(Fixture, LaunchWithMissingEngineShowsErrorNotHang) {
+  auto* d = win->launch();
+  EXPECT_EQ(d, nullptr);
+  EXPECT_TRUE(win->lastError().contains("not found")) << win->lastError().toStdString();
+}

@@ -1,0 +1,95 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "trainscope/kernels/Backend.h"
+
+using namespace ts::kernels;
+
+TEST(Backend, CpuBackendIdentifiesItself) {
+  auto b = makeCpuBackend();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->kind(), DeviceKind::Cpu);
+  EXPECT_EQ(b->name(), "cpu");
+  const DeviceInfo info = b->device();
+  EXPECT_EQ(info.kind, DeviceKind::Cpu);
+  EXPECT_FALSE(info.name.empty());
+  EXPECT_GT(info.memory_bytes, int64_t(1) << 28);
+  EXPECT_TRUE(b->supports(Op::Matmul));
+  EXPECT_TRUE(b->supports(Op::FlashAttention));
+  EXPECT_TRUE(b->supports(Op::AdamW));
+}
+
+TEST(Backend, FactoryByName) {
+  std::string why;
+  auto cpu = makeBackend("cpu", &why);
+  ASSERT_TRUE(cpu);
+  EXPECT_EQ(cpu->name(), "cpu");
+
+  why.clear();
+  EXPECT_EQ(makeBackend("tpu", &why), nullptr);
+  EXPECT_NE(why.find("tpu"), std::string::npos);
+  EXPECT_NE(why.find("auto, cpu, cuda"), std::string::npos);
+
+  auto any = makeBackend("auto", &why);
+  ASSERT_TRUE(any);
+}
+
+TEST(Backend, CudaUnavailableGivesReason) {
+  const auto names = compiledBackends();
+  ASSERT_FALSE(names.empty());
+  EXPECT_EQ(names.front(), "cpu");
+  const bool built = std::find(names.begin(), names.end(), "cuda") != names.end();
+  std::string why;
+  auto cuda = makeCudaBackend(&why);
+  if (!built) {
+    EXPECT_EQ(cuda, nullptr);
+  }
+  if (!cuda) {
+    EXPECT_FALSE(why.empty());
+    auto fallback = makeBackend("auto", &why);
+    ASSERT_TRUE(fallback);
+    EXPECT_EQ(fallback->name(), "cpu");
+  } else {
+    EXPECT_EQ(cuda->kind(), DeviceKind::Cuda);
+  }
+}
+
+TEST(Backend, AllocationIsAlignedAndWritable) {
+  auto b = makeCpuBackend();
+  for (size_t bytes : {1u, 7u, 64u, 1000u, 1u << 20}) {
+    void* p = b->allocate(bytes);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+    std::fill_n(static_cast<char*>(p), bytes, 1);
+    b->release(p);
+  }
+  EXPECT_EQ(b->allocate(0), nullptr);
+  b->release(nullptr);
+}
+
+TEST(Backend, ThreadsFollowSetThreads) {
+  auto b = makeCpuBackend();
+  b->setThreads(1);
+  EXPECT_EQ(b->threads(), 1);
+  b->setThreads(2);
+  EXPECT_EQ(b->threads(), 2);
+  b->setThreads(0);
+  EXPECT_GE(b->threads(), 1);
+}
+
+TEST(DType, NamesAndBits) {
+  EXPECT_STREQ(dtypeName(DType::F32), "f32");
+  EXPECT_STREQ(dtypeName(DType::BF16), "bf16");
+  EXPECT_STREQ(dtypeName(DType::NF4), "nf4");
+  EXPECT_EQ(dtypeBits(DType::F32), 32);
+  EXPECT_EQ(dtypeBits(DType::BF16), 16);
+  EXPECT_EQ(dtypeBits(DType::F16), 16);
+  EXPECT_EQ(dtypeBits(DType::F8E4M3), 8);
+  EXPECT_EQ(dtypeBits(DType::F8E5M2), 8);
+  EXPECT_EQ(dtypeBits(DType::I8), 8);
+  EXPECT_EQ(dtypeBits(DType::NF4), 4);
+  EXPECT_EQ(dtypeBits(DType::I32), 32);
+  EXPECT_EQ(dtypeBits(DType::U16), 16);
+}

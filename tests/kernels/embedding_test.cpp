@@ -1,0 +1,40 @@
+// Token + position embedding forward, and backward accumulation with repeated tokens.
+#include <gtest/gtest.h>
+
+#include "TestUtil.h"
+#include "trainscope/kernels/Backend.h"
+
+using namespace ts::kernels;
+using namespace ts::kernels::test;
+
+TEST(Embedding, ForwardAndBackwardWithRepeatedTokens) {
+  auto be = makeCpuBackend();
+  for (auto [B, T, C, V] : {std::tuple{2, 13, 37, 11}, {3, 61, 1, 5}, {4, 97, 256, 31}}) {
+    const auto wte = randomVec(size_t(V) * C, 1), wpe = randomVec(size_t(T) * C, 2);
+    std::vector<int32_t> tok(size_t(B) * T);
+    for (size_t i = 0; i < tok.size(); ++i) tok[i] = int32_t((i * i + 3) % V);  // repeats
+    auto out = nanVec(size_t(B) * T * C);
+    be->embeddingForward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    std::vector<double> want(out.size());
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < T; ++t)
+        for (int c = 0; c < C; ++c)
+          want[(size_t(b) * T + t) * C + c] =
+              double(wte[size_t(tok[b * T + t]) * C + c]) + wpe[size_t(t) * C + c];
+    EXPECT_TRUE(allClose(out, want, 1e-6, 0));
+
+    const auto G = randomVec(out.size(), 3);
+    auto dwte = randomVec(wte.size(), 4), dwpe = randomVec(wpe.size(), 5);
+    auto wdte = toDouble(dwte), wdpe = toDouble(dwpe);
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < T; ++t)
+        for (int c = 0; c < C; ++c) {
+          const double g = G[(size_t(b) * T + t) * C + c];
+          wdte[size_t(tok[b * T + t]) * C + c] += g;
+          wdpe[size_t(t) * C + c] += g;
+        }
+    be->embeddingBackward(dwte.data(), dwpe.data(), G.data(), tok.data(), B, T, C);
+    EXPECT_TRUE(allClose(dwte, wdte, 1e-5, 1e-5));
+    EXPECT_TRUE(allClose(dwpe, wdpe, 1e-5, 1e-5));
+  }
+}

@@ -1,0 +1,166 @@
+// Real processes: SIGKILL mid-run, two writers + a reader, a lock held past the timeout, and
+// read-only file/directory (as an unprivileged user when the tests run as root).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <thread>
+
+#include "StoreTestUtil.h"
+#include "trainscope/core/RunStore.h"
+
+using namespace ts::core;
+using namespace ts::test;
+
+namespace {
+
+const std::string kDriver = STORE_TEST_DRIVER;
+
+int64_t startedId(Child& c) {
+  std::string line;
+  while (c.readLine(line))
+    if (line.rfind("started ", 0) == 0) return std::stoll(line.substr(8));
+  return -1;
+}
+
+int64_t stepsInDb(const std::string& db, int64_t id) {
+  auto store = RunStore::open(db, RunStore::Mode::ReadOnly);
+  auto r = store.getRun(id);
+  return r ? r->steps : 0;
+}
+
+// Steps of a run are exactly 0..n-1 with the driver's losses.
+void expectPrefix(RunStore& store, int64_t id, int64_t n) {
+  auto steps = store.steps(id);
+  ASSERT_EQ(static_cast<int64_t>(steps.size()), n);
+  for (int64_t s = 0; s < n; ++s) {
+    ASSERT_EQ(steps[s].step, s);
+    ASSERT_DOUBLE_EQ(*steps[s].loss, driverLoss(s));
+  }
+}
+
+}  // namespace
+
+TEST(StoreProcess, SigkillMidRunKeepsCommittedStepsAndShowsCrashed) {
+  TempDir tmp;
+  std::string db = tmp / "runs.db";
+  Child c({kDriver, "record", db, tmp / "run", "victim", "100000000", "1000"});
+  int64_t id = startedId(c);
+  ASSERT_GT(id, 0);
+  // Wait until a few commits have landed, then kill without warning.
+  for (int i = 0; i < 200 && stepsInDb(db, id) < 300; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  c.kill9();
+  EXPECT_EQ(c.wait(), 128 + SIGKILL);
+
+  RunStore::Options so;
+  so.staleAfterSeconds = 0;  // the pid is dead; no need to wait for the heartbeat to age
+  auto store = RunStore::open(db, RunStore::Mode::ReadOnly, so);
+  auto run = store.getRun(id);
+  ASSERT_TRUE(run);
+  EXPECT_EQ(run->status, "crashed");
+  EXPECT_GE(run->steps, 300);
+  expectPrefix(store, id, run->steps);  // every committed step, intact, nothing torn
+  EXPECT_EQ(run->lastStep, run->steps - 1);
+  // The events file is flushed before each commit: it holds at least as much.
+  auto events = readNdjson(tmp / "run/events.ndjson");
+  EXPECT_GE(countType(events, "step"), run->steps);
+  {
+    auto rw = RunStore::open(db, RunStore::Mode::ReadWrite, so);  // writes `crashed` back
+    auto imp = rw.importEvents(tmp / "run");
+    EXPECT_TRUE(imp.replaced);
+    EXPECT_EQ(rw.getRun(id)->steps, countType(events, "step"));
+    EXPECT_EQ(rw.getRun(id)->status, "crashed");
+  }
+}
+
+TEST(StoreProcess, TwoWritersAndAReaderShareOneFile) {
+  TempDir tmp;
+  std::string db = tmp / "runs.db";
+  { auto s = RunStore::open(db); }
+  const int n = 3000;
+  Child a({kDriver, "record", db, tmp / "a", "writer-a", std::to_string(n), "200"});
+  Child b({kDriver, "record", db, tmp / "b", "writer-b", std::to_string(n), "200"});
+  // Read while they write: listing and downsampled fetches never fail.
+  auto reader = RunStore::open(db, RunStore::Mode::ReadOnly);
+  int reads = 0;
+  for (int i = 0; i < 40; ++i) {
+    for (auto& r : reader.listRuns()) {
+      auto s = reader.metrics(r.id, MetricColumn::Loss, 50);
+      EXPECT_LE(s.points.size(), 50u);
+      ++reads;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  std::string outA = a.readAll(), outB = b.readAll();
+  EXPECT_EQ(a.wait(), 0);
+  EXPECT_EQ(b.wait(), 0);
+  EXPECT_EQ(outA.find("WARNING"), std::string::npos) << outA;
+  EXPECT_EQ(outB.find("WARNING"), std::string::npos) << outB;
+  EXPECT_GT(reads, 0);
+  auto store = RunStore::open(db);
+  auto runs = store.listRuns();
+  ASSERT_EQ(runs.size(), 2u);
+  for (auto& r : runs) {
+    EXPECT_EQ(r.status, "completed") << r.name;
+    expectPrefix(store, r.id, n);
+  }
+}
+
+TEST(StoreProcess, LockedPastTimeoutKeepsRecordingToFile) {
+  TempDir tmp;
+  std::string db = tmp / "runs.db";
+  { auto s = RunStore::open(db); }
+  Child locker({kDriver, "lock", db});
+  std::string line;
+  ASSERT_TRUE(locker.readLine(line));
+  ASSERT_EQ(line, "locked");
+  Child rec({kDriver, "record", db, tmp / "r", "blocked", "200", "0", "--busy-ms", "300"});
+  std::string out = rec.readAll();
+  EXPECT_EQ(rec.wait(), 0);
+  EXPECT_NE(out.find("WARNING: database " + db + " is locked"), std::string::npos) << out;
+  EXPECT_NE(out.find("events.ndjson"), std::string::npos) << out;
+  EXPECT_EQ(countType(readNdjson(tmp / "r/events.ndjson"), "step"), 200);
+  locker.kill9();
+  locker.wait();
+  // Once the lock is gone the file loads into the same database: nothing lost.
+  auto store = RunStore::open(db);
+  auto imp = store.importEvents(tmp / "r");
+  expectPrefix(store, imp.runId, 200);
+  EXPECT_EQ(store.getRun(imp.runId)->status, "completed");
+}
+
+namespace {
+// World-writable directory for files an unprivileged child must create.
+void openUp(const fs::path& p) { chmod(p.c_str(), 0777); }
+}  // namespace
+
+TEST(StoreProcess, ReadOnlyFileKeepsRecordingToFile) {
+  TempDir tmp;
+  openUp(tmp.path());
+  std::string db = tmp / "runs.db";
+  { auto s = RunStore::open(db); }
+  chmod(db.c_str(), 0444);
+  fs::create_directories(tmp.path() / "r");
+  openUp(tmp.path() / "r");
+  Child rec({kDriver, "record", db, tmp / "r", "ro", "100", "0", "--as-nobody"});
+  std::string out = rec.readAll();
+  ASSERT_EQ(rec.wait(), 0) << out;
+  EXPECT_NE(out.find("WARNING: database " + db + " is read-only"), std::string::npos) << out;
+  EXPECT_EQ(countType(readNdjson(tmp / "r/events.ndjson"), "step"), 100);
+}
+
+TEST(StoreProcess, ReadOnlyDirectoryKeepsRecordingToFile) {
+  TempDir tmp;
+  openUp(tmp.path());
+  fs::create_directories(tmp.path() / "locked");
+  chmod((tmp.path() / "locked").c_str(), 0555);
+  fs::create_directories(tmp.path() / "r");
+  openUp(tmp.path() / "r");
+  std::string db = tmp / "locked/runs.db";
+  Child rec({kDriver, "record", db, tmp / "r", "rodir", "100", "0", "--as-nobody"});
+  std::string out = rec.readAll();
+  ASSERT_EQ(rec.wait(), 0) << out;
+  EXPECT_NE(out.find("WARNING: database " + db + " is read-only"), std::string::npos) << out;
+  EXPECT_EQ(countType(readNdjson(tmp / "r/events.ndjson"), "step"), 100);
+}
