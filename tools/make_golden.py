@@ -17,7 +17,7 @@ LayerNorm eps 1e-5, GELU with the tanh approximation (GPT-2's).
 The reference is computed in float64 from the stored fp32 weights (so the only error in the
 files is the final rounding to fp32), and cross-checked three ways:
   1. an fp32 forward/backward of the same code agrees to ~1e-6 relative;
-  2. torch.autograd.gradcheck on a smaller slice (central differences) passes;
+  2. central differences in float64 on random elements of every parameter tensor agree;
   3. when `transformers` is installed, Hugging Face's GPT2LMHeadModel (its Conv1D stores
      weights (in, out), so they are transposed in) gives the same logits, loss and gradients.
 
@@ -128,16 +128,25 @@ def max_rel(a, b):
     return ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-30)).item()
 
 
-def check_gradcheck(w32, inputs, targets):
-    # Central differences on a one-sequence slice, every parameter at once, in float64.
-    w = {k: v.double().clone().requires_grad_(True) for k, v in w32.items()}
-    names = list(w)
-
-    def f(*params):
-        return forward(dict(zip(names, params)), inputs[:1, :6], targets[:1, :6],
-                       CFG["heads"], CFG["layers"])[1]
-
-    return torch.autograd.gradcheck(f, tuple(w[n] for n in names), eps=1e-6, atol=1e-7, rtol=1e-5)
+def check_finite_differences(w32, inputs, targets, ref_grads, per_tensor=4, eps=1e-6):
+    """Central differences in float64 on a few random elements of every parameter tensor."""
+    w = {k: v.double().clone() for k, v in w32.items()}
+    g = torch.Generator().manual_seed(99)
+    worst = 0.0
+    for k, v in w.items():
+        flat = v.view(-1)
+        for idx in torch.randint(0, flat.numel(), (per_tensor,), generator=g).tolist():
+            old = flat[idx].item()
+            flat[idx] = old + eps
+            lp = forward(w, inputs, targets, CFG["heads"], CFG["layers"])[1].item()
+            flat[idx] = old - eps
+            lm = forward(w, inputs, targets, CFG["heads"], CFG["layers"])[1].item()
+            flat[idx] = old
+            fd = (lp - lm) / (2 * eps)
+            an = ref_grads[k].view(-1)[idx].item()
+            err = abs(fd - an) / max(abs(an), 1e-4)
+            worst = max(worst, err)
+    return worst
 
 
 def check_hf(w32, inputs, targets, ref_logits, ref_loss, ref_grads):
@@ -148,7 +157,7 @@ def check_hf(w32, inputs, targets, ref_logits, ref_loss, ref_grads):
         return None
     C, L = CFG["d_model"], CFG["layers"]
     cfg = GPT2Config(vocab_size=CFG["vocab"], n_positions=CFG["seq_len"], n_embd=C, n_layer=L,
-                     n_head=CFG["heads"], activation_function="gelu_new", layer_norm_epsilon=LN_EPS,
+                     n_head=CFG["heads"], bos_token_id=0, eos_token_id=0, activation_function="gelu_new", layer_norm_epsilon=LN_EPS,
                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=True)
     model = GPT2LMHeadModel(cfg).double().eval()
     sd = {}
@@ -193,8 +202,9 @@ def main():
     worst = max([max_rel(l32, logits), max_rel(loss32, loss)] + [max_rel(g32[k], grads[k]) for k in grads])
     print(f"fp32 vs fp64 reference: max relative error {worst:.2e}")
     assert worst < 1e-4, worst
-    assert check_gradcheck(w32, inputs, targets)
-    print("gradcheck (central differences, float64): ok")
+    fd = check_finite_differences(w32, inputs, targets, grads)
+    print(f"central differences (float64, 4 elements per tensor): max relative error {fd:.2e}")
+    assert fd < 1e-5, fd
     hf = check_hf(w32, inputs, targets, logits, loss, grads)
     if hf is not None:
         worst_hf = max(hf.values())
@@ -229,8 +239,10 @@ def main():
         "seed": args.seed,
     }
     with open(os.path.join(args.out, "tiny_gpt.json"), "w") as f:
-        json.dump(shape, f, indent=2)
+        json.dump(shape, f, indent=1)
         f.write("\n")
+    for name in ("tiny_gpt.safetensors", "tiny_gpt_expected.safetensors", "tiny_gpt.json"):
+        os.chmod(os.path.join(args.out, name), 0o644)  # safetensors writes 0600
     print(f"loss {loss.item():.6f} (ln V = {math.log(CFG['vocab']):.6f}); wrote {args.out}")
     return 0
 

@@ -14,6 +14,8 @@
 #include <QElapsedTimer>
 #include <QTimer>
 
+#include "AppStyle.h"
+#include "ChartView.h"
 #include "RunDashboard.h"
 #include "trainscope/core/Protocol.h"
 #include "trainscope/gui/EngineClient.h"
@@ -38,6 +40,7 @@ static long rssKiB() {
 int main(int argc, char** argv) {
   if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
   QApplication app(argc, argv);
+  ts::gui::applyAppStyle(app);
   const int64_t total = argc > 1 ? std::atoll(argv[1]) : 1000000;
   const int perChunk = 300;  // ~64 KiB of NDJSON: what one pipe read delivers
 

@@ -49,18 +49,23 @@ void BM_Sgemm(benchmark::State& state) {
     backend().matmul(C.data(), A.data(), B.data(), M, N, K, ta, tb, 1.0f, 0.0f);
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K * 1e-9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * M * N * K * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 // M, N, K, transpose bits (1 = A^T, 2 = B^T), threads. GPT-2 small shapes for B*T = 1024.
 BENCHMARK(BM_Sgemm)
     ->ArgNames({"M", "N", "K", "tr", "thr"})
     ->ArgsProduct({{768}, {768}, {768}, {0}, {1, 2}})
-    ->Args({1024, 2304, 768, 2, 1})->Args({1024, 2304, 768, 2, 2})   // qkv fwd (x W^T)
-    ->Args({1024, 3072, 768, 2, 1})->Args({1024, 3072, 768, 2, 2})   // fc fwd
-    ->Args({768, 3072, 1024, 1, 1})->Args({768, 3072, 1024, 1, 2})   // dW = dY^T X
-    ->Args({1024, 768, 3072, 0, 1})->Args({1024, 768, 3072, 0, 2})   // dX = dY W
-    ->Args({512, 512, 512, 0, 1})->Args({512, 512, 512, 0, 2})
+    ->Args({1024, 2304, 768, 2, 1})
+    ->Args({1024, 2304, 768, 2, 2})  // qkv fwd (x W^T)
+    ->Args({1024, 3072, 768, 2, 1})
+    ->Args({1024, 3072, 768, 2, 2})  // fc fwd
+    ->Args({768, 3072, 1024, 1, 1})
+    ->Args({768, 3072, 1024, 1, 2})  // dW = dY^T X
+    ->Args({1024, 768, 3072, 0, 1})
+    ->Args({1024, 768, 3072, 0, 2})  // dX = dY W
+    ->Args({512, 512, 512, 0, 1})
+    ->Args({512, 512, 512, 0, 2})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
@@ -72,16 +77,16 @@ void BM_LayerNormForward(benchmark::State& state) {
   auto x = randomVec(size_t(kN) * kC), out = x, w = randomVec(kC), b = randomVec(kC);
   std::vector<float> mean(kN), rstd(kN);
   for (auto _ : state)
-    backend().layernormForward(out.data(), mean.data(), rstd.data(), x.data(), w.data(),
-                               b.data(), kN, kC, 1e-5f);
+    backend().layernormForward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(),
+                               kN, kC, 1e-5f);
   setBytes(state, 2.0 * kN * kC * 4);
 }
 void BM_LayerNormBackward(benchmark::State& state) {
   setThreads(state, 0);
   auto x = randomVec(size_t(kN) * kC), g = x, dx = x, w = randomVec(kC), b = w, dw = w, db = w;
   std::vector<float> mean(kN), rstd(kN), out(x.size());
-  backend().layernormForward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(),
-                             kN, kC, 1e-5f);
+  backend().layernormForward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), kN,
+                             kC, 1e-5f);
   for (auto _ : state)
     backend().layernormBackward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(),
                                 mean.data(), rstd.data(), kN, kC);
@@ -171,9 +176,8 @@ void BM_EmbeddingBackward(benchmark::State& state) {
 // Attention: B=4, T=256, C=768, NH=12. Reported as GFLOP/s of the causal useful work
 // (fwd: 2 GEMMs of T*T*hs/2 each -> 2*B*NH*T*T*hs FLOPs; bwd: twice that).
 void attnCounters(benchmark::State& state, int B, int T, int C, double mult) {
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(mult * 2.0 * B * T * T * C * 1e-9,
-                         benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(mult * 2.0 * B * T * T * C * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 void BM_Attention(benchmark::State& state) {
   const bool flash = state.range(0), bwd = state.range(1);
@@ -194,11 +198,11 @@ void BM_Attention(benchmark::State& state) {
     if (!bwd)
       fwd();
     else if (flash)
-      backend().flashAttentionBackward(dqkv.data(), g.data(), out.data(), lse.data(),
-                                       qkv.data(), B, T, C, NH);
+      backend().flashAttentionBackward(dqkv.data(), g.data(), out.data(), lse.data(), qkv.data(), B,
+                                       T, C, NH);
     else
-      backend().attentionBackward(dqkv.data(), datt.data(), g.data(), qkv.data(), att.data(), B,
-                                  T, C, NH);
+      backend().attentionBackward(dqkv.data(), datt.data(), g.data(), qkv.data(), att.data(), B, T,
+                                  C, NH);
   }
   attnCounters(state, B, T, C, bwd ? 2.0 : 1.0);
 }

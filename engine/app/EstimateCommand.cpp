@@ -35,8 +35,7 @@ bool parseSize(const std::string& flag, const std::string& text, int64_t& out) {
   if (text.empty()) return true;
   auto v = core::parseByteSize(text);
   if (!v || *v <= 0) {
-    std::fprintf(stderr,
-                 "%s: '%s' is not a memory size (use e.g. 24GiB, 80GB, 512MiB or bytes)\n",
+    std::fprintf(stderr, "%s: '%s' is not a memory size (use e.g. 24GiB, 80GB, 512MiB or bytes)\n",
                  flag.c_str(), text.c_str());
     return false;
   }
@@ -47,8 +46,7 @@ bool parseSize(const std::string& flag, const std::string& text, int64_t& out) {
 bool parseActivationModel(const std::string& text, core::ActivationModel& out) {
   auto m = core::activationModelFromString(text);
   if (!m) {
-    std::fprintf(stderr, "--activation-model: '%s' is not one of engine, pytorch\n",
-                 text.c_str());
+    std::fprintf(stderr, "--activation-model: '%s' is not one of engine, pytorch\n", text.c_str());
     return false;
   }
   out = *m;
@@ -86,8 +84,9 @@ void addEstimateCommands(CLI::App& app, int& exitCode) {
   };
   auto eo = std::make_shared<EstimateOptions>();
   CLI::App* est = app.add_subcommand(
-      "estimate", "Predict per-rank memory (parameters, gradients, optimizer state, activations, "
-                  "workspace per device/host/nvme tier), FLOPs and batch for a run config");
+      "estimate",
+      "Predict per-rank memory (parameters, gradients, optimizer state, activations, "
+      "workspace per device/host/nvme tier), FLOPs and batch for a run config");
   est->add_option("CONFIG", eo->config, "Run config JSON file")->required();
   est->add_option("--device-memory", eo->deviceMemory,
                   "Memory per device to check the fit against, e.g. 24GiB, 80GB");
@@ -112,34 +111,37 @@ void addEstimateCommands(CLI::App& app, int& exitCode) {
     }
     options.nf4_double_quant = eo->doubleQuant;
     core::MemoryEstimate e = core::estimateMemory(config, options);
-    if (eo->json) std::cout << core::toJson(e).dump() << std::endl;
-    else std::cout << core::formatMemoryTable(e);
+    if (eo->json)
+      std::cout << core::toJson(e).dump() << std::endl;
+    else
+      std::cout << core::formatMemoryTable(e);
     exitCode = exportConfig(config, eo->dsOut, eo->hfOut) ? kExitOk : kExitRunFailed;
   });
 
   struct PlanOptions {
     std::string config, model, deviceMemory = "80GiB", hostMemory, goal = "fit",
-                                activationModel = "pytorch", dsOut, hfOut;
+                               activationModel = "pytorch", dsOut, hfOut;
     std::vector<std::string> overrides;
     int ranks = 0, seqLen = 0, microBatch = 0, top = 10;
     int64_t globalBatch = 0;
-    bool json = false, noAdapters = false, noOffload = false, allowNvme = false,
-         allowFp8 = false;
+    bool json = false, noAdapters = false, noOffload = false, allowNvme = false, allowFp8 = false;
   };
   auto po = std::make_shared<PlanOptions>();
   CLI::App* plan = app.add_subcommand(
-      "plan", "Rank technique combinations that fit a model on given devices (fit, fastest, "
-              "largest batch) with predicted memory and relative step cost");
+      "plan",
+      "Rank technique combinations that fit a model on given devices (fit, fastest, "
+      "largest batch) with predicted memory and relative step cost");
   plan->add_option("CONFIG", po->config, "Run config JSON file (or use --model)");
-  plan->add_option("--model", po->model,
-                   "Model preset: " + [] {
-                     std::string s;
-                     for (const auto& n : core::modelPresetNames()) s += (s.empty() ? "" : ", ") + n;
-                     return s;
-                   }());
+  plan->add_option(
+      "--model", po->model, "Model preset: " + [] {
+        std::string s;
+        for (const auto& n : core::modelPresetNames()) s += (s.empty() ? "" : ", ") + n;
+        return s;
+      }());
   plan->add_option("--device-memory", po->deviceMemory, "Memory per device (default 80GiB)");
-  plan->add_option("--host-memory", po->hostMemory, "Host RAM per rank for offload (default: "
-                                                    "unlimited)");
+  plan->add_option("--host-memory", po->hostMemory,
+                   "Host RAM per rank for offload (default: "
+                   "unlimited)");
   plan->add_option("--ranks", po->ranks, "Data-parallel ranks (default: the config's)")
       ->check(CLI::Range(1, 1 << 20));
   plan->add_option("--goal", po->goal, "fit | fastest | largest_batch")
@@ -204,14 +206,16 @@ void addEstimateCommands(CLI::App& app, int& exitCode) {
       return;
     }
     core::PlanResult result = core::planTraining(req);
-    if (po->json) std::cout << core::toJson(result).dump() << std::endl;
-    else std::cout << core::formatPlans(result);
+    if (po->json)
+      std::cout << core::toJson(result).dump() << std::endl;
+    else
+      std::cout << core::formatPlans(result);
     if (result.plans.empty()) {
       exitCode = kExitRunFailed;
       return;
     }
-    exitCode = exportConfig(result.plans.front().config, po->dsOut, po->hfOut) ? kExitOk
-                                                                                : kExitRunFailed;
+    exitCode =
+        exportConfig(result.plans.front().config, po->dsOut, po->hfOut) ? kExitOk : kExitRunFailed;
   });
 }
 

@@ -1,13 +1,13 @@
 // `trainscope-engine runs list|show|export|delete|import`: the run store on the command line.
 #include <algorithm>
 #include <cmath>
-#include <functional>
-#include <map>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -101,11 +101,21 @@ std::string bytes(int64_t b) {
 }
 
 json summaryJson(const core::RunSummary& r) {
-  json j = {{"id", r.id},           {"name", r.name},         {"tags", r.tags},
-            {"notes", r.notes},     {"created", r.created},   {"started", r.started},
-            {"finished", r.finished}, {"status", r.status},   {"reason", r.reason},
-            {"backend", r.backend}, {"ranks", r.ranks},       {"steps", r.steps},
-            {"last_step", r.lastStep}, {"peak_memory", r.peakMemory}, {"run_dir", r.runDir}};
+  json j = {{"id", r.id},
+            {"name", r.name},
+            {"tags", r.tags},
+            {"notes", r.notes},
+            {"created", r.created},
+            {"started", r.started},
+            {"finished", r.finished},
+            {"status", r.status},
+            {"reason", r.reason},
+            {"backend", r.backend},
+            {"ranks", r.ranks},
+            {"steps", r.steps},
+            {"last_step", r.lastStep},
+            {"peak_memory", r.peakMemory},
+            {"run_dir", r.runDir}};
   j["last_loss"] = r.lastLoss ? json(*r.lastLoss) : json(nullptr);
   j["best_eval_loss"] = r.bestEvalLoss ? json(*r.bestEvalLoss) : json(nullptr);
   j["tokens_per_s"] = r.tokensPerS ? json(*r.tokensPerS) : json(nullptr);
@@ -120,9 +130,9 @@ int64_t resolveRun(RunStore& store, const std::string& ref) {
   long long id = std::strtoll(ref.c_str(), &end, 10);
   if (!ref.empty() && end == ref.c_str() + ref.size()) {
     if (store.getRun(id)) return id;
-    throw StoreError(StoreError::Kind::BadInput,
-                     "run " + ref + " is not in database " + store.path() +
-                         " (see `trainscope-engine runs list`)");
+    throw StoreError(StoreError::Kind::BadInput, "run " + ref + " is not in database " +
+                                                     store.path() +
+                                                     " (see `trainscope-engine runs list`)");
   }
   core::RunFilter f;
   f.nameContains = ref;
@@ -146,7 +156,8 @@ int doList(const RunsOptions& o) {
     if (std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
       std::fprintf(stderr,
                    "runs list: --status '%s' is not a status (running, completed, stopped, "
-                   "failed, crashed)\n", s.c_str());
+                   "failed, crashed)\n",
+                   s.c_str());
       return kExitBadInput;
     }
   }
@@ -156,8 +167,10 @@ int doList(const RunsOptions& o) {
   if (!o.config.empty()) {
     auto eq = o.config.find('=');
     if (eq == std::string::npos || eq == 0) {
-      std::fprintf(stderr, "runs list: --config '%s' must look like path=value (e.g. "
-                   "optimizer.lr=0.001)\n", o.config.c_str());
+      std::fprintf(stderr,
+                   "runs list: --config '%s' must look like path=value (e.g. "
+                   "optimizer.lr=0.001)\n",
+                   o.config.c_str());
       return kExitBadInput;
     }
     f.configPath = o.config.substr(0, eq);
@@ -167,21 +180,29 @@ int doList(const RunsOptions& o) {
     if (text->empty()) continue;
     *target = parseTime(*text);
     if (!*target) {
-      std::fprintf(stderr, "runs list: '%s' is not a date (YYYY-MM-DD, YYYY-MM-DDTHH:MM:SS or "
-                   "epoch seconds)\n", text->c_str());
+      std::fprintf(stderr,
+                   "runs list: '%s' is not a date (YYYY-MM-DD, YYYY-MM-DDTHH:MM:SS or "
+                   "epoch seconds)\n",
+                   text->c_str());
       return kExitBadInput;
     }
   }
   static const std::map<std::string, core::RunSortKey> sorts = {
-      {"created", core::RunSortKey::Created},   {"name", core::RunSortKey::Name},
-      {"status", core::RunSortKey::Status},     {"steps", core::RunSortKey::Steps},
-      {"loss", core::RunSortKey::LastLoss},     {"eval_loss", core::RunSortKey::BestEvalLoss},
-      {"tokens_per_s", core::RunSortKey::TokensPerS}, {"memory", core::RunSortKey::PeakMemory},
+      {"created", core::RunSortKey::Created},
+      {"name", core::RunSortKey::Name},
+      {"status", core::RunSortKey::Status},
+      {"steps", core::RunSortKey::Steps},
+      {"loss", core::RunSortKey::LastLoss},
+      {"eval_loss", core::RunSortKey::BestEvalLoss},
+      {"tokens_per_s", core::RunSortKey::TokensPerS},
+      {"memory", core::RunSortKey::PeakMemory},
       {"id", core::RunSortKey::Id}};
   auto sit = sorts.find(o.sort);
   if (sit == sorts.end()) {
-    std::fprintf(stderr, "runs list: --sort '%s' is not one of created, name, status, steps, "
-                 "loss, eval_loss, tokens_per_s, memory, id\n", o.sort.c_str());
+    std::fprintf(stderr,
+                 "runs list: --sort '%s' is not one of created, name, status, steps, "
+                 "loss, eval_loss, tokens_per_s, memory, id\n",
+                 o.sort.c_str());
     return kExitBadInput;
   }
   f.sort = sit->second;
@@ -283,8 +304,8 @@ int doExport(const RunsOptions& o) {
   if (o.format == "csv") {
     out << "step,time,loss,lr,grad_norm,loss_scale,tokens,tokens_per_s,step_ms,skipped\n";
     for (auto& s : store.steps(id)) {
-      out << s.step << "," << csvNum(s.time) << "," << csvNum(s.loss) << "," << csvNum(s.lr)
-          << "," << csvNum(s.gradNorm) << "," << csvNum(s.lossScale) << ","
+      out << s.step << "," << csvNum(s.time) << "," << csvNum(s.loss) << "," << csvNum(s.lr) << ","
+          << csvNum(s.gradNorm) << "," << csvNum(s.lossScale) << ","
           << (s.tokens ? std::to_string(*s.tokens) : "") << "," << csvNum(s.tokensPerS) << ","
           << csvNum(s.stepMs) << "," << (s.skipped ? 1 : 0) << "\n";
     }
@@ -294,10 +315,15 @@ int doExport(const RunsOptions& o) {
     json steps = json::array();
     auto opt = [](const auto& v) { return v ? json(*v) : json(nullptr); };
     for (auto& s : store.steps(id))
-      steps.push_back({{"step", s.step}, {"time", s.time}, {"loss", opt(s.loss)},
-                       {"lr", opt(s.lr)}, {"grad_norm", opt(s.gradNorm)},
-                       {"loss_scale", opt(s.lossScale)}, {"tokens", opt(s.tokens)},
-                       {"tokens_per_s", opt(s.tokensPerS)}, {"step_ms", opt(s.stepMs)},
+      steps.push_back({{"step", s.step},
+                       {"time", s.time},
+                       {"loss", opt(s.loss)},
+                       {"lr", opt(s.lr)},
+                       {"grad_norm", opt(s.gradNorm)},
+                       {"loss_scale", opt(s.lossScale)},
+                       {"tokens", opt(s.tokens)},
+                       {"tokens_per_s", opt(s.tokensPerS)},
+                       {"step_ms", opt(s.stepMs)},
                        {"skipped", s.skipped}});
     j["metrics"] = steps;
     json evs = json::array();
@@ -344,10 +370,8 @@ int doImport(const RunsOptions& o) {
   auto store = openStore(o, true);
   auto r = store.importEvents(o.source);
   std::printf("%s run %lld from %s: %lld events%s\n", r.replaced ? "replaced" : "imported",
-              static_cast<long long>(r.runId), o.source.c_str(),
-              static_cast<long long>(r.events),
-              r.badLines ? (", " + std::to_string(r.badLines) + " bad lines skipped").c_str()
-                         : "");
+              static_cast<long long>(r.runId), o.source.c_str(), static_cast<long long>(r.events),
+              r.badLines ? (", " + std::to_string(r.badLines) + " bad lines skipped").c_str() : "");
   return kExitOk;
 }
 
@@ -401,8 +425,9 @@ void addRunsCommand(CLI::App& app, int& exitCode) {
   show->add_flag("--json", opts->asJson, "Print JSON");
   show->callback(guarded([opts] { return doShow(*opts); }, exitCode));
 
-  auto* exp = runs->add_subcommand("export", "Export a run's metrics (csv, json) or profile "
-                                             "(chrome trace)");
+  auto* exp = runs->add_subcommand("export",
+                                   "Export a run's metrics (csv, json) or profile "
+                                   "(chrome trace)");
   addDb(exp);
   exp->add_option("run", opts->run, "Run id or name")->required();
   exp->add_option("--format", opts->format, "csv | json | chrome")->required();
@@ -415,8 +440,9 @@ void addRunsCommand(CLI::App& app, int& exitCode) {
   del->add_flag("--keep-files", opts->keepFiles, "Keep the run directory's files");
   del->callback(guarded([opts] { return doDelete(*opts); }, exitCode));
 
-  auto* imp = runs->add_subcommand("import", "Load a run directory's events.ndjson into the "
-                                             "database");
+  auto* imp = runs->add_subcommand("import",
+                                   "Load a run directory's events.ndjson into the "
+                                   "database");
   addDb(imp);
   imp->add_option("source", opts->source, "Run directory or events.ndjson file")->required();
   imp->callback(guarded([opts] { return doImport(*opts); }, exitCode));

@@ -19,6 +19,7 @@ QSpinBox* ConfigBinder::intSpin(const char* path, int min, int max, const QStrin
   w->setToolTip(tip);
   w->setProperty("configPath", path);
   w->setKeyboardTracking(false);
+  w->setMinimumWidth(150);
   const std::string p = path;
   auto refresh = [this, w, p] {
     const auto v = doc_->value(p);
@@ -40,6 +41,7 @@ QDoubleSpinBox* ConfigBinder::doubleSpin(const char* path, double min, double ma
   w->setToolTip(tip);
   w->setProperty("configPath", path);
   w->setKeyboardTracking(false);
+  w->setMinimumWidth(150);
   const std::string p = path;
   auto refresh = [this, w, p] {
     const auto v = doc_->value(p);
@@ -57,6 +59,7 @@ QComboBox* ConfigBinder::choice(const char* path, const QList<QPair<QString, QSt
   auto* w = new QComboBox;
   for (const auto& [label, value] : items) w->addItem(label, value);
   w->setToolTip(tip);
+  w->setMinimumWidth(150);
   w->setProperty("configPath", path);
   const std::string p = path;
   auto refresh = [this, w, p] {
@@ -80,6 +83,7 @@ QComboBox* ConfigBinder::intChoice(const char* path, const QList<QPair<QString, 
   auto* w = new QComboBox;
   for (const auto& [label, value] : items) w->addItem(label, value);
   w->setToolTip(tip);
+  w->setMinimumWidth(150);
   w->setProperty("configPath", path);
   const std::string p = path;
   auto refresh = [this, w, p] {

@@ -49,8 +49,19 @@ int MemoryBars::rowsNeeded() const {
   return std::min<int>(8, static_cast<int>(bars_->ranks.size()));
 }
 
-QSize MemoryBars::sizeHint() const { return {320, 96 + rowsNeeded() * 58}; }
-QSize MemoryBars::minimumSizeHint() const { return {220, 90 + rowsNeeded() * 58}; }
+int MemoryBars::extraTierRows() const {
+  int n = 0;
+  if (!bars_) return 0;
+  for (int i = 0; i < rowsNeeded(); ++i)
+    for (auto t : {core::MemoryTier::Host, core::MemoryTier::Nvme})
+      n += bars_->ranks[i].totalPeak(t) > 0 ? 1 : 0;
+  return n;
+}
+
+QSize MemoryBars::sizeHint() const { return {320, 100 + rowsNeeded() * 58 + extraTierRows() * 26}; }
+QSize MemoryBars::minimumSizeHint() const {
+  return {220, 96 + rowsNeeded() * 58 + extraTierRows() * 26};
+}
 
 void MemoryBars::paintEvent(QPaintEvent*) {
   QPainter p(this);
@@ -80,7 +91,11 @@ void MemoryBars::paintEvent(QPaintEvent*) {
     for (const auto& r : marks_->ranks)
       maxDevice = std::max<double>(maxDevice, r.totalPeak(core::MemoryTier::Device));
   }
-  const double scale = std::max<double>({maxDevice, static_cast<double>(capacity_), 1.0}) * 1.02;
+  // Against the capacity when that shows something; a run using a sliver of a big device is
+  // drawn to its own scale (the text still says how much of the device it uses).
+  const bool capScale = capacity_ > 0 && maxDevice >= 0.25 * static_cast<double>(capacity_);
+  const double scale = capScale ? std::max<double>({maxDevice, static_cast<double>(capacity_), 1.0}) * 1.02
+                                : std::max(maxDevice, 1.0) * 1.04;
   const int barW = right - left;
 
   const int rows = rowsNeeded();
@@ -91,11 +106,16 @@ void MemoryBars::paintEvent(QPaintEvent*) {
     p.setPen(QColor("#323f4b"));
     QString head = QStringLiteral("Rank %1 · device").arg(r.rank);
     QString val = formatBytes(total);
-    if (capacity_ > 0) val += QStringLiteral(" of %1").arg(formatBytes(static_cast<double>(capacity_)));
+    if (capacity_ > 0) {
+      const double pct = 100.0 * total / static_cast<double>(capacity_);
+      val += QStringLiteral(" of %1 (%2%)")
+                 .arg(formatBytes(static_cast<double>(capacity_)))
+                 .arg(pct < 1 ? QString::number(pct, 'f', 2) : QString::number(pct, 'f', 0));
+    }
     p.drawText(QRect(left, y, barW, fm.height()), Qt::AlignLeft | Qt::AlignVCenter, head);
     p.setPen(capacity_ > 0 && total > capacity_ ? QColor("#b42318") : QColor("#52606d"));
     p.drawText(QRect(left, y, barW, fm.height()), Qt::AlignRight | Qt::AlignVCenter, val);
-    y += fm.height() + 2;
+    y += fm.height() + (marks_ ? 10 : 2);  // room for the prediction ticks
     const int barH = 16;
     QRectF track(left, y, barW, barH);
     p.setPen(Qt::NoPen);
@@ -112,7 +132,7 @@ void MemoryBars::paintEvent(QPaintEvent*) {
       p.drawRect(QRectF(x, y, std::max(w, 1.0), barH));
       x += w;
     }
-    if (capacity_ > 0) {  // capacity line
+    if (capScale) {  // capacity line
       const double cx = left + capacity_ / scale * barW;
       p.setPen(QPen(QColor("#b42318"), 1.5, Qt::DashLine));
       p.drawLine(QPointF(cx, y - 3), QPointF(cx, y + barH + 3));
@@ -187,7 +207,8 @@ void MemoryBars::paintEvent(QPaintEvent*) {
   p.setPen(QColor("#7b8794"));
   QString foot = predicted_ ? "Estimated peak per rank" : "Measured peak per rank";
   if (marks_) foot += " · ▼ predicted";
-  if (capacity_ > 0) foot += " · dashed line: device capacity";
+  if (capScale) foot += " · dashed line: device capacity";
+  else if (capacity_ > 0) foot += " · drawn to scale of the largest rank";
   p.drawText(QRect(left, y, barW, sfm.height() * 2), Qt::AlignLeft | Qt::TextWordWrap, foot);
 }
 

@@ -34,6 +34,7 @@ class MemoryBars : public QWidget {
 
  private:
   int rowsNeeded() const;
+  int extraTierRows() const;
   std::optional<core::MemoryReport> bars_, marks_;
   int64_t capacity_ = 0;
   bool predicted_ = true;

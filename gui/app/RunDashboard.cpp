@@ -93,6 +93,7 @@ RunDashboard::RunDashboard(LiveRun* run, EngineClient* client, QWidget* parent)
   lr_->setAxisTitles("step", "learning rate");
   lr_->setYLabelFormat("%.1e");
   lr_->setLegendVisible(false);
+  lr_->setYFloor(0);
   lrS_ = lr_->addSeries("lr", QColor("#0d9488"));
   tps_ = new ChartView("Throughput");
   tps_->setAxisTitles("step", "tokens/s");
@@ -156,8 +157,10 @@ RunDashboard::RunDashboard(LiveRun* run, EngineClient* client, QWidget* parent)
   grid->addWidget(memBox, 0, 2, 2, 1);
   grid->addWidget(tps_, 1, 0);
   grid->addWidget(memTime_, 1, 1);
-  grid->addWidget(scale_, 2, 0);
-  grid->addWidget(log_, 2, 1, 1, 2);
+  auto* bottom = new QHBoxLayout;  // loss scale only appears for fp16; the log takes the rest
+  bottom->addWidget(scale_, 1);
+  bottom->addWidget(log_, 2);
+  grid->addLayout(bottom, 2, 0, 1, 3);
   grid->setColumnStretch(0, 3);
   grid->setColumnStretch(1, 3);
   grid->setColumnStretch(2, 2);
@@ -217,8 +220,9 @@ void RunDashboard::updateControls() {
 }
 
 void RunDashboard::refresh() {
-  if (!run_->dirty()) return;
+  if (!run_->dirty() && !force_) return;
   run_->clearDirty();
+  force_ = false;
   ++redraws_;
   // Header.
   const RunState s = run_->state();

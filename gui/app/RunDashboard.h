@@ -29,7 +29,10 @@ class RunDashboard : public QWidget {
   EngineClient* client() const { return client_; }
   // Redraws now if anything changed (the timer calls this; the benchmark and tests too).
   void refresh();
-  void setDeviceCapacity(int64_t bytes) { capacity_ = bytes; }
+  void setDeviceCapacity(int64_t bytes) {
+    capacity_ = bytes;
+    force_ = true;
+  }
 
   ChartView* lossChart() const { return loss_; }
   ChartView* lrChart() const { return lr_; }
@@ -62,6 +65,7 @@ class RunDashboard : public QWidget {
   uint64_t logShown_ = 0;
   uint64_t redraws_ = 0;
   int64_t capacity_ = 0;
+  bool force_ = false;
 };
 
 }  // namespace ts::gui

@@ -69,15 +69,16 @@ RunWizard::RunWizard(ConfigDocument* doc, const RunRepository* repo, QWidget* pa
   caps_.text = "CPU";
   nav_ = new QListWidget;
   nav_->setObjectName("WizardSteps");
-  nav_->setFixedWidth(170);
+  nav_->setFixedWidth(200);
+  nav_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
   stack_ = new QStackedWidget;
 
   addPage("Start", buildStartPage(), {"name"});
-  addPage("Model && data", buildModelPage(), {"model", "data"});
+  addPage("Model & data", buildModelPage(), {"model", "data"});
   addPage("Precision", buildPrecisionPage(), {"precision"});
   addPage("Memory", buildMemoryPage(), {"memory", "attention", "train.micro_batch", "train.grad_accum"});
   addPage("Parallelism", buildParallelPage(), {"parallel", "device"});
-  addPage("Optimizer && schedule", buildOptimizerPage(),
+  addPage("Optimizer & schedule", buildOptimizerPage(),
           {"optimizer", "schedule", "curriculum", "train.steps", "train.grad_clip"});
   addPage("Fine-tuning", buildFinetunePage(), {"finetune", "distill"});
   addPage("Profiling", buildProfilingPage(), {"profile", "train.eval_every", "train.checkpoint_every", "train.seed"});
@@ -215,13 +216,22 @@ QWidget* RunWizard::buildStartPage() {
   presets_->setWordWrap(true);
   presetData_ = PresetLibrary::builtIn();
   for (const auto& p : presetData_) {
-    auto* item = new QListWidgetItem(
-        QStringLiteral("%1\n%2").arg(p.title, p.summary.isEmpty() ? p.id : p.summary));
+    // Plain text first line = the title (tests and accessibility read it); shown as rich text.
+    auto* item = new QListWidgetItem(QStringLiteral("%1\n%2").arg(p.title, p.summary));
     item->setToolTip(p.summary);
+    item->setForeground(Qt::transparent);
     presets_->addItem(item);
+    auto* label = new QLabel(QStringLiteral("<b>%1</b><br><span style='color:#52606d'>%2</span>")
+                                 .arg(p.title.toHtmlEscaped(), p.summary.toHtmlEscaped()));
+    label->setWordWrap(true);
+    label->setContentsMargins(6, 5, 6, 5);
+    label->setAttribute(Qt::WA_TransparentForMouseEvents);
+    item->setSizeHint(QSize(10, label->heightForWidth(560) + 12));
+    presets_->setItemWidget(item, label);
   }
   if (presetData_.empty()) presets_->addItem("(no presets were built into this binary)");
-  presets_->setMinimumHeight(150);
+  presets_->setMinimumHeight(220);
+  presets_->setSpacing(2);
   pl->addWidget(presets_);
   v->addWidget(pg);
   connect(presets_, &QListWidget::currentRowChanged, this, &RunWizard::applyPreset);
@@ -230,6 +240,7 @@ QWidget* RunWizard::buildStartPage() {
   auto* rl = new QVBoxLayout(rg);
   pastRuns_ = new QListWidget;
   pastRuns_->setMinimumHeight(90);
+  pastRuns_->setMaximumHeight(150);
   rl->addWidget(pastRuns_);
   auto* refresh = new QPushButton("Refresh");
   auto* rh = new QHBoxLayout;
@@ -339,8 +350,10 @@ QWidget* RunWizard::buildModelPage() {
             "Hidden size. Parameters grow with its square; activations linearly.", 8));
   f->addRow("Sequence length", binder_->intSpin("model.seq_len", 4, 131072,
             "Tokens per sample. Activations grow linearly (quadratically with naive attention).", 8));
-  f->addRow("Vocabulary", binder_->intSpin("model.vocab", 0, 1000000,
-            "0 = taken from the data's tokenizer. Embedding and output layer grow with it."));
+  auto* vocab = binder_->intSpin("model.vocab", 0, 1000000,
+            "0 = taken from the data's tokenizer. Embedding and output layer grow with it.");
+  vocab->setSpecialValueText("from the data");
+  f->addRow("Vocabulary", vocab);
   f->addRow("Activation", binder_->choice("model.activation", {{"GELU", "gelu"}, {"ReLU", "relu"}},
             "GELU is the GPT-2 default; ReLU makes activations sparse (enables sparse "
             "activation compression)."));
@@ -515,8 +528,10 @@ QWidget* RunWizard::buildMemoryPage() {
             {{"None", "none"}, {"Every block", "all"}, {"Every k-th block", "every_k"}},
             "Keeps only block inputs and recomputes the rest in backward: far less activation "
             "memory for about one extra forward pass."));
-  f->addRow("k (every_k)", binder_->intSpin("memory.checkpoint_every", 0, 1024,
-            "Checkpoint one block in k; 0 = sqrt(layers). Larger k: less recompute, more memory."));
+  auto* k = binder_->intSpin("memory.checkpoint_every", 0, 1024,
+            "Checkpoint one block in k; 0 = sqrt(layers). Larger k: less recompute, more memory.");
+  k->setSpecialValueText("√layers");
+  f->addRow("k (every_k)", k);
   f->addRow("Compression", binder_->choice("memory.activation_compression",
             {{"None", "none"}, {"int8 (scaled)", "int8"}, {"Sparse (after ReLU)", "sparse"}},
             "Saved activations stored as int8 (4x smaller than fp32, small rounding error) or as "
@@ -582,8 +597,10 @@ QWidget* RunWizard::buildParallelPage() {
   f->addRow("Backend", binder_->choice("device.backend",
             {{"Automatic", "auto"}, {"CPU", "cpu"}, {"CUDA GPU", "cuda"}},
             "Automatic picks a GPU when the engine finds one, else the CPU."));
-  f->addRow("CPU threads", binder_->intSpin("device.threads", 0, 1024,
-            "0 = all cores. Fewer leaves room for other work."));
+  auto* threads = binder_->intSpin("device.threads", 0, 1024,
+            "0 = all cores. Fewer leaves room for other work.");
+  threads->setSpecialValueText("all cores");
+  f->addRow("CPU threads", threads);
   v->addWidget(d);
   v->addWidget(issueLabel({"parallel", "device"}));
   v->addStretch(1);
@@ -788,7 +805,9 @@ QWidget* RunWizard::buildProfilingPage() {
             "Traced but discarded: first-iteration effects (allocations, caches) stay out."));
   f->addRow("Active steps", binder_->intSpin("profile.active", 1, 1000000,
             "Steps recorded per window. More: a richer timeline, larger traces."));
-  f->addRow("Repeat", binder_->intSpin("profile.repeat", 0, 1000000, "Windows (0 = until the end)."));
+  auto* repeat = binder_->intSpin("profile.repeat", 0, 1000000, "Windows (0 = until the end).");
+  repeat->setSpecialValueText("until the end");
+  f->addRow("Repeat", repeat);
   v->addWidget(g);
   auto* e = group("Evaluation and checkpoints", &f);
   f->addRow("Eval every", binder_->intSpin("train.eval_every", 0, 100000000,

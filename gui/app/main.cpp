@@ -3,6 +3,7 @@
 #include <QCommandLineParser>
 #include <QFile>
 
+#include "AppStyle.h"
 #include "MainWindow.h"
 
 int main(int argc, char** argv) {
@@ -19,8 +20,7 @@ int main(int argc, char** argv) {
   parser.addOptions({preset, db, engine});
   parser.process(app);
 
-  QFile qss(":/style/trainscope.qss");
-  if (qss.open(QIODevice::ReadOnly)) app.setStyleSheet(QString::fromUtf8(qss.readAll()));
+  ts::gui::applyAppStyle(app);
 
   ts::gui::MainWindow::Options o;
   o.presetFile = parser.value(preset);

@@ -8,11 +8,17 @@
 
 namespace ts::kernels::cpu {
 
+// min/max as compares: std::fmin/fmax are library calls without -ffast-math and stop the
+// vectoriser. NaN in `a` is kept by vmax/vmin's false branch only for the second operand,
+// which is fine where they are used (clamps and running maxima).
+inline float vmax(float a, float b) { return a > b ? a : b; }
+inline float vmin(float a, float b) { return a < b ? a : b; }
+
 // exp(x) with ~2 ulp error (Cephes expf polynomial on a ln2 range reduction). exp of very
 // negative x (including -inf) is 0, above 88.72 it is +inf, NaN stays NaN.
 #pragma omp declare simd notinbranch
 inline float vexp(float x) {
-  const float xc = std::fmin(std::fmax(x, -87.0f), 88.72f);
+  const float xc = vmin(vmax(x, -87.0f), 88.72f);
   const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
@@ -32,10 +38,14 @@ inline float vexp(float x) {
 
 // tanh through exp: 1 - 2 / (exp(2u) + 1); absolute error ~1e-7, saturates correctly.
 #pragma omp declare simd notinbranch
-inline float vtanh(float u) { return 1.0f - 2.0f / (vexp(2.0f * u) + 1.0f); }
+inline float vtanh(float u) {
+  return 1.0f - 2.0f / (vexp(2.0f * u) + 1.0f);
+}
 
 // Threads to use for n elements of streaming work: tiny arrays stay on one thread because
 // waking a team costs more than the loop.
-inline bool worthThreading(int64_t work) { return work >= (1 << 15); }
+inline bool worthThreading(int64_t work) {
+  return work >= (1 << 15);
+}
 
 }  // namespace ts::kernels::cpu

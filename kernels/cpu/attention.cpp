@@ -35,13 +35,12 @@ void attentionForward(float* out, float* att, const float* qkv, int B, int T, in
     for (int r0 = 0; r0 < T; r0 += kBlock) {
       const int r1 = std::min(T, r0 + kBlock);
       // Scores for rows [r0, r1) against keys [0, r1): everything right of r1 is masked.
-      sgemm('N', 'T', r1 - r0, r1, hs, sc, q + r0 * C3, C3, k, C3, 0.0f, P + int64_t(r0) * T,
-            T);
+      sgemm('N', 'T', r1 - r0, r1, hs, sc, q + r0 * C3, C3, k, C3, 0.0f, P + int64_t(r0) * T, T);
       for (int i = r0; i < r1; ++i) {
         float* p = P + int64_t(i) * T;
         float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
-        for (int j = 0; j <= i; ++j) mx = std::fmax(mx, p[j]);
+        for (int j = 0; j <= i; ++j) mx = vmax(mx, p[j]);
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
         for (int j = 0; j <= i; ++j) {
@@ -94,16 +93,16 @@ void attentionBackward(float* dqkv, float* datt, const float* dout, const float*
         std::fill(d + i + 1, d + T, 0.0f);  // masked: later GEMMs read the triangle's zeros
       }
       // dQ rows [r0, r1) = dS[r0:r1, 0:r1] K[0:r1].
-      sgemm('N', 'N', r1 - r0, hs, r1, 1.0f, dS + int64_t(r0) * T, T, k, C3, 0.0f,
-            dq + r0 * C3, C3);
+      sgemm('N', 'N', r1 - r0, hs, r1, 1.0f, dS + int64_t(r0) * T, T, k, C3, 0.0f, dq + r0 * C3,
+            C3);
     }
     for (int c0 = 0; c0 < T; c0 += kBlock) {
       const int c1 = std::min(T, c0 + kBlock);
       // Key rows [c0, c1) only get gradient from query rows i >= c0.
       sgemm('T', 'N', c1 - c0, hs, T - c0, 1.0f, dS + int64_t(c0) * T + c0, T, q + c0 * C3, C3,
             0.0f, dk + c0 * C3, C3);
-      sgemm('T', 'N', c1 - c0, hs, T - c0, 1.0f, P + int64_t(c0) * T + c0, T,
-            dO + int64_t(c0) * C, C, 0.0f, dv + c0 * C3, C3);
+      sgemm('T', 'N', c1 - c0, hs, T - c0, 1.0f, P + int64_t(c0) * T + c0, T, dO + int64_t(c0) * C,
+            C, 0.0f, dv + c0 * C3, C3);
     }
   }
 }

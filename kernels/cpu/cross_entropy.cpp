@@ -23,7 +23,7 @@ void crossEntropyForwardBackward(float* losses, float* dlogits, const float* log
     }
     float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
-    for (int j = 0; j < V; ++j) mx = std::fmax(mx, x[j]);
+    for (int j = 0; j < V; ++j) mx = vmax(mx, x[j]);
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int j = 0; j < V; ++j) sum += vexp(x[j] - mx);

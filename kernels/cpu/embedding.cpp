@@ -9,8 +9,8 @@
 
 namespace ts::kernels::cpu {
 
-void embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                      int B, int T, int C) {
+void embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                      int T, int C) {
 #pragma omp parallel for schedule(static) if (worthThreading(int64_t(B) * T * C))
   for (int bt = 0; bt < B * T; ++bt) {
     const float* e = wte + int64_t(tokens[bt]) * C;
@@ -21,8 +21,8 @@ void embeddingForward(float* out, const int32_t* tokens, const float* wte, const
   }
 }
 
-void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                       int B, int T, int C) {
+void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                       int T, int C) {
   const bool par = worthThreading(int64_t(B) * T * C);
 #pragma omp parallel if (par)
   {

@@ -24,7 +24,7 @@ void geluBackward(float* dinp, const float* inp, const float* dout, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (worthThreading(n))
   for (int64_t i = 0; i < n; ++i) {
     // Beyond |x| = 10 the derivative is 0 or 1 to float precision; clamping keeps x^3 finite.
-    const float x = std::fmin(std::fmax(inp[i], -10.0f), 10.0f);
+    const float x = vmin(vmax(inp[i], -10.0f), 10.0f);
     // With s = sigmoid(2u): d/dx = s + x * 2 s (1 - s) u', and 1 - s = e s for e = exp(-2u).
     const float e = vexp(-2.0f * kS * (x + kA * x * x * x));
     const float s = 1.0f / (1.0f + e);

@@ -9,8 +9,8 @@
 
 namespace ts::kernels::cpu {
 
-void layernormForward(float* out, float* mean, float* rstd, const float* inp,
-                      const float* weight, const float* bias, int N, int C, float eps) {
+void layernormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                      const float* bias, int N, int C, float eps) {
 #pragma omp parallel for schedule(static) if (worthThreading(int64_t(N) * C))
   for (int i = 0; i < N; ++i) {
     const float* x = inp + int64_t(i) * C;
@@ -31,8 +31,8 @@ void layernormForward(float* out, float* mean, float* rstd, const float* inp,
 }
 
 void layernormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, const float* mean,
-                       const float* rstd, int N, int C) {
+                       const float* inp, const float* weight, const float* mean, const float* rstd,
+                       int N, int C) {
   // dweight/dbias are reductions over rows: each thread sums its static chunk of rows into a
   // private buffer, then the buffers are added in thread order (deterministic).
   const int nt = worthThreading(int64_t(N) * C) ? omp_get_max_threads() : 1;

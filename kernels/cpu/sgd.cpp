@@ -5,8 +5,8 @@
 
 namespace ts::kernels::cpu {
 
-void sgdUpdate(float* param, const float* grad, float* buf, int64_t n, float lr,
-               float momentum, float weight_decay) {
+void sgdUpdate(float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
+               float weight_decay) {
 #pragma omp parallel for simd schedule(static) if (worthThreading(n))
   for (int64_t i = 0; i < n; ++i) {
     const float g = grad[i] + weight_decay * param[i];

@@ -16,7 +16,7 @@ inline void check(cudaError_t e, const char* what) {
 #define TS_CUDA_LAUNCHED(name) ::ts::kernels::cuda::check(cudaGetLastError(), name)
 
 // Grid-stride loop over [0, n).
-#define TS_GRID_LOOP(i, n)                                                       \
+#define TS_GRID_LOOP(i, n)                                                  \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)
 

@@ -21,7 +21,9 @@ void check(cudaError_t e, const char* what) {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device) { check(cudaSetDevice(device), "cudaSetDevice"); }
+  explicit CudaBackend(int device) : device_(device) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+  }
 
   DeviceKind kind() const override { return DeviceKind::Cuda; }
   std::string name() const override { return "cuda"; }
@@ -67,9 +69,8 @@ class CudaBackend final : public Backend {
               bool transB, float alpha, float beta) override {
     cuda::matmul(C, A, B, M, N, K, transA, transB, alpha, beta);
   }
-  void layernormForward(float* out, float* mean, float* rstd, const float* inp,
-                        const float* weight, const float* bias, int N, int C,
-                        float eps) override {
+  void layernormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                        const float* bias, int N, int C, float eps) override {
     cuda::layernormForward(out, mean, rstd, inp, weight, bias, N, C, eps);
   }
   void layernormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -101,9 +102,8 @@ class CudaBackend final : public Backend {
                              int NH) override {
     cuda::flashAttentionForward(out, lse, qkv, B, T, C, NH);
   }
-  void flashAttentionBackward(float* dqkv, const float* dout, const float* out,
-                              const float* lse, const float* qkv, int B, int T, int C,
-                              int NH) override {
+  void flashAttentionBackward(float* dqkv, const float* dout, const float* out, const float* lse,
+                              const float* qkv, int B, int T, int C, int NH) override {
     cuda::flashAttentionBackward(dqkv, dout, out, lse, qkv, B, T, C, NH);
   }
   void crossEntropyForwardBackward(float* losses, float* dlogits, const float* logits,
@@ -114,8 +114,8 @@ class CudaBackend final : public Backend {
                         int B, int T, int C) override {
     cuda::embeddingForward(out, tokens, wte, wpe, B, T, C);
   }
-  void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                         int B, int T, int C) override {
+  void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                         int T, int C) override {
     cuda::embeddingBackward(dwte, dwpe, dout, tokens, B, T, C);
   }
   void residualForward(float* out, const float* a, const float* b, int64_t n) override {
@@ -124,12 +124,11 @@ class CudaBackend final : public Backend {
   void accumulate(float* y, const float* x, int64_t n) override { cuda::accumulate(y, x, n); }
   void scale(float* x, int64_t n, float s) override { cuda::scale(x, n, s); }
   void adamwUpdate(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
-                   float beta1, float beta2, float eps, float weight_decay,
-                   int64_t step) override {
+                   float beta1, float beta2, float eps, float weight_decay, int64_t step) override {
     cuda::adamwUpdate(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
   }
-  void sgdUpdate(float* param, const float* grad, float* buf, int64_t n, float lr,
-                 float momentum, float weight_decay) override {
+  void sgdUpdate(float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
+                 float weight_decay) override {
     cuda::sgdUpdate(param, grad, buf, n, lr, momentum, weight_decay);
   }
   double sumSquares(const float* x, int64_t n) override { return cuda::sumSquares(x, n); }

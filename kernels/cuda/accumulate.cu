@@ -5,7 +5,9 @@
 namespace ts::kernels::cuda {
 
 namespace {
-__global__ void accK(float* y, const float* x, int64_t n) { TS_GRID_LOOP(i, n) y[i] += x[i]; }
+__global__ void accK(float* y, const float* x, int64_t n) {
+  TS_GRID_LOOP(i, n) y[i] += x[i];
+}
 }  // namespace
 
 void accumulate(float* y, const float* x, int64_t n) {

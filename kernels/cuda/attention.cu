@@ -45,8 +45,8 @@ __global__ void softmaxRows(float* att, int64_t rows, int T) {
 }
 
 // out[b,i,h*hs+d] = sum_{j<=i} P[i,j] v[j,d].
-__global__ void weightedValues(float* out, const float* att, const float* qkv, int B, int T,
-                               int C, int NH) {
+__global__ void weightedValues(float* out, const float* att, const float* qkv, int B, int T, int C,
+                               int NH) {
   const int hs = C / NH;
   const int64_t total = int64_t(B) * T * C;
   TS_GRID_LOOP(idx, total) {
@@ -62,8 +62,8 @@ __global__ void weightedValues(float* out, const float* att, const float* qkv, i
 }
 
 // dS[i,j] = P[i,j] * (dP[i,j] - sum_j P dP) * scale, with dP = dO_i . v_j; one warp per row.
-__global__ void scoreGrad(float* datt, const float* att, const float* dout, const float* qkv,
-                          int B, int T, int C, int NH, float sc) {
+__global__ void scoreGrad(float* datt, const float* att, const float* dout, const float* qkv, int B,
+                          int T, int C, int NH, float sc) {
   const int hs = C / NH;
   const int64_t rows = int64_t(B) * NH * T;
   const int64_t row = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
@@ -103,7 +103,8 @@ __global__ void qkvGrad(float* dqkv, const float* datt, const float* att, const 
     const float* base = qkv + int64_t(b) * T * rowStride + h * hs + d;
     float acc = 0.0f;
     if (part == 0) {
-      for (int j = 0; j <= t; ++j) acc += datt[bhBase + int64_t(t) * T + j] * base[C + j * rowStride];
+      for (int j = 0; j <= t; ++j)
+        acc += datt[bhBase + int64_t(t) * T + j] * base[C + j * rowStride];
     } else if (part == 1) {
       for (int i = t; i < T; ++i) acc += datt[bhBase + int64_t(i) * T + t] * base[i * rowStride];
     } else {
@@ -129,8 +130,8 @@ void attentionBackward(float* dqkv, float* datt, const float* dout, const float*
   const float sc = 1.0f / sqrtf(float(C / NH));
   const int64_t rows = int64_t(B) * NH * T;
   scoreGrad<<<gridFor(rows * 32, kBlock), kBlock>>>(datt, att, dout, qkv, B, T, C, NH, sc);
-  qkvGrad<<<gridFor(int64_t(B) * T * 3 * C, kBlock), kBlock>>>(dqkv, datt, att, dout, qkv, B, T,
-                                                              C, NH);
+  qkvGrad<<<gridFor(int64_t(B) * T * 3 * C, kBlock), kBlock>>>(dqkv, datt, att, dout, qkv, B, T, C,
+                                                               NH);
   TS_CUDA_LAUNCHED("attentionBackward");
 }
 

@@ -7,8 +7,8 @@ namespace ts::kernels::cuda {
 namespace {
 constexpr int kBlock = 256;
 
-__global__ void ceRow(float* losses, float* dlogits, const float* logits,
-                      const int32_t* targets, int V, float dloss) {
+__global__ void ceRow(float* losses, float* dlogits, const float* logits, const int32_t* targets,
+                      int V, float dloss) {
   const int64_t row = blockIdx.x;
   const float* x = logits + row * V;
   float* dx = dlogits + row * V;

@@ -6,8 +6,8 @@
 namespace ts::kernels::cuda {
 
 namespace {
-__global__ void embFwd(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                       int T, int C, int64_t total) {
+__global__ void embFwd(float* out, const int32_t* tokens, const float* wte, const float* wpe, int T,
+                       int C, int64_t total) {
   TS_GRID_LOOP(idx, total) {
     const int c = int(idx % C);
     const int64_t bt = idx / C;
@@ -15,8 +15,7 @@ __global__ void embFwd(float* out, const int32_t* tokens, const float* wte, cons
   }
 }
 
-__global__ void embBwdTokens(float* dwte, const float* dout, const int32_t* tokens, int BT,
-                             int C) {
+__global__ void embBwdTokens(float* dwte, const float* dout, const int32_t* tokens, int BT, int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   for (int bt = 0; bt < BT; ++bt) dwte[int64_t(tokens[bt]) * C + c] += dout[int64_t(bt) * C + c];
@@ -31,21 +30,21 @@ __global__ void embBwdPositions(float* dwpe, const float* dout, int B, int T, in
 }
 }  // namespace
 
-void embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                      int B, int T, int C) {
+void embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                      int T, int C) {
   const int64_t total = int64_t(B) * T * C;
   if (total <= 0) return;
   embFwd<<<gridFor(total, kElementwiseBlock), kElementwiseBlock>>>(out, tokens, wte, wpe, T, C,
-                                                                    total);
+                                                                   total);
   TS_CUDA_LAUNCHED("embeddingForward");
 }
 
-void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                       int B, int T, int C) {
+void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                       int T, int C) {
   if (int64_t(B) * T * C <= 0) return;
   embBwdTokens<<<(C + 127) / 128, 128>>>(dwte, dout, tokens, B * T, C);
-  embBwdPositions<<<gridFor(int64_t(T) * C, kElementwiseBlock), kElementwiseBlock>>>(dwpe, dout,
-                                                                                    B, T, C);
+  embBwdPositions<<<gridFor(int64_t(T) * C, kElementwiseBlock), kElementwiseBlock>>>(dwpe, dout, B,
+                                                                                     T, C);
   TS_CUDA_LAUNCHED("embeddingBackward");
 }
 

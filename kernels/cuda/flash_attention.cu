@@ -110,8 +110,7 @@ void checkHeadDim(int hs) {
 }
 }  // namespace
 
-void flashAttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C,
-                           int NH) {
+void flashAttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
   const Head H{B, T, C, NH, C / NH};
   checkHeadDim(H.hs);
   const int64_t rows = int64_t(B) * NH * T;

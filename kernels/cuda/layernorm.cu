@@ -8,8 +8,8 @@ namespace ts::kernels::cuda {
 namespace {
 constexpr int kBlock = 256;
 
-__global__ void lnForward(float* out, float* mean, float* rstd, const float* inp,
-                          const float* w, const float* b, int C, float eps) {
+__global__ void lnForward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                          const float* b, int C, float eps) {
   const int64_t row = blockIdx.x;
   const float* x = inp + row * C;
   float s = 0.0f;
@@ -18,7 +18,8 @@ __global__ void lnForward(float* out, float* mean, float* rstd, const float* inp
   float v = 0.0f;
   for (int c = threadIdx.x; c < C; c += blockDim.x) v += (x[c] - mu) * (x[c] - mu);
   const float rs = rsqrtf(blockSum(v) / C + eps);
-  for (int c = threadIdx.x; c < C; c += blockDim.x) out[row * C + c] = (x[c] - mu) * rs * w[c] + b[c];
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    out[row * C + c] = (x[c] - mu) * rs * w[c] + b[c];
   if (threadIdx.x == 0) {
     mean[row] = mu;
     rstd[row] = rs;
@@ -45,9 +46,8 @@ __global__ void lnBackwardInput(float* dinp, const float* dout, const float* inp
   }
 }
 
-__global__ void lnBackwardParams(float* dweight, float* dbias, const float* dout,
-                                 const float* inp, const float* mean, const float* rstd, int N,
-                                 int C) {
+__global__ void lnBackwardParams(float* dweight, float* dbias, const float* dout, const float* inp,
+                                 const float* mean, const float* rstd, int N, int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float dw = 0.0f, db = 0.0f;
@@ -61,16 +61,16 @@ __global__ void lnBackwardParams(float* dweight, float* dbias, const float* dout
 }
 }  // namespace
 
-void layernormForward(float* out, float* mean, float* rstd, const float* inp,
-                      const float* weight, const float* bias, int N, int C, float eps) {
+void layernormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                      const float* bias, int N, int C, float eps) {
   if (N <= 0) return;
   lnForward<<<N, kBlock>>>(out, mean, rstd, inp, weight, bias, C, eps);
   TS_CUDA_LAUNCHED("layernormForward");
 }
 
 void layernormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, const float* mean,
-                       const float* rstd, int N, int C) {
+                       const float* inp, const float* weight, const float* mean, const float* rstd,
+                       int N, int C) {
   if (N <= 0) return;
   lnBackwardInput<<<N, kBlock>>>(dinp, dout, inp, weight, mean, rstd, C);
   TS_CUDA_LAUNCHED("layernormBackward(input)");

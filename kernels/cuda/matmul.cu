@@ -11,16 +11,15 @@ namespace {
 cublasHandle_t handle() {
   thread_local cublasHandle_t h = [] {
     cublasHandle_t x = nullptr;
-    if (cublasCreate(&x) != CUBLAS_STATUS_SUCCESS)
-      throw std::runtime_error("cublasCreate failed");
+    if (cublasCreate(&x) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasCreate failed");
     return x;
   }();
   return h;
 }
 }  // namespace
 
-void matmul(float* C, const float* A, const float* B, int M, int N, int K, bool transA,
-            bool transB, float alpha, float beta) {
+void matmul(float* C, const float* A, const float* B, int M, int N, int K, bool transA, bool transB,
+            float alpha, float beta) {
   if (M <= 0 || N <= 0) return;
   const int lda = transA ? M : K, ldb = transB ? K : N;
   const cublasStatus_t st =

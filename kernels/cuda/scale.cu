@@ -5,7 +5,9 @@
 namespace ts::kernels::cuda {
 
 namespace {
-__global__ void scaleK(float* x, int64_t n, float s) { TS_GRID_LOOP(i, n) x[i] *= s; }
+__global__ void scaleK(float* x, int64_t n, float s) {
+  TS_GRID_LOOP(i, n) x[i] *= s;
+}
 }  // namespace
 
 void scale(float* x, int64_t n, float s) {

@@ -16,8 +16,8 @@ __global__ void sgdK(float* p, const float* g, float* buf, int64_t n, float lr, 
 }
 }  // namespace
 
-void sgdUpdate(float* param, const float* grad, float* buf, int64_t n, float lr,
-               float momentum, float weight_decay) {
+void sgdUpdate(float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
+               float weight_decay) {
   if (n <= 0) return;
   sgdK<<<gridFor(n, kElementwiseBlock), kElementwiseBlock>>>(param, grad, buf, n, lr, momentum,
                                                              weight_decay);

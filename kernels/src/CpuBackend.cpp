@@ -96,9 +96,8 @@ class CpuBackend final : public Backend {
               bool transB, float alpha, float beta) override {
     cpu::matmul(C, A, B, M, N, K, transA, transB, alpha, beta);
   }
-  void layernormForward(float* out, float* mean, float* rstd, const float* inp,
-                        const float* weight, const float* bias, int N, int C,
-                        float eps) override {
+  void layernormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                        const float* bias, int N, int C, float eps) override {
     cpu::layernormForward(out, mean, rstd, inp, weight, bias, N, C, eps);
   }
   void layernormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -130,9 +129,8 @@ class CpuBackend final : public Backend {
                              int NH) override {
     cpu::flashAttentionForward(out, lse, qkv, B, T, C, NH);
   }
-  void flashAttentionBackward(float* dqkv, const float* dout, const float* out,
-                              const float* lse, const float* qkv, int B, int T, int C,
-                              int NH) override {
+  void flashAttentionBackward(float* dqkv, const float* dout, const float* out, const float* lse,
+                              const float* qkv, int B, int T, int C, int NH) override {
     cpu::flashAttentionBackward(dqkv, dout, out, lse, qkv, B, T, C, NH);
   }
   void crossEntropyForwardBackward(float* losses, float* dlogits, const float* logits,
@@ -143,8 +141,8 @@ class CpuBackend final : public Backend {
                         int B, int T, int C) override {
     cpu::embeddingForward(out, tokens, wte, wpe, B, T, C);
   }
-  void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                         int B, int T, int C) override {
+  void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                         int T, int C) override {
     cpu::embeddingBackward(dwte, dwpe, dout, tokens, B, T, C);
   }
   void residualForward(float* out, const float* a, const float* b, int64_t n) override {
@@ -153,12 +151,11 @@ class CpuBackend final : public Backend {
   void accumulate(float* y, const float* x, int64_t n) override { cpu::accumulate(y, x, n); }
   void scale(float* x, int64_t n, float s) override { cpu::scale(x, n, s); }
   void adamwUpdate(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
-                   float beta1, float beta2, float eps, float weight_decay,
-                   int64_t step) override {
+                   float beta1, float beta2, float eps, float weight_decay, int64_t step) override {
     cpu::adamwUpdate(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
   }
-  void sgdUpdate(float* param, const float* grad, float* buf, int64_t n, float lr,
-                 float momentum, float weight_decay) override {
+  void sgdUpdate(float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
+                 float weight_decay) override {
     cpu::sgdUpdate(param, grad, buf, n, lr, momentum, weight_decay);
   }
   double sumSquares(const float* x, int64_t n) override { return cpu::sumSquares(x, n); }
@@ -169,6 +166,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> makeCpuBackend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> makeCpuBackend() {
+  return std::make_unique<CpuBackend>();
+}
 
 }  // namespace ts::kernels

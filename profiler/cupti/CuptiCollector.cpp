@@ -38,9 +38,12 @@ constexpr size_t kMaxBuffers = 64;  // 512 MiB; beyond that CUPTI drops (and we 
 constexpr size_t kAlign = 8;
 
 const CUpti_ActivityKind kKinds[] = {
-    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-    CUPTI_ACTIVITY_KIND_MEMSET,            CUPTI_ACTIVITY_KIND_RUNTIME,
-    CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,   CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+    CUPTI_ACTIVITY_KIND_MEMCPY,
+    CUPTI_ACTIVITY_KIND_MEMSET,
+    CUPTI_ACTIVITY_KIND_RUNTIME,
+    CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
+    CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
 };
 
 std::string errorText(CUptiResult r) {
@@ -84,22 +87,33 @@ uint8_t* allocBuffer() {
 
 const char* memcpyKindName(uint8_t kind) {
   switch (kind) {
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "memcpy HtoD";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "memcpy DtoH";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "memcpy DtoD";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return "memcpy HtoH";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return "memcpy PtoP";
-    default: return "memcpy";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
+      return "memcpy HtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
+      return "memcpy DtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
+      return "memcpy DtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH:
+      return "memcpy HtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP:
+      return "memcpy PtoP";
+    default:
+      return "memcpy";
   }
 }
 
 const char* syncTypeName(int type) {
   switch (type) {
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE: return "sync event";
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT: return "sync stream wait event";
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE: return "sync stream";
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE: return "sync context";
-    default: return "sync";
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE:
+      return "sync event";
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT:
+      return "sync stream wait event";
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE:
+      return "sync stream";
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE:
+      return "sync context";
+    default:
+      return "sync";
   }
 }
 
@@ -152,14 +166,14 @@ void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t streamId, uint8_t* buffer,
         if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &name) != CUPTI_SUCCESS ||
             !name)
           name = "cuda runtime";
-        recs.push_back({RecordKind::Runtime, name, a->start, a->end, 0, a->correlationId, 0,
-                        a->threadId});
+        recs.push_back(
+            {RecordKind::Runtime, name, a->start, a->end, 0, a->correlationId, 0, a->threadId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
         auto* y = reinterpret_cast<const SyncRecord*>(rec);
-        recs.push_back({RecordKind::Sync, syncTypeName(static_cast<int>(y->type)), y->start,
-                        y->end, y->streamId, y->correlationId, 0, 0});
+        recs.push_back({RecordKind::Sync, syncTypeName(static_cast<int>(y->type)), y->start, y->end,
+                        y->streamId, y->correlationId, 0, 0});
         break;
       }
       case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
@@ -167,7 +181,8 @@ void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t streamId, uint8_t* buffer,
         ext.emplace_back(e->correlationId, e->externalId);
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
   size_t dropped = 0;

@@ -96,21 +96,19 @@ WindowSummary summarize(const std::vector<Span>& spans, int64_t stepTimeNs) {
   out.ops.reserve(groups.size());
   for (auto& [key, o] : groups) {
     o.mean_ns = static_cast<double>(o.total_ns) / static_cast<double>(o.count);
-    o.pct_of_step =
-        stepTimeNs > 0 ? 100.0 * static_cast<double>(o.total_ns) / static_cast<double>(stepTimeNs)
-                       : 0.0;
+    o.pct_of_step = stepTimeNs > 0
+                        ? 100.0 * static_cast<double>(o.total_ns) / static_cast<double>(stepTimeNs)
+                        : 0.0;
     out.ops.push_back(std::move(o));
   }
-  std::stable_sort(out.ops.begin(), out.ops.end(), [](const OpSummary& a, const OpSummary& b) {
-    return a.total_ns > b.total_ns;
-  });
+  std::stable_sort(out.ops.begin(), out.ops.end(),
+                   [](const OpSummary& a, const OpSummary& b) { return a.total_ns > b.total_ns; });
   return out;
 }
 
 WindowSummary summarize(const ProfileWindow& window, int rank) {
-  bool haveStepSpans = std::any_of(window.spans.begin(), window.spans.end(), [](const Span& s) {
-    return s.category == SpanCategory::Step;
-  });
+  bool haveStepSpans = std::any_of(window.spans.begin(), window.spans.end(),
+                                   [](const Span& s) { return s.category == SpanCategory::Step; });
   WindowSummary out = summarize(window.spans, haveStepSpans ? 0 : window.stepTimeNs);
   out.rank = rank;
   out.window = window.index;
@@ -180,10 +178,22 @@ WindowSummary windowSummaryFromJson(const nlohmann::json& j) {
 }
 
 nlohmann::json toJson(const Span& s) {
-  return {{"name", s.name},         {"cat", toString(s.category)}, {"lane", s.lane},
-          {"device", s.device},     {"start_ns", s.start_ns},      {"dur_ns", s.duration_ns},
-          {"depth", s.depth},       {"step", s.step},              {"corr", s.correlation},
-          {"bytes", s.bytes},       {"flops", s.flops}};
+  // Filled in place: initializer lists copy every value once more (a 100k-span window is
+  // encoded on the training thread at window end).
+  nlohmann::json j(nlohmann::json::value_t::object);
+  auto& m = j.get_ref<nlohmann::json::object_t&>();
+  m.emplace("name", s.name);
+  m.emplace("cat", toString(s.category));
+  m.emplace("lane", s.lane);
+  m.emplace("device", s.device);
+  m.emplace("start_ns", s.start_ns);
+  m.emplace("dur_ns", s.duration_ns);
+  m.emplace("depth", s.depth);
+  m.emplace("step", s.step);
+  m.emplace("corr", s.correlation);
+  m.emplace("bytes", s.bytes);
+  m.emplace("flops", s.flops);
+  return j;
 }
 
 Span spanFromJson(const nlohmann::json& j, int rank) {
@@ -210,8 +220,7 @@ Span spanFromJson(const nlohmann::json& j, int rank) {
 }
 
 std::vector<nlohmann::json> kernelsBatches(const std::vector<Span>& spans,
-                                           const KernelsBatchInfo& info,
-                                           size_t maxSpansPerBatch) {
+                                           const KernelsBatchInfo& info, size_t maxSpansPerBatch) {
   maxSpansPerBatch = std::max<size_t>(1, maxSpansPerBatch);
   const size_t n = (spans.size() + maxSpansPerBatch - 1) / maxSpansPerBatch;
   std::vector<nlohmann::json> out;
@@ -219,6 +228,7 @@ std::vector<nlohmann::json> kernelsBatches(const std::vector<Span>& spans,
   for (size_t b = 0; b < n; ++b) {
     nlohmann::json arr = nlohmann::json::array();
     const size_t lo = b * maxSpansPerBatch, hi = std::min(spans.size(), lo + maxSpansPerBatch);
+    arr.get_ref<nlohmann::json::array_t&>().reserve(hi - lo);
     for (size_t i = lo; i < hi; ++i) arr.push_back(toJson(spans[i]));
     out.push_back({{"rank", info.rank},
                    {"window", info.window},
@@ -234,10 +244,10 @@ std::vector<nlohmann::json> kernelsBatches(const std::vector<Span>& spans,
 
 std::vector<nlohmann::json> kernelsBatches(const ProfileWindow& window, int rank,
                                            int64_t epochUnixNs, size_t maxSpansPerBatch) {
-  return kernelsBatches(window.spans,
-                        KernelsBatchInfo{rank, window.index, window.firstStep, window.lastStep,
-                                         epochUnixNs},
-                        maxSpansPerBatch);
+  return kernelsBatches(
+      window.spans,
+      KernelsBatchInfo{rank, window.index, window.firstStep, window.lastStep, epochUnixNs},
+      maxSpansPerBatch);
 }
 
 std::vector<Span> spansFromKernelsEvent(const nlohmann::json& event) {

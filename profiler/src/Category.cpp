@@ -58,8 +58,7 @@ SpanCategory categoryForName(std::string_view name, bool deviceKernel) {
       contains(n, "cutlass") || contains(n, "xmma") || contains(n, "linear"))
     return SpanCategory::Gemm;
   if (contains(n, "norm")) return SpanCategory::Norm;
-  if (contains(n, "adam") || contains(n, "sgd") || contains(n, "optimizer") ||
-      contains(n, "lamb"))
+  if (contains(n, "adam") || contains(n, "sgd") || contains(n, "optimizer") || contains(n, "lamb"))
     return SpanCategory::Optimizer;
   if (contains(n, "dataloader") || contains(n, "batch") || contains(n, "tokeniz"))
     return SpanCategory::Data;

@@ -18,11 +18,21 @@ void appendEscaped(std::string& out, std::string_view s) {
   out.push_back('"');
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -64,7 +74,9 @@ void appendMicros(std::string& out, int64_t ns) {
   out.push_back(static_cast<char>('0' + frac % 10));
 }
 
-int tidOf(const Span& s) { return s.device ? kDeviceTidBase + s.lane : s.lane; }
+int tidOf(const Span& s) {
+  return s.device ? kDeviceTidBase + s.lane : s.lane;
+}
 
 void appendMeta(std::string& out, const char* what, int pid, int tid, const std::string& name) {
   out += "{\"ph\":\"M\",\"name\":\"";

@@ -10,10 +10,14 @@ namespace ts::profiler {
 
 const char* toString(ProfileAction a) {
   switch (a) {
-    case ProfileAction::None: return "none";
-    case ProfileAction::Warmup: return "warmup";
-    case ProfileAction::Record: return "record";
-    case ProfileAction::RecordAndSave: return "record_and_save";
+    case ProfileAction::None:
+      return "none";
+    case ProfileAction::Warmup:
+      return "warmup";
+    case ProfileAction::Record:
+      return "record";
+    case ProfileAction::RecordAndSave:
+      return "record_and_save";
   }
   return "none";
 }
@@ -47,7 +51,9 @@ ProfileController::~ProfileController() {
   if (device_ && deviceRunning_) device_->stop();
 }
 
-void ProfileController::setDeviceCollector(DeviceCollector* collector) { device_ = collector; }
+void ProfileController::setDeviceCollector(DeviceCollector* collector) {
+  device_ = collector;
+}
 
 void ProfileController::requestSteps(int n) {
   if (n <= 0) return;

@@ -6,21 +6,105 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#define TRAINSCOPE_HAVE_RDTSC 1
+#endif
 
 namespace ts::profiler {
 
 namespace {
 
+int64_t steadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Range timestamps are raw ticks converted to ns at drain time. Ticks are the invariant TSC
+// where the CPU has one (a few ns to read; clock_gettime costs 20-150 ns in some VMs), else
+// steady_clock ns. The TSC rate is measured against steady_clock over an ever longer baseline
+// (refined at every drain), so converted times stay on the steady clock.
+class TickClock {
+ public:
+  TickClock() {
+    useTsc_ = tscUsable();
+    ns0_ = steadyNs();
+    tick0_ = raw();
+    if (useTsc_) {
+      // Initial rate over ~2 ms; later refined.
+      int64_t s;
+      uint64_t t;
+      do {
+        s = steadyNs();
+        t = raw();
+      } while (s - ns0_ < 2000000);
+      nsPerTick_.store(static_cast<double>(s - ns0_) / static_cast<double>(t - tick0_),
+                       std::memory_order_relaxed);
+    }
+  }
+  uint64_t ticks() const { return raw(); }
+  // ns since the epoch (construction).
+  int64_t toNs(uint64_t t) const {
+    const auto d = static_cast<int64_t>(t - tick0_);
+    if (!useTsc_) return d;
+    return std::llround(static_cast<double>(d) * nsPerTick_.load(std::memory_order_relaxed));
+  }
+  int64_t durationNs(uint64_t d) const {
+    if (!useTsc_) return static_cast<int64_t>(d);
+    return std::llround(static_cast<double>(d) * nsPerTick_.load(std::memory_order_relaxed));
+  }
+  void recalibrate() {
+    if (!useTsc_) return;
+    const int64_t s = steadyNs();
+    const uint64_t t = raw();
+    if (s - ns0_ > 10000000 && t > tick0_)
+      nsPerTick_.store(static_cast<double>(s - ns0_) / static_cast<double>(t - tick0_),
+                       std::memory_order_relaxed);
+  }
+  bool usesTsc() const { return useTsc_; }
+
+ private:
+  static bool tscUsable() {
+#ifdef TRAINSCOPE_HAVE_RDTSC
+    if (const char* e = std::getenv("TRAINSCOPE_TRACE_CLOCK"); e && std::strcmp(e, "steady") == 0)
+      return false;
+    std::ifstream f("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(f, line)) {
+      if (line.rfind("flags", 0) == 0)
+        return line.find(" constant_tsc") != std::string::npos &&
+               line.find(" nonstop_tsc") != std::string::npos;
+    }
+#endif
+    return false;
+  }
+  uint64_t raw() const {
+#ifdef TRAINSCOPE_HAVE_RDTSC
+    if (useTsc_) return __rdtsc();
+#endif
+    return static_cast<uint64_t>(steadyNs());
+  }
+  bool useTsc_ = false;
+  int64_t ns0_ = 0;
+  uint64_t tick0_ = 0;
+  std::atomic<double> nsPerTick_{1.0};
+};
+
 // A completed range as stored on the recording thread: the name is an interned id so that
 // recording never allocates for names.
 struct RawSpan {
-  int64_t start;
-  int64_t duration;
+  uint64_t start;     // ticks
+  uint64_t duration;  // ticks
   uint64_t correlation;
   int64_t bytes;
   double flops;
@@ -31,7 +115,7 @@ struct RawSpan {
 };
 
 struct OpenRange {
-  int64_t start;
+  uint64_t start;  // ticks
   uint64_t correlation;
   int64_t bytes;
   double flops;
@@ -70,7 +154,7 @@ struct ThreadBuffer {
   std::vector<RawSpan> done;
   std::vector<OpenRange> open;  // owner thread only
   uint64_t nextCorrelation = 1;
-  std::string threadName;       // guarded by the registry mutex
+  std::string threadName;  // guarded by the registry mutex
 
   // Direct-mapped cache: name pointer -> interned id. A hit also compares the text, so a
   // reused buffer holding a different name never gets a stale id.
@@ -93,7 +177,7 @@ struct State {
   std::vector<std::shared_ptr<ThreadBuffer>> buffers;
   int nextLane = 0;
   NameTable names;
-  std::chrono::steady_clock::time_point epoch = std::chrono::steady_clock::now();
+  TickClock clock;
 };
 
 // Leaked on purpose: thread_local holders may outlive static destruction at exit.
@@ -161,18 +245,27 @@ Tracer::Tracer() {
   epochUnixNs_ = unixNow - nowNs();
 }
 
-void Tracer::setEnabled(bool on) { detail::g_tracingEnabled.store(on, std::memory_order_relaxed); }
-void Tracer::setStep(int64_t step) { step_.store(step, std::memory_order_relaxed); }
-void Tracer::setRank(int rank) { rank_.store(rank, std::memory_order_relaxed); }
-void Tracer::setRangeListener(RangeListener* l) { listener_.store(l, std::memory_order_release); }
-
-int64_t Tracer::nowNs() const {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                              state().epoch)
-      .count();
+void Tracer::setEnabled(bool on) {
+  detail::g_tracingEnabled.store(on, std::memory_order_relaxed);
+}
+void Tracer::setStep(int64_t step) {
+  step_.store(step, std::memory_order_relaxed);
+}
+void Tracer::setRank(int rank) {
+  rank_.store(rank, std::memory_order_relaxed);
+}
+void Tracer::setRangeListener(RangeListener* l) {
+  listener_.store(l, std::memory_order_release);
 }
 
-int Tracer::currentLane() { return localBuffer().lane; }
+int64_t Tracer::nowNs() const {
+  const TickClock& c = state().clock;
+  return c.toNs(c.ticks());
+}
+
+int Tracer::currentLane() {
+  return localBuffer().lane;
+}
 
 void Tracer::setThreadName(const std::string& name) {
   ThreadBuffer& b = localBuffer();
@@ -204,20 +297,19 @@ void Tracer::begin(const char* name, SpanCategory cat, double flops, int64_t byt
   uint64_t corr = (static_cast<uint64_t>(b.lane + 1) << 40) | b.nextCorrelation++;
   if (RangeListener* l = listener_.load(std::memory_order_acquire)) l->onRangeBegin(corr);
   // The clock is read last so the bookkeeping above is not billed to the range.
-  b.open.push_back(OpenRange{nowNs(), corr, bytes, flops, step_.load(std::memory_order_relaxed),
-                             id, static_cast<uint8_t>(cat)});
+  b.open.push_back(OpenRange{state().clock.ticks(), corr, bytes, flops,
+                             step_.load(std::memory_order_relaxed), id, static_cast<uint8_t>(cat)});
 }
 
 void Tracer::end() {
-  int64_t now = nowNs();
+  const uint64_t now = state().clock.ticks();
   ThreadBuffer& b = localBuffer();
   if (b.open.empty()) return;
   OpenRange o = b.open.back();
   b.open.pop_back();
   if (RangeListener* l = listener_.load(std::memory_order_acquire)) l->onRangeEnd(o.correlation);
-  RawSpan r{o.start,  now - o.start, o.correlation, o.bytes,
-            o.flops,  o.step,        o.name,        static_cast<int16_t>(b.open.size()),
-            o.category};
+  RawSpan r{o.start, now > o.start ? now - o.start : 0,   o.correlation, o.bytes, o.flops, o.step,
+            o.name,  static_cast<int16_t>(b.open.size()), o.category};
   b.acquire();
   b.done.push_back(r);
   b.release();
@@ -249,36 +341,41 @@ std::vector<Span> Tracer::drain() {
       return !b->alive.load(std::memory_order_acquire) && b->done.empty();
     });
   }
+  s.clock.recalibrate();
+  // Sort the small POD records first; build the Spans (with their name strings) once, in order.
+  struct Ref {
+    const RawSpan* raw;
+    int lane;
+  };
   size_t total = 0;
   for (const auto& t : taken) total += t.spans.size();
-  std::vector<Span> out;
-  out.reserve(total);
-  const int rankNow = rank();
-  {
-    std::lock_guard lock(s.names.mutex());
-    for (const auto& t : taken) {
-      for (const RawSpan& r : t.spans) {
-        Span sp;
-        sp.name = s.names.name(r.name);
-        sp.category = static_cast<SpanCategory>(r.category);
-        sp.rank = rankNow;
-        sp.lane = t.lane;
-        sp.start_ns = r.start;
-        sp.duration_ns = r.duration;
-        sp.depth = r.depth;
-        sp.correlation = r.correlation;
-        sp.bytes = r.bytes;
-        sp.flops = r.flops;
-        sp.step = r.step;
-        out.push_back(std::move(sp));
-      }
-    }
-  }
-  std::sort(out.begin(), out.end(), [](const Span& a, const Span& b) {
-    if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
+  std::vector<Ref> refs;
+  refs.reserve(total);
+  for (const auto& t : taken)
+    for (const RawSpan& r : t.spans) refs.push_back({&r, t.lane});
+  std::sort(refs.begin(), refs.end(), [](const Ref& a, const Ref& b) {
+    if (a.raw->start != b.raw->start) return static_cast<int64_t>(a.raw->start - b.raw->start) < 0;
     if (a.lane != b.lane) return a.lane < b.lane;
-    return a.depth < b.depth;
+    return a.raw->depth < b.raw->depth;
   });
+  std::vector<Span> out(total);
+  const int rankNow = rank();
+  std::lock_guard lock(s.names.mutex());
+  for (size_t i = 0; i < total; ++i) {
+    const RawSpan& r = *refs[i].raw;
+    Span& sp = out[i];
+    sp.name = s.names.name(r.name);
+    sp.category = static_cast<SpanCategory>(r.category);
+    sp.rank = rankNow;
+    sp.lane = refs[i].lane;
+    sp.start_ns = s.clock.toNs(r.start);
+    sp.duration_ns = s.clock.durationNs(r.duration);
+    sp.depth = r.depth;
+    sp.correlation = r.correlation;
+    sp.bytes = r.bytes;
+    sp.flops = r.flops;
+    sp.step = r.step;
+  }
   return out;
 }
 

@@ -85,7 +85,9 @@ std::vector<Problem> checkAdditionRow(const Dataset& ds, const int32_t* in, cons
     if (cur == "=") inAnswer = true;
     if (inAnswer) {
       EXPECT_NE(tg[t], -1) << "t=" << t;
-      if (t + 1 < T) EXPECT_EQ(tg[t], in[t + 1]);
+      if (t + 1 < T) {
+        EXPECT_EQ(tg[t], in[t + 1]);
+      }
       if (tg[t] == ds.endToken()) inAnswer = false;
     } else {
       EXPECT_EQ(tg[t], -1) << "t=" << t;

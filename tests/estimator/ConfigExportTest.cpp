@@ -62,7 +62,7 @@ TEST(DeepSpeedExport, Fp16LossScaling) {
   c.precision.policy = "fp16";
   json f = toDeepSpeedConfig(c)["fp16"];
   EXPECT_EQ(f["enabled"], true);
-  EXPECT_EQ(f["loss_scale"], 0.0);  // dynamic
+  EXPECT_EQ(f["loss_scale"], 0.0);          // dynamic
   EXPECT_EQ(f["initial_scale_power"], 16);  // 65536
   EXPECT_EQ(f["loss_scale_window"], 2000);
   EXPECT_EQ(f["hysteresis"], 2);

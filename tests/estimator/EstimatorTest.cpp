@@ -17,7 +17,9 @@ void expectPrinted(double value, double printed, double unit) {
   EXPECT_LE(std::abs(value - printed), unit / 2 + 1e-9) << value << " vs printed " << printed;
 }
 
-int64_t entry(const RankMemory& r, MemoryTier t, MemoryCategory c) { return r.at(t, c).peak; }
+int64_t entry(const RankMemory& r, MemoryTier t, MemoryCategory c) {
+  return r.at(t, c).peak;
+}
 
 int64_t modelStates(const RankMemory& r) {
   int64_t s = 0;
@@ -148,16 +150,17 @@ TEST(Estimator, SevenBillionClassicExample) {
   EXPECT_DOUBLE_EQ(estimateMemory(c).bytes_per_param, 16.0);
   c.optimizer.type = "sgd";  // 2 + 2 + master 4 + momentum 4
   EXPECT_DOUBLE_EQ(estimateMemory(c).bytes_per_param, 12.0);
-  c.optimizer.momentum = 0;
-  EXPECT_DOUBLE_EQ(estimateMemory(c).bytes_per_param, 8.0);
+  c.optimizer.momentum = 0;  // PyTorch keeps no momentum buffer then
+  EstimateOptions o;
+  o.activation_model = ActivationModel::PyTorch;
+  EXPECT_DOUBLE_EQ(estimateMemory(c, o).bytes_per_param, 8.0);
 }
 
 // Published parameter counts of the preset shapes.
 TEST(ModelPresets, ParameterCountsMatchPublishedModels) {
   const std::pair<const char*, int64_t> expected[] = {
-      {"gpt2", 124439808},         {"gpt2-medium", 354823168},
-      {"gpt2-large", 774030080},   {"gpt2-xl", 1557611200},
-      {"llama-7b", 6738415616},    {"llama-13b", 13015864320},
+      {"gpt2", 124439808},       {"gpt2-medium", 354823168}, {"gpt2-large", 774030080},
+      {"gpt2-xl", 1557611200},   {"llama-7b", 6738415616},   {"llama-13b", 13015864320},
       {"llama-70b", 68976648192}};
   for (auto [name, count] : expected) {
     auto m = modelPreset(name);
@@ -248,8 +251,7 @@ TEST(Quantization, EightBitAdamState) {
   int64_t expected = 0;
   for (auto n : sizes) expected += adam8bitStateBytes(n);
   auto e = estimateMemory(c);
-  EXPECT_EQ(entry(e.report.ranks[0], MemoryTier::Device, MemoryCategory::OptimizerState),
-            expected);
+  EXPECT_EQ(entry(e.report.ranks[0], MemoryTier::Device, MemoryCategory::OptimizerState), expected);
 }
 
 // LoRA (Hu et al.): GPT-3 175B shape, r = 4 on q and v -> 18.9M trainable parameters.
@@ -289,8 +291,8 @@ TEST(Lora, FrozenBaseHasNoGradsAndNf4Base) {
   const double lin = static_cast<double>(L * (4 * C * C + 3 * C * 11008));
   const double rest = static_cast<double>(e.params.frozen) - lin;
   const double expected = lin * 0.5 + (lin / 64) * 4 + rest * 2 + 2.0 * lora;
-  EXPECT_NEAR(entry(e.report.ranks[0], MemoryTier::Device, MemoryCategory::Parameters),
-              expected, 1);
+  EXPECT_NEAR(entry(e.report.ranks[0], MemoryTier::Device, MemoryCategory::Parameters), expected,
+              1);
 }
 
 // PaLM appendix B FLOPs: 6Ψ + 12·L·h·s per token (+ 2Ψ + 4·L·h·s with full recomputation).
@@ -326,10 +328,9 @@ TEST(Estimator, OffloadTiers) {
   const auto& r = e.report.ranks[0];
   EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::OptimizerState), 0);
   EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::Parameters), 0);
-  EXPECT_NEAR(entry(r, MemoryTier::Host, MemoryCategory::OptimizerState),
-              12.0 * e.params.total / 2, 16);
-  EXPECT_NEAR(entry(r, MemoryTier::Host, MemoryCategory::Parameters), 2.0 * e.params.total / 2,
-              4);
+  EXPECT_NEAR(entry(r, MemoryTier::Host, MemoryCategory::OptimizerState), 12.0 * e.params.total / 2,
+              16);
+  EXPECT_NEAR(entry(r, MemoryTier::Host, MemoryCategory::Parameters), 2.0 * e.params.total / 2, 4);
   EXPECT_GT(e.offload_bytes_per_step, 0);
   c.parallel.offload_optimizer = "nvme";
   c.parallel.offload_params = "none";
@@ -402,9 +403,45 @@ TEST(Estimator, ActivationTechniquesShrinkActivations) {
   EXPECT_EQ(act(), k4);
 }
 
+// docs/memory.md's worked example (the engine's own byte count): B 16, T 32, C 64, NH 4, L 2,
+// V 14 (addition data), AdamW, naive attention, fp32.
+TEST(Estimator, EngineMemoryDocExample) {
+  RunConfig c;  // the defaults are that shape
+  c.model.vocab = 0;
+  c.data.source = "synthetic";
+  c.data.task = "addition";
+  auto r = predictMemoryReport(c).ranks.at(0);
+  EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::Parameters), 412160);
+  EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::Gradients), 412160);
+  EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::OptimizerState), 824320);
+  EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::Activations), 5036032);
+  EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::Workspace), 1968128);
+  // Allocated once: steady state == peak.
+  EXPECT_EQ(r.at(MemoryTier::Device, MemoryCategory::Activations).current, 5036032);
+  EXPECT_EQ(r.totalPeak(MemoryTier::Host), 0);
+  // The engine keeps an SGD buffer even at momentum 0 (4·P); PyTorch keeps none.
+  c.optimizer.type = "sgd";
+  c.optimizer.momentum = 0;
+  EXPECT_EQ(
+      entry(predictMemoryReport(c).ranks.at(0), MemoryTier::Device, MemoryCategory::OptimizerState),
+      412160);
+  EstimateOptions o;
+  o.activation_model = ActivationModel::PyTorch;
+  EXPECT_EQ(entry(estimateMemory(c, o).report.ranks.at(0), MemoryTier::Device,
+                  MemoryCategory::OptimizerState),
+            0);
+  // Flash attention keeps B·NH·T floats instead of B·NH·T² and drops d(probabilities).
+  c.attention.impl = "flash";
+  r = predictMemoryReport(c).ranks.at(0);
+  EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::Activations),
+            5036032 - 2 * 4 * (65536 - 2048));
+  EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::Workspace), 1968128 - 4 * 65536);
+}
+
 TEST(Estimator, PredictMemoryReportAndJson) {
   RunConfig c;
   c.model.vocab = 0;  // resolved later from the data: the estimate says what it assumed
+  c.data.source = "tokens";
   auto r = predictMemoryReport(c);
   ASSERT_EQ(r.ranks.size(), 1u);
   EXPECT_GT(r.ranks[0].totalPeak(MemoryTier::Device), 0);

@@ -3,11 +3,12 @@
 #include <QFile>
 #include <gtest/gtest.h>
 
+#include "AppStyle.h"
+
 int main(int argc, char** argv) {
   if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
   QApplication app(argc, argv);
-  QFile qss(":/style/trainscope.qss");
-  if (qss.open(QIODevice::ReadOnly)) app.setStyleSheet(QString::fromUtf8(qss.readAll()));
+  ts::gui::applyAppStyle(app);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

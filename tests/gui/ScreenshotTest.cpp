@@ -10,6 +10,7 @@
 #include <QTest>
 #include <gtest/gtest.h>
 
+#include "ChartView.h"
 #include "MainWindow.h"
 #include "RunDashboard.h"
 #include "RunWizard.h"
@@ -104,7 +105,7 @@ TEST(Screenshots, WizardPagesAndDashboard) {
   for (int i = 0; i < wiz->pageCount(); ++i) {
     wiz->goToPage(i);
     QString name = wiz->pageTitle(i).section(".", 1).trimmed().toLower();
-    name.replace("&&", "and").replace(' ', '-');
+    name.replace("&", "and").replace(' ', '-');
     save(&win, QStringLiteral("wizard-%1-%2").arg(i + 1, 2, 10, QChar('0')).arg(name));
   }
   // Dashboard mid-run (240 of 400 steps of the default preset).

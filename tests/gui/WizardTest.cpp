@@ -43,7 +43,7 @@ int presetRow(RunWizard* wiz, const QString& title) {
   return -1;
 }
 
-struct Fixture : ::testing::Test {
+struct WizardTest : ::testing::Test {
   QTemporaryDir tmp;
   std::unique_ptr<MainWindow> win;
   void SetUp() override {
@@ -70,9 +70,9 @@ struct Fixture : ::testing::Test {
 
 }  // namespace
 
-TEST_F(Fixture, WindowIsTitledTrainscope) { EXPECT_EQ(win->windowTitle(), "Trainscope"); }
+TEST_F(WizardTest, WindowIsTitledTrainscope) { EXPECT_EQ(win->windowTitle(), "Trainscope"); }
 
-TEST_F(Fixture, DefaultPresetToLaunch) {
+TEST_F(WizardTest, DefaultPresetToLaunch) {
   RunWizard* wiz = win->wizard();
   const int row = presetRow(wiz, "default");
   ASSERT_GE(row, 0);
@@ -86,7 +86,7 @@ TEST_F(Fixture, DefaultPresetToLaunch) {
   EXPECT_EQ(wiz->document()->resolved(), resolvedReference(presetFile("default")));
 }
 
-TEST_F(Fixture, ConsumerGpuScenarioEditedThroughWidgets) {
+TEST_F(WizardTest, ConsumerGpuScenarioEditedThroughWidgets) {
   RunWizard* wiz = win->wizard();
   const int row = presetRow(wiz, "consumer-gpu");
   ASSERT_GE(row, 0);
@@ -137,7 +137,7 @@ TEST_F(Fixture, ConsumerGpuScenarioEditedThroughWidgets) {
   EXPECT_EQ(got["optimizer"]["state_bits"], 8);
 }
 
-TEST_F(Fixture, LaunchWithMissingEngineShowsErrorNotHang) {
+TEST_F(WizardTest, LaunchWithMissingEngineShowsErrorNotHang) {
   auto* d = win->launch();
   EXPECT_EQ(d, nullptr);
   EXPECT_TRUE(win->lastError().contains("not found")) << win->lastError().toStdString();

@@ -12,9 +12,8 @@ using namespace ts::kernels::test;
 
 namespace {
 // out (B,T,C), att (B,NH,T,T), lse (B,NH,T) from qkv (B,T,3C), all fp64.
-void attnRef(const std::vector<double>& qkv, int B, int T, int C, int NH,
-             std::vector<double>& out, std::vector<double>* att = nullptr,
-             std::vector<double>* lse = nullptr) {
+void attnRef(const std::vector<double>& qkv, int B, int T, int C, int NH, std::vector<double>& out,
+             std::vector<double>* att = nullptr, std::vector<double>* lse = nullptr) {
   const int hs = C / NH;
   const double sc = 1.0 / std::sqrt(double(hs));
   out.assign(size_t(B) * T * C, 0.0);
@@ -72,8 +71,8 @@ TEST(Attention, NaiveBackwardMatchesFiniteDifferences) {
   std::vector<float> out(no), att(size_t(d.B) * d.NH * d.T * d.T);
   be->attentionForward(out.data(), att.data(), qkv.data(), d.B, d.T, d.C, d.NH);
   auto dqkv = nanVec(nq), datt = nanVec(att.size());
-  be->attentionBackward(dqkv.data(), datt.data(), G.data(), qkv.data(), att.data(), d.B, d.T,
-                        d.C, d.NH);
+  be->attentionBackward(dqkv.data(), datt.data(), G.data(), qkv.data(), att.data(), d.B, d.T, d.C,
+                        d.NH);
   const auto Gd = toDouble(G);
   std::vector<double> o;
   const auto want = finiteDiff(toDouble(qkv), [&](const std::vector<double>& v) {
@@ -106,12 +105,12 @@ TEST(FlashAttention, EqualsNaiveForwardAndBackwardOddT) {
     const auto G = randomVec(no, 6);
     std::vector<float> outN(no), att(na), datt(na), dN(nq);
     be->attentionForward(outN.data(), att.data(), qkv.data(), d.B, d.T, d.C, d.NH);
-    be->attentionBackward(dN.data(), datt.data(), G.data(), qkv.data(), att.data(), d.B, d.T,
-                          d.C, d.NH);
+    be->attentionBackward(dN.data(), datt.data(), G.data(), qkv.data(), att.data(), d.B, d.T, d.C,
+                          d.NH);
     auto outF = nanVec(no), lse = nanVec(size_t(d.B) * d.NH * d.T), dF = nanVec(nq);
     be->flashAttentionForward(outF.data(), lse.data(), qkv.data(), d.B, d.T, d.C, d.NH);
-    be->flashAttentionBackward(dF.data(), G.data(), outF.data(), lse.data(), qkv.data(), d.B,
-                               d.T, d.C, d.NH);
+    be->flashAttentionBackward(dF.data(), G.data(), outF.data(), lse.data(), qkv.data(), d.B, d.T,
+                               d.C, d.NH);
     EXPECT_TRUE(allClose(outF, outN, 1e-4, 1e-5)) << d.T;
     EXPECT_TRUE(allClose(dF, dN, 1e-3, 1e-4)) << d.T;
   }
@@ -119,15 +118,15 @@ TEST(FlashAttention, EqualsNaiveForwardAndBackwardOddT) {
 
 TEST(FlashAttention, BackwardMatchesFiniteDifferences) {
   auto be = makeCpuBackend();
-  const Dims d{1, 67, 8, 2};  // crosses the 32-row and 64-key tile boundaries
+  const Dims d{1, 67, 8, 2};  // crosses the 64-row/64-key tile boundary
   const size_t nq = size_t(d.B) * d.T * 3 * d.C, no = size_t(d.B) * d.T * d.C;
   const auto qkv = randomVec(nq, 7, -1.5f, 1.5f);
   const auto G = randomVec(no, 8);
   std::vector<float> out(no), lse(size_t(d.B) * d.NH * d.T);
   be->flashAttentionForward(out.data(), lse.data(), qkv.data(), d.B, d.T, d.C, d.NH);
   auto dqkv = nanVec(nq);
-  be->flashAttentionBackward(dqkv.data(), G.data(), out.data(), lse.data(), qkv.data(), d.B,
-                             d.T, d.C, d.NH);
+  be->flashAttentionBackward(dqkv.data(), G.data(), out.data(), lse.data(), qkv.data(), d.B, d.T,
+                             d.C, d.NH);
   const auto Gd = toDouble(G);
   std::vector<double> o;
   const auto want = finiteDiff(toDouble(qkv), [&](const std::vector<double>& v) {

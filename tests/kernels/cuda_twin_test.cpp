@@ -78,8 +78,8 @@ TEST_F(CudaTwin, LayerNormForwardBackward) {
   const float *dX = up(x), *dW = up(w), *dB = up(b), *dG = up(g);
   gpu_->layernormForward(dout, dmean, drstd, dX, dW, dB, N, C, 1e-5f);
   gpu_->layernormBackward(ddx, ddw, ddb, dG, dX, dW, dmean, drstd, N, C);
-  cpu_->layernormForward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N,
-                         C, 1e-5f);
+  cpu_->layernormForward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                         1e-5f);
   cpu_->layernormBackward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(),
                           mean.data(), rstd.data(), N, C);
   EXPECT_TRUE(allClose(down(dout, out.size()), out, 1e-5, 1e-5));
@@ -94,9 +94,7 @@ TEST_F(CudaTwin, ActivationsAndElementwise) {
   std::vector<float> a(n), b(n);
   float *dA = up(a), *dB = up(b);
   const float *dX = up(x), *dG = up(g);
-  auto cmp = [&](const char* what) {
-    EXPECT_TRUE(allClose(down(dA, n), a, 1e-5, 1e-6)) << what;
-  };
+  auto cmp = [&](const char* what) { EXPECT_TRUE(allClose(down(dA, n), a, 1e-5, 1e-6)) << what; };
   gpu_->geluForward(dA, dX, n);
   cpu_->geluForward(a.data(), x.data(), n);
   cmp("gelu fwd");
@@ -127,8 +125,7 @@ TEST_F(CudaTwin, AttentionNaiveAndFlash) {
   const auto qkv = randomVec(nq, 1, -2, 2), g = randomVec(no, 2);
   std::vector<float> out(no), att(na), datt(na), dqkv(nq), lse(size_t(B) * NH * T);
   cpu_->attentionForward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-  cpu_->attentionBackward(dqkv.data(), datt.data(), g.data(), qkv.data(), att.data(), B, T, C,
-                          NH);
+  cpu_->attentionBackward(dqkv.data(), datt.data(), g.data(), qkv.data(), att.data(), B, T, C, NH);
   const float *dQKV = up(qkv), *dG = up(g);
   float *dOut = up(out), *dAtt = up(att), *dDatt = up(datt), *dD = up(dqkv), *dL = up(lse);
   gpu_->attentionForward(dOut, dAtt, dQKV, B, T, C, NH);
@@ -138,8 +135,8 @@ TEST_F(CudaTwin, AttentionNaiveAndFlash) {
   EXPECT_TRUE(allClose(down(dD, nq), dqkv, 1e-3, 1e-4));
 
   cpu_->flashAttentionForward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-  cpu_->flashAttentionBackward(dqkv.data(), g.data(), out.data(), lse.data(), qkv.data(), B, T,
-                               C, NH);
+  cpu_->flashAttentionBackward(dqkv.data(), g.data(), out.data(), lse.data(), qkv.data(), B, T, C,
+                               NH);
   gpu_->flashAttentionForward(dOut, dL, dQKV, B, T, C, NH);
   gpu_->flashAttentionBackward(dD, dG, dOut, dL, dQKV, B, T, C, NH);
   EXPECT_TRUE(allClose(down(dOut, no), out, 1e-4, 1e-5));
@@ -188,8 +185,8 @@ TEST_F(CudaTwin, Optimizers) {
     const auto g = randomVec(n, 10 + step);
     const float* dG = up(g);
     gpu_->adamwUpdate(dP, dG, dM, dV, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
-    cpu_->adamwUpdate(p.data(), g.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f,
-                      0.1f, step);
+    cpu_->adamwUpdate(p.data(), g.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                      step);
     gpu_->sgdUpdate(dQ, dG, dBuf, n, 0.05f, 0.9f, 0.01f);
     cpu_->sgdUpdate(q.data(), g.data(), buf.data(), n, 0.05f, 0.9f, 0.01f);
   }

@@ -13,9 +13,9 @@ namespace {
 constexpr float kEps = 1e-5f;
 
 // out = LN(x) in double; also mean/rstd.
-void lnRef(const std::vector<double>& x, const std::vector<double>& w,
-           const std::vector<double>& b, int N, int C, std::vector<double>& out,
-           std::vector<double>* mean = nullptr, std::vector<double>* rstd = nullptr) {
+void lnRef(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& b,
+           int N, int C, std::vector<double>& out, std::vector<double>* mean = nullptr,
+           std::vector<double>* rstd = nullptr) {
   out.assign(size_t(N) * C, 0);
   for (int i = 0; i < N; ++i) {
     double mu = 0, var = 0;
@@ -38,8 +38,8 @@ TEST(LayerNorm, ForwardMatchesFp64) {
     const auto x = randomVec(size_t(N) * C, 1, -2.0f, 3.0f);
     const auto w = randomVec(C, 2), b = randomVec(C, 3);
     auto out = nanVec(x.size()), mean = nanVec(N), rstd = nanVec(N);
-    be->layernormForward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N,
-                         C, kEps);
+    be->layernormForward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                         kEps);
     std::vector<double> want, wm(N), wr(N);
     lnRef(toDouble(x), toDouble(w), toDouble(b), N, C, want, &wm, &wr);
     EXPECT_TRUE(allClose(out, want, 1e-5, 1e-5)) << N << "x" << C;
@@ -55,8 +55,8 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferencesAndAccumulates) {
     const auto w = randomVec(C, 5), b = randomVec(C, 6);
     const auto G = randomVec(x.size(), 7);  // dL/dout for L = sum(out * G)
     std::vector<float> out(x.size()), mean(N), rstd(N);
-    be->layernormForward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N,
-                         C, kEps);
+    be->layernormForward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                         kEps);
     // Pre-filled gradients: the op must add to them.
     const auto dx0 = randomVec(x.size(), 8), dw0 = randomVec(C, 9), db0 = randomVec(C, 10);
     auto dx = dx0, dw = dw0, db = db0;
@@ -65,9 +65,18 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferencesAndAccumulates) {
 
     const auto xd = toDouble(x), wd = toDouble(w), bd = toDouble(b), Gd = toDouble(G);
     std::vector<double> o;
-    auto fx = [&](const std::vector<double>& v) { lnRef(v, wd, bd, N, C, o); return dot(o, Gd); };
-    auto fw = [&](const std::vector<double>& v) { lnRef(xd, v, bd, N, C, o); return dot(o, Gd); };
-    auto fb = [&](const std::vector<double>& v) { lnRef(xd, wd, v, N, C, o); return dot(o, Gd); };
+    auto fx = [&](const std::vector<double>& v) {
+      lnRef(v, wd, bd, N, C, o);
+      return dot(o, Gd);
+    };
+    auto fw = [&](const std::vector<double>& v) {
+      lnRef(xd, v, bd, N, C, o);
+      return dot(o, Gd);
+    };
+    auto fb = [&](const std::vector<double>& v) {
+      lnRef(xd, wd, v, N, C, o);
+      return dot(o, Gd);
+    };
     auto gx = finiteDiff(xd, fx), gw = finiteDiff(wd, fw), gb = finiteDiff(bd, fb);
     for (size_t i = 0; i < gx.size(); ++i) gx[i] += dx0[i];
     for (int c = 0; c < C; ++c) gw[c] += dw0[c], gb[c] += db0[c];

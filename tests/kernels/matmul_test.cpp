@@ -15,8 +15,7 @@ struct Shape {
   int M, N, K;
 };
 
-void checkMatmul(Backend& be, Shape s, bool ta, bool tb, float alpha, float beta,
-                 uint32_t seed) {
+void checkMatmul(Backend& be, Shape s, bool ta, bool tb, float alpha, float beta, uint32_t seed) {
   const auto A = randomVec(size_t(s.M) * s.K, seed);
   const auto B = randomVec(size_t(s.K) * s.N, seed + 1);
   auto C = beta == 0.0f ? nanVec(size_t(s.M) * s.N) : randomVec(size_t(s.M) * s.N, seed + 2);
@@ -49,13 +48,13 @@ class MatmulTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 TEST_P(MatmulTest, MatchesFp64ReferenceOnOddShapes) {
   auto be = makeCpuBackend();
   const auto [ta, tb] = GetParam();
-  const Shape shapes[] = {{7, 13, 37}, {61, 37, 13}, {1, 1, 1}, {1, 61, 7},
+  const Shape shapes[] = {{7, 13, 37}, {61, 37, 13}, {1, 1, 1},    {1, 61, 7},
                           {37, 1, 61}, {13, 7, 1},   {97, 67, 129}};
   uint32_t seed = 10;
   for (const Shape& s : shapes) {
     checkMatmul(*be, s, ta, tb, 1.0f, 0.0f, seed++);
     checkMatmul(*be, s, ta, tb, 0.75f, 0.0f, seed++);
-    checkMatmul(*be, s, ta, tb, 1.0f, 1.0f, seed++);   // accumulate (gradient +=)
+    checkMatmul(*be, s, ta, tb, 1.0f, 1.0f, seed++);  // accumulate (gradient +=)
     checkMatmul(*be, s, ta, tb, -0.5f, 0.3f, seed++);
   }
 }

@@ -40,8 +40,7 @@ TEST(AdamW, FirstStepMovesByLrTimesSign) {
   // With bias correction the first update is lr * g / (|g| + eps): a published Adam property.
   auto be = makeCpuBackend();
   std::vector<float> p = {1.0f, -2.0f, 0.5f}, g = {0.3f, -5.0f, 1e-3f}, m(3, 0), v(3, 0);
-  be->adamwUpdate(p.data(), g.data(), m.data(), v.data(), 3, 0.01f, 0.9f, 0.999f, 1e-12f, 0.0f,
-                  1);
+  be->adamwUpdate(p.data(), g.data(), m.data(), v.data(), 3, 0.01f, 0.9f, 0.999f, 1e-12f, 0.0f, 1);
   EXPECT_NEAR(p[0], 0.99, 1e-6);
   EXPECT_NEAR(p[1], -1.99, 1e-6);
   EXPECT_NEAR(p[2], 0.49, 1e-6);

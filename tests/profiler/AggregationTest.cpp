@@ -169,8 +169,9 @@ TEST(Summary, JsonFieldsAndRoundTrip) {
 TEST(KernelsBatches, BoundedAndRoundTripThroughJsonText) {
   std::vector<Span> spans;
   for (int i = 0; i < 10; ++i) {
-    Span s = mk("op\"" + std::to_string(i) + "\\", i % 2 ? SpanCategory::Attention : SpanCategory::IO,
-                1000 * i - 500, 10 * i, i == 3, i * 7, i * 1.5);
+    Span s =
+        mk("op\"" + std::to_string(i) + "\\", i % 2 ? SpanCategory::Attention : SpanCategory::IO,
+           1000 * i - 500, 10 * i, i == 3, i * 7, i * 1.5);
     s.rank = 2;
     s.lane = i % 3;
     s.depth = i % 2;
@@ -229,8 +230,7 @@ TEST(KernelsBatches, BadEventsNameTheField) {
       EXPECT_EQ(std::string(e.what()), msg);
     }
   };
-  nlohmann::json ok = {{"name", "a"}, {"cat", "gemm"},    {"lane", 0},
-                       {"start_ns", 1}, {"dur_ns", 2}};
+  nlohmann::json ok = {{"name", "a"}, {"cat", "gemm"}, {"lane", 0}, {"start_ns", 1}, {"dur_ns", 2}};
   expectError({{"rank", 0}}, "kernels.spans: missing");
   expectError({{"spans", 3}}, "kernels.spans: expected an array");
   nlohmann::json noDur = ok;
@@ -241,7 +241,8 @@ TEST(KernelsBatches, BadEventsNameTheField) {
   expectError({{"spans", nlohmann::json::array({neg})}}, "kernels.spans[0].dur_ns: must be >= 0");
   nlohmann::json str = ok;
   str["lane"] = "zero";
-  expectError({{"spans", nlohmann::json::array({str})}}, "kernels.spans[0].lane: expected an integer");
+  expectError({{"spans", nlohmann::json::array({str})}},
+              "kernels.spans[0].lane: expected an integer");
   expectError({{"spans", nlohmann::json::array({42})}}, "kernels.spans[0]: expected an object");
   // Optional fields default.
   auto spans = spansFromKernelsEvent({{"rank", 5}, {"spans", nlohmann::json::array({ok})}});

@@ -70,10 +70,12 @@ void checkTrace(const nlohmann::json& t, const std::vector<Span>& spans,
       cs.push_back(e);
     } else if (ph == "M") {
       ASSERT_TRUE(e["args"].is_object());
-      if (e["name"] == "process_name") processNames[e["pid"]] = e["args"].at("name");
+      if (e["name"] == "process_name")
+        processNames[e["pid"]] = e["args"].at("name");
       else if (e["name"] == "thread_name")
         threadNames[{e["pid"], e["tid"]}] = e["args"].at("name");
-      else EXPECT_EQ(e["name"], "thread_sort_index");
+      else
+        EXPECT_EQ(e["name"], "thread_sort_index");
     } else {
       ADD_FAILURE() << "unexpected phase " << ph;
     }
@@ -171,8 +173,7 @@ TEST(ChromeTrace, FromRecordedKernelsEventsAndToFile) {
     auto part = spansFromKernelsEvent(nlohmann::json::parse(b.dump()));
     back.insert(back.end(), part.begin(), part.end());
   }
-  const std::string path =
-      ::testing::TempDir() + "trace_" + std::to_string(::getpid()) + ".json";
+  const std::string path = ::testing::TempDir() + "trace_" + std::to_string(::getpid()) + ".json";
   std::string err;
   ASSERT_TRUE(writeChromeTrace(path, back, {}, {}, &err)) << err;
   std::ifstream f(path);

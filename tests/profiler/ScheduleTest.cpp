@@ -42,9 +42,7 @@ Outcome run(ProfileController& c, int64_t steps,
     for (auto [at, n] : requests)
       if (at == step) c.requestSteps(n);
     o.actions.push_back(c.beginStep(step));
-    {
-      ScopedRange r("work", SpanCategory::Gemm);
-    }
+    { ScopedRange r("work", SpanCategory::Gemm); }
     if (auto w = c.endStep(step)) o.windows.push_back(std::move(*w));
   }
   return o;
@@ -78,8 +76,7 @@ TEST(ProfileSchedule, DefaultNeverRecords) {
 
 TEST(ProfileSchedule, WaitWarmupActiveOnce) {
   ProfileSchedule s(1, 1, 3, 1);  // the config defaults
-  EXPECT_EQ(stepsWith(s, ProfileAction::None, 12),
-            (std::set<int64_t>{0, 5, 6, 7, 8, 9, 10, 11}));
+  EXPECT_EQ(stepsWith(s, ProfileAction::None, 12), (std::set<int64_t>{0, 5, 6, 7, 8, 9, 10, 11}));
   EXPECT_EQ(stepsWith(s, ProfileAction::Warmup, 12), (std::set<int64_t>{1}));
   EXPECT_EQ(stepsWith(s, ProfileAction::Record, 12), (std::set<int64_t>{2, 3}));
   EXPECT_EQ(stepsWith(s, ProfileAction::RecordAndSave, 12), (std::set<int64_t>{4}));
@@ -159,7 +156,7 @@ TEST_F(ControllerTest, OnDemandRequestFromAnotherThreadAndExtension) {
 
 TEST_F(ControllerTest, OnDemandOverlappingAScheduledWindow) {
   ProfileController c(ProfileSchedule(3, 0, 2, 1));  // records 3, 4
-  auto o = run(c, 10, {{2, 4}});                       // on demand: 2, 3, 4, 5
+  auto o = run(c, 10, {{2, 4}});                     // on demand: 2, 3, 4, 5
   // The scheduled window closes at its last step (4); the rest of the request is its own
   // window.
   ASSERT_EQ(o.windows.size(), 2u);

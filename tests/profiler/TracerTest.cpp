@@ -228,8 +228,8 @@ TEST_F(TracerTest, OpenMpWorkersRecordOnTheirOwnLanes) {
     }
   }
   auto spans = tracer().drain();
-  const int workers = static_cast<int>(std::count_if(laneOfWorker.begin(), laneOfWorker.end(),
-                                                     [](int l) { return l >= 0; }));
+  const int workers = static_cast<int>(
+      std::count_if(laneOfWorker.begin(), laneOfWorker.end(), [](int l) { return l >= 0; }));
   ASSERT_GE(workers, 1);
   EXPECT_EQ(laneOfWorker[0], mainLane);  // the master thread is worker 0
   std::set<int> distinct;
@@ -271,12 +271,11 @@ TEST_F(TracerTest, SpansOfExitedThreadsAreKeptAndLanesNamed) {
 }
 
 TEST(Category, NamesRoundTripAndGuesses) {
-  const SpanCategory all[] = {SpanCategory::Gemm,     SpanCategory::Attention,
-                              SpanCategory::Norm,     SpanCategory::Elementwise,
-                              SpanCategory::Optimizer, SpanCategory::Communication,
-                              SpanCategory::Memcpy,   SpanCategory::IO,
-                              SpanCategory::Data,     SpanCategory::Block,
-                              SpanCategory::Step,     SpanCategory::Other};
+  const SpanCategory all[] = {
+      SpanCategory::Gemm,        SpanCategory::Attention, SpanCategory::Norm,
+      SpanCategory::Elementwise, SpanCategory::Optimizer, SpanCategory::Communication,
+      SpanCategory::Memcpy,      SpanCategory::IO,        SpanCategory::Data,
+      SpanCategory::Block,       SpanCategory::Step,      SpanCategory::Other};
   const char* names[] = {"gemm",   "attention", "norm", "elementwise", "optimizer", "communication",
                          "memcpy", "io",        "data", "block",       "step",      "other"};
   for (size_t i = 0; i < std::size(all); ++i) {
@@ -288,8 +287,7 @@ TEST(Category, NamesRoundTripAndGuesses) {
   EXPECT_EQ(categoryForName("flash_fwd_kernel", true), SpanCategory::Attention);
   EXPECT_EQ(categoryForName("layernorm_bwd", true), SpanCategory::Norm);
   EXPECT_EQ(categoryForName("adamw_step_kernel", true), SpanCategory::Optimizer);
-  EXPECT_EQ(categoryForName("ncclDevKernel_AllReduce_Sum_f32", true),
-            SpanCategory::Communication);
+  EXPECT_EQ(categoryForName("ncclDevKernel_AllReduce_Sum_f32", true), SpanCategory::Communication);
   EXPECT_EQ(categoryForName("gelu_kernel", true), SpanCategory::Elementwise);
   EXPECT_EQ(categoryForName("mystery", true), SpanCategory::Elementwise);
   EXPECT_EQ(categoryForName("mystery", false), SpanCategory::Other);

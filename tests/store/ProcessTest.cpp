@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include "StoreTestUtil.h"
@@ -132,7 +133,9 @@ TEST(StoreProcess, LockedPastTimeoutKeepsRecordingToFile) {
 
 namespace {
 // World-writable directory for files an unprivileged child must create.
-void openUp(const fs::path& p) { chmod(p.c_str(), 0777); }
+void openUp(const fs::path& p) {
+  chmod(p.c_str(), 0777);
+}
 }  // namespace
 
 TEST(StoreProcess, ReadOnlyFileKeepsRecordingToFile) {
@@ -163,4 +166,51 @@ TEST(StoreProcess, ReadOnlyDirectoryKeepsRecordingToFile) {
   ASSERT_EQ(rec.wait(), 0) << out;
   EXPECT_NE(out.find("WARNING: database " + db + " is read-only"), std::string::npos) << out;
   EXPECT_EQ(countType(readNdjson(tmp / "r/events.ndjson"), "step"), 100);
+}
+
+// e2e (ctest label e2e sets TRAINSCOPE_ENGINE): kill -9 the real engine mid-run.
+TEST(EngineE2E, KillNineRealEngineMidRun) {
+  const char* engine = std::getenv("TRAINSCOPE_ENGINE");
+  if (!engine || !*engine) GTEST_SKIP() << "TRAINSCOPE_ENGINE not set (run via ctest -L e2e)";
+  TempDir tmp;
+  std::string db = tmp / "runs.db";
+  std::ofstream(tmp / "run.json")
+      << R"({"name":"e2e-kill","model":{"layers":1,"d_model":16,"heads":2,"seq_len":16},)"
+      << R"("train":{"steps":1000000}})";
+  Child c({engine, "run", tmp / "run.json", "--db", db, "--run-dir", tmp / "run"});
+  int64_t id = 0;
+  std::string line;
+  while (c.readLine(line)) {  // the config event carries the run id
+    auto e = nlohmann::json::parse(line, nullptr, false);
+    if (e.is_object() && e.value("type", "") == "config") {
+      id = e.value("run_id", int64_t{0});
+      break;
+    }
+  }
+  ASSERT_GT(id, 0) << "engine produced no config event with a run_id";
+  for (int i = 0; i < 600 && stepsInDb(db, id) < 20; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_GE(stepsInDb(db, id), 20);
+  c.kill9();
+  c.wait();
+  RunStore::Options so;
+  so.staleAfterSeconds = 0;
+  auto store = RunStore::open(db, RunStore::Mode::ReadWrite, so);
+  auto run = store.getRun(id);
+  EXPECT_EQ(run->status, "crashed");
+  auto steps = store.steps(id);
+  ASSERT_EQ(static_cast<int64_t>(steps.size()), run->steps);
+  // Compare with the events file, written independently of the database.
+  std::map<int64_t, double> fileLoss;
+  for (auto& e : readNdjson(tmp / "run/events.ndjson"))
+    if (e.value("type", "") == "step") fileLoss[e["step"].get<int64_t>()] = e["loss"].get<double>();
+  ASSERT_GE(fileLoss.size(), steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (i > 0) EXPECT_EQ(steps[i].step, steps[i - 1].step + 1);  // no gaps up to the last commit
+    ASSERT_TRUE(fileLoss.count(steps[i].step));
+    EXPECT_DOUBLE_EQ(*steps[i].loss, fileLoss[steps[i].step]);
+  }
+  auto imp = store.importEvents(tmp / "run");
+  EXPECT_EQ(imp.runId, id);
+  EXPECT_EQ(store.getRun(id)->steps, static_cast<int64_t>(fileLoss.size()));
 }

@@ -24,7 +24,9 @@ json memoryEvent(int64_t seq, bool plan, int64_t scale) {
                {"host", {{"optimizer_state", {{"current", 5000}, {"peak", 5000}}}}}}}};
   json r1 = {{"rank", 1},
              {"tiers", {{"device", {{"activations", {{"current", 1}, {"peak", 250 * scale}}}}}}}};
-  return {{"type", plan ? "memory_plan" : "memory"}, {"seq", seq}, {"time", 1.0 * seq},
+  return {{"type", plan ? "memory_plan" : "memory"},
+          {"seq", seq},
+          {"time", 1.0 * seq},
           {"ranks", {r0, r1}}};
 }
 
@@ -55,28 +57,48 @@ TEST(RunRecorder, RecordsEveryEventTypeIntoStoreAndFile) {
     RunRecorder rec(o);
     id = rec.runId();
     ASSERT_GT(id, 0);
-    rec.record(send({{"type", "hello"}, {"seq", seq++}, {"time", 100.0}, {"backend", "cpu"},
-                     {"ranks", 2}}));
-    rec.record(send({{"type", "config"}, {"seq", seq++}, {"time", 100.5},
+    rec.record(send(
+        {{"type", "hello"}, {"seq", seq++}, {"time", 100.0}, {"backend", "cpu"}, {"ranks", 2}}));
+    rec.record(send({{"type", "config"},
+                     {"seq", seq++},
+                     {"time", 100.5},
                      {"config", {{"model", {{"layers", 2}}}}}}));
     rec.record(send(memoryEvent(seq++, true, 1000)));
     for (int s = 0; s < 300; ++s)
-      rec.record(send({{"type", "step"}, {"seq", seq++}, {"time", 101.0 + s}, {"step", s},
-                       {"loss", 10.0 - 0.01 * s}, {"lr", 1e-3}, {"grad_norm", 0.5},
-                       {"tokens", 128 * (s + 1)}, {"tokens_per_s", 500.0 + s}, {"step_ms", 2.0},
-                       {"loss_scale", 65536.0}, {"skipped", s == 7}}));
+      rec.record(send({{"type", "step"},
+                       {"seq", seq++},
+                       {"time", 101.0 + s},
+                       {"step", s},
+                       {"loss", 10.0 - 0.01 * s},
+                       {"lr", 1e-3},
+                       {"grad_norm", 0.5},
+                       {"tokens", 128 * (s + 1)},
+                       {"tokens_per_s", 500.0 + s},
+                       {"step_ms", 2.0},
+                       {"loss_scale", 65536.0},
+                       {"skipped", s == 7}}));
     rec.record(send(memoryEvent(seq++, false, 1)));
-    rec.record(send({{"type", "eval"}, {"seq", seq++}, {"time", 150.0}, {"step", 100},
-                     {"loss", 9.5}}));
-    rec.record(send({{"type", "eval"}, {"seq", seq++}, {"time", 160.0}, {"step", 200},
-                     {"loss", 8.75}}));
-    rec.record(send({{"type", "checkpoint"}, {"seq", seq++}, {"time", 170.0}, {"step", 200},
-                     {"path", "/ckpt/200"}, {"checksum", "crc32:deadbeef"}}));
-    rec.record(send({{"type", "kernel_summary"}, {"seq", seq++}, {"time", 171.0}, {"window", 0},
+    rec.record(
+        send({{"type", "eval"}, {"seq", seq++}, {"time", 150.0}, {"step", 100}, {"loss", 9.5}}));
+    rec.record(
+        send({{"type", "eval"}, {"seq", seq++}, {"time", 160.0}, {"step", 200}, {"loss", 8.75}}));
+    rec.record(send({{"type", "checkpoint"},
+                     {"seq", seq++},
+                     {"time", 170.0},
+                     {"step", 200},
+                     {"path", "/ckpt/200"},
+                     {"checksum", "crc32:deadbeef"}}));
+    rec.record(send({{"type", "kernel_summary"},
+                     {"seq", seq++},
+                     {"time", 171.0},
+                     {"window", 0},
                      {"ops", json::array({{{"name", "matmul"}, {"total_ms", 3.0}}})}}));
     rec.record(send({{"type", "log"}, {"seq", seq++}, {"time", 172.0}, {"message", "hi"}}));
-    rec.record(send({{"type", "finished"}, {"seq", seq++}, {"time", 400.0},
-                     {"status", "stopped"}, {"reason", "user asked"}}));
+    rec.record(send({{"type", "finished"},
+                     {"seq", seq++},
+                     {"time", 400.0},
+                     {"status", "stopped"},
+                     {"reason", "user asked"}}));
     rec.close();
     EXPECT_TRUE(rec.takeWarnings().empty());
   }
@@ -143,7 +165,8 @@ TEST(RunRecorder, CorruptDatabaseKeepsRecordingToFileAndImportRestores) {
   RunRecorder rec(o);
   EXPECT_EQ(rec.runId(), 0);
   for (int s = 0; s < 50; ++s)
-    rec.record({{"type", "step"}, {"seq", s}, {"time", 1.0 + s}, {"step", s}, {"loss", 1.0 / (s + 1)}});
+    rec.record(
+        {{"type", "step"}, {"seq", s}, {"time", 1.0 + s}, {"step", s}, {"loss", 1.0 / (s + 1)}});
   rec.record({{"type", "finished"}, {"seq", 50}, {"time", 60.0}, {"status", "completed"}});
   rec.close();
   auto w = rec.takeWarnings();
@@ -171,7 +194,7 @@ TEST(RunRecorder, FullDatabaseKeepsRecordingToFile) {
   o.maxDatabasePages = 40;
   RunRecorder rec(o);
   ASSERT_GT(rec.runId(), 0);
-  const int n = 20000;
+  const int n = 8000;
   for (int s = 0; s < n; ++s)
     rec.record({{"type", "step"}, {"seq", s}, {"time", 1.0 + s}, {"step", s}, {"loss", 1.0}});
   rec.record({{"type", "finished"}, {"seq", n}, {"time", 1.0 + n}, {"status", "completed"}});
@@ -202,5 +225,8 @@ TEST(RunRecorder, DefaultDatabasePathFollowsEnvironment) {
   EXPECT_TRUE(fs::is_directory(tmp / "home/.local/share/trainscope"));
   const char* names[3] = {"TRAINSCOPE_DB", "XDG_DATA_HOME", "HOME"};
   for (int i = 0; i < 3; ++i)
-    if (saved[i]) setenv(names[i], keep[i].c_str(), 1); else unsetenv(names[i]);
+    if (saved[i])
+      setenv(names[i], keep[i].c_str(), 1);
+    else
+      unsetenv(names[i]);
 }

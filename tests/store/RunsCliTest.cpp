@@ -50,19 +50,32 @@ void writeRun(const fs::path& dir) {
   ev("hello", {{"backend", "cpu"}, {"ranks", 1}});
   ev("config", {{"config", {{"name", "cli run"}, {"lr", 0.25}}}});
   for (int s = 0; s < 5; ++s)
-    ev("step", {{"step", s}, {"loss", 4.0 - 0.5 * s}, {"lr", 0.25}, {"tokens", 10 * (s + 1)},
+    ev("step", {{"step", s},
+                {"loss", 4.0 - 0.5 * s},
+                {"lr", 0.25},
+                {"tokens", 10 * (s + 1)},
                 {"skipped", s == 3}});
   ev("eval", {{"step", 4}, {"loss", 2.5}});
   auto span = [](const char* name, int lane, int64_t start, int64_t dur) {
-    return json{{"name", name}, {"cat", "gemm"}, {"lane", lane}, {"device", false},
-                {"start_ns", start}, {"dur_ns", dur}, {"depth", 0}, {"step", 1},
-                {"corr", 0}, {"bytes", 0}, {"flops", 0.0}};
+    return json{{"name", name},      {"cat", "gemm"}, {"lane", lane}, {"device", false},
+                {"start_ns", start}, {"dur_ns", dur}, {"depth", 0},   {"step", 1},
+                {"corr", 0},         {"bytes", 0},    {"flops", 0.0}};
   };
-  ev("kernels", {{"rank", 0}, {"window", 0}, {"batch", 0}, {"batches", 2}, {"first_step", 1},
-                 {"last_step", 1}, {"epoch_unix_ns", 0},
+  ev("kernels", {{"rank", 0},
+                 {"window", 0},
+                 {"batch", 0},
+                 {"batches", 2},
+                 {"first_step", 1},
+                 {"last_step", 1},
+                 {"epoch_unix_ns", 0},
                  {"spans", {span("matmul", 0, 1500, 2500), span("softmax", 1, 5000, 1000)}}});
-  ev("kernels", {{"rank", 0}, {"window", 0}, {"batch", 1}, {"batches", 2}, {"first_step", 1},
-                 {"last_step", 1}, {"epoch_unix_ns", 0},
+  ev("kernels", {{"rank", 0},
+                 {"window", 0},
+                 {"batch", 1},
+                 {"batches", 2},
+                 {"first_step", 1},
+                 {"last_step", 1},
+                 {"epoch_unix_ns", 0},
                  {"spans", {span("adamw", 0, 9000, 3000)}}});
   ev("finished", {{"status", "completed"}, {"reason", ""}});
 }
@@ -85,10 +98,12 @@ TEST(RunsCli, ImportListShowExportDelete) {
   EXPECT_EQ(arr[0]["status"], "completed");
   EXPECT_EQ(arr[0]["steps"], 5);
   EXPECT_EQ(runCli({"runs", "list", "--db", db}).out.find("cli run") != std::string::npos, true);
-  EXPECT_EQ(json::parse(runCli({"runs", "list", "--db", db, "--json", "--status", "failed"}).out)
-                .size(), 0u);
-  EXPECT_EQ(json::parse(runCli({"runs", "list", "--db", db, "--json", "--config", "lr=0.25"}).out)
-                .size(), 1u);
+  EXPECT_EQ(
+      json::parse(runCli({"runs", "list", "--db", db, "--json", "--status", "failed"}).out).size(),
+      0u);
+  EXPECT_EQ(
+      json::parse(runCli({"runs", "list", "--db", db, "--json", "--config", "lr=0.25"}).out).size(),
+      1u);
   EXPECT_EQ(runCli({"runs", "list", "--db", db, "--status", "bogus"}).code, 2);
   EXPECT_EQ(runCli({"runs", "list", "--db", db, "--since", "yesterday"}).code, 2);
 
@@ -101,8 +116,10 @@ TEST(RunsCli, ImportListShowExportDelete) {
   EXPECT_EQ(runCli({"runs", "show", "99", "--db", db}).code, 2);
 
   // CSV: one row per step, values as recorded.
-  ASSERT_EQ(runCli({"runs", "export", "1", "--db", db, "--format", "csv", "--output",
-                    tmp / "m.csv"}).code, 0);
+  ASSERT_EQ(
+      runCli({"runs", "export", "1", "--db", db, "--format", "csv", "--output", tmp / "m.csv"})
+          .code,
+      0);
   std::ifstream csv(tmp / "m.csv");
   std::string line;
   std::getline(csv, line);
@@ -123,8 +140,10 @@ TEST(RunsCli, ImportListShowExportDelete) {
   }
   EXPECT_FALSE(std::getline(csv, line));
 
-  ASSERT_EQ(runCli({"runs", "export", "1", "--db", db, "--format", "json", "--output",
-                    tmp / "m.json"}).code, 0);
+  ASSERT_EQ(
+      runCli({"runs", "export", "1", "--db", db, "--format", "json", "--output", tmp / "m.json"})
+          .code,
+      0);
   auto mj = json::parse(std::ifstream(tmp / "m.json"));
   ASSERT_EQ(mj["metrics"].size(), 5u);
   EXPECT_EQ(mj["metrics"][2]["loss"], 3.0);
@@ -132,8 +151,10 @@ TEST(RunsCli, ImportListShowExportDelete) {
   EXPECT_EQ(mj["run"]["name"], "cli run");
 
   // Chrome trace: X events in microseconds, process/thread names as metadata.
-  ASSERT_EQ(runCli({"runs", "export", "1", "--db", db, "--format", "chrome", "--output",
-                    tmp / "t.json"}).code, 0);
+  ASSERT_EQ(
+      runCli({"runs", "export", "1", "--db", db, "--format", "chrome", "--output", tmp / "t.json"})
+          .code,
+      0);
   auto tj = json::parse(std::ifstream(tmp / "t.json"));
   std::map<std::string, json> x;
   bool processName = false, threadName = false;
@@ -149,8 +170,9 @@ TEST(RunsCli, ImportListShowExportDelete) {
   EXPECT_EQ(x["softmax"]["tid"], 1);
   EXPECT_TRUE(processName);
   EXPECT_TRUE(threadName);
-  EXPECT_EQ(runCli({"runs", "export", "1", "--db", db, "--format", "xml", "--output",
-                    tmp / "x"}).code, 2);
+  EXPECT_EQ(
+      runCli({"runs", "export", "1", "--db", db, "--format", "xml", "--output", tmp / "x"}).code,
+      2);
 
   ASSERT_EQ(runCli({"runs", "delete", "1", "--db", db}).code, 0);
   EXPECT_EQ(json::parse(runCli({"runs", "list", "--db", db, "--json"}).out).size(), 0u);

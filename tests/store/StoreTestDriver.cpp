@@ -18,7 +18,9 @@
 
 using nlohmann::json;
 
-static double lossAt(int64_t step) { return 2.0 + std::sin(0.01 * static_cast<double>(step)); }
+static double lossAt(int64_t step) {
+  return 2.0 + std::sin(0.01 * static_cast<double>(step));
+}
 
 static int lockMode(const char* path) {
   sqlite3* db = nullptr;
@@ -66,18 +68,35 @@ int main(int argc, char** argv) {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
         .count();
   };
-  rec.record({{"type", "hello"}, {"seq", seq++}, {"time", now()}, {"backend", "cpu"},
-              {"ranks", 1}, {"protocol", 1}});
-  rec.record({{"type", "config"}, {"seq", seq++}, {"time", now()},
+  rec.record({{"type", "hello"},
+              {"seq", seq++},
+              {"time", now()},
+              {"backend", "cpu"},
+              {"ranks", 1},
+              {"protocol", 1}});
+  rec.record({{"type", "config"},
+              {"seq", seq++},
+              {"time", now()},
               {"config", {{"name", o.name}, {"optimizer", {{"lr", 0.001}}}}}});
   for (int64_t s = 0; s < steps; ++s) {
-    rec.record({{"type", "step"}, {"seq", seq++}, {"time", now()}, {"step", s},
-                {"loss", lossAt(s)}, {"lr", 0.001}, {"grad_norm", 1.0}, {"tokens", (s + 1) * 64},
-                {"tokens_per_s", 6400.0}, {"step_ms", 10.0}, {"loss_scale", 1.0},
+    rec.record({{"type", "step"},
+                {"seq", seq++},
+                {"time", now()},
+                {"step", s},
+                {"loss", lossAt(s)},
+                {"lr", 0.001},
+                {"grad_norm", 1.0},
+                {"tokens", (s + 1) * 64},
+                {"tokens_per_s", 6400.0},
+                {"step_ms", 10.0},
+                {"loss_scale", 1.0},
                 {"skipped", false}});
     if (delayUs > 0) std::this_thread::sleep_for(std::chrono::microseconds(delayUs));
   }
-  rec.record({{"type", "finished"}, {"seq", seq++}, {"time", now()}, {"status", "completed"},
+  rec.record({{"type", "finished"},
+              {"seq", seq++},
+              {"time", now()},
+              {"status", "completed"},
               {"reason", ""}});
   rec.close();
   for (auto& w : rec.takeWarnings()) std::printf("WARNING: %s\n", w.c_str());

@@ -32,7 +32,8 @@ class TempDir {
     std::error_code ec;
     fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
     for (auto& e : fs::recursive_directory_iterator(path_, ec))
-      if (e.is_directory(ec)) fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add, ec);
+      if (e.is_directory(ec))
+        fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add, ec);
     fs::remove_all(path_, ec);
   }
   const fs::path& path() const { return path_; }
@@ -96,7 +97,9 @@ class Child {
   bool reaped_ = false;
 };
 
-inline double driverLoss(int64_t step) { return 2.0 + std::sin(0.01 * static_cast<double>(step)); }
+inline double driverLoss(int64_t step) {
+  return 2.0 + std::sin(0.01 * static_cast<double>(step));
+}
 
 inline std::vector<nlohmann::json> readNdjson(const std::string& path) {
   std::vector<nlohmann::json> out;

@@ -3,6 +3,7 @@
 #include "trainscope/core/Config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <cmath>
@@ -565,10 +566,6 @@ void checkCrossField(const RunConfig& c, const ValidationContext& ctx,
         "must be 0 (no evaluation) when data.val_fraction is 0: there is no validation split");
   }
 
-  if (ok({"schedule.warmup_steps", "train.steps"}) && c.schedule.warmup_steps > c.train.steps) {
-    add("schedule.warmup_steps", c.schedule.warmup_steps,
-        "must be <= train.steps (" + std::to_string(c.train.steps) + ")");
-  }
   if (ok({"schedule.min_lr", "optimizer.lr"}) && c.schedule.min_lr > c.optimizer.lr) {
     add("schedule.min_lr", c.schedule.min_lr,
         "must be <= optimizer.lr (" + fmtNumber(c.optimizer.lr) + ")");
@@ -642,12 +639,31 @@ void checkCrossField(const RunConfig& c, const ValidationContext& ctx,
   }
 }
 
+// nlohmann reports the 1-based offset of the last byte it read, i.e. the END of the offending
+// token; users look for its start, so step back over a string or literal token.
 void lineColumn(const std::string& text, size_t byte, size_t& line, size_t& col) {
+  size_t end = std::min(byte, text.size());
+  if (end > 0) --end;  // 0-based index of the last byte read
+  if (end < text.size()) {
+    auto literal = [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '-' || ch == '+';
+    };
+    if (text[end] == '"' && end > 0) {
+      size_t i = end;
+      while (i > 0) {
+        --i;
+        if (text[i] == '\n') break;
+        if (text[i] == '"' && (i == 0 || text[i - 1] != '\\')) {
+          end = i;
+          break;
+        }
+      }
+    } else if (literal(text[end])) {
+      while (end > 0 && literal(text[end - 1])) --end;
+    }
+  }
   line = 1;
   col = 1;
-  size_t end = std::min(byte, text.size());
-  // nlohmann reports the 1-based position of the offending byte.
-  if (end > 0) --end;
   for (size_t i = 0; i < end; ++i) {
     if (text[i] == '\n') {
       ++line;

@@ -7,7 +7,9 @@
 namespace ts::core {
 namespace {
 
-bool isHalf(const std::string& p) { return p == "bf16" || p == "pure_bf16" || p == "fp8"; }
+bool isHalf(const std::string& p) {
+  return p == "bf16" || p == "pure_bf16" || p == "fp8";
+}
 
 int checkpointsOf(const RunConfig& c) {
   const int L = std::max(1, c.model.layers);
@@ -29,19 +31,27 @@ std::vector<std::string> peftTargets(const RunConfig& c) {
   };
   for (const auto& t : c.finetune.lora.targets) {
     if (llama) {
-      if (t == "q") add("q_proj");
-      else if (t == "k") add("k_proj");
-      else if (t == "v") add("v_proj");
-      else if (t == "o") add("o_proj");
+      if (t == "q")
+        add("q_proj");
+      else if (t == "k")
+        add("k_proj");
+      else if (t == "v")
+        add("v_proj");
+      else if (t == "o")
+        add("o_proj");
       else if (t == "fc") {
         if (c.model.mlp == "swiglu") add("gate_proj");
         add("up_proj");
-      } else if (t == "proj") add("down_proj");
+      } else if (t == "proj")
+        add("down_proj");
     } else {
       // GPT-2 keeps q, k, v fused in attn.c_attn; "c_proj" names both projections.
-      if (t == "q" || t == "k" || t == "v") add("c_attn");
-      else if (t == "o" || t == "proj") add("c_proj");
-      else if (t == "fc") add("c_fc");
+      if (t == "q" || t == "k" || t == "v")
+        add("c_attn");
+      else if (t == "o" || t == "proj")
+        add("c_proj");
+      else if (t == "fc")
+        add("c_fc");
     }
   }
   return out;
@@ -62,39 +72,38 @@ nlohmann::json toDeepSpeedConfig(const RunConfig& c) {
   if (p == "fp16") {
     const auto& ls = c.precision.loss_scale;
     const bool dynamic = ls.mode != "static";
-    ds["fp16"] = {{"enabled", true},
-                  {"loss_scale", dynamic ? 0.0 : ls.static_scale},  // 0 = dynamic
-                  {"initial_scale_power",
-                   static_cast<int>(std::lround(std::log2(std::max(1.0, ls.init))))},
-                  {"loss_scale_window", ls.growth_interval},
-                  {"hysteresis", 2},
-                  {"min_loss_scale", 1}};
+    ds["fp16"] = {
+        {"enabled", true},
+        {"loss_scale", dynamic ? 0.0 : ls.static_scale},  // 0 = dynamic
+        {"initial_scale_power", static_cast<int>(std::lround(std::log2(std::max(1.0, ls.init))))},
+        {"loss_scale_window", ls.growth_interval},
+        {"hysteresis", 2},
+        {"min_loss_scale", 1}};
   }
   json zero = {{"stage", c.parallel.zero_stage}};
   auto offload = [&](const std::string& where) {
     json o = {{"device", where}, {"pin_memory", true}};
-    if (where == "nvme") o["nvme_path"] = c.parallel.nvme_path.empty() ? "/local_nvme"
-                                                                        : c.parallel.nvme_path;
+    if (where == "nvme")
+      o["nvme_path"] = c.parallel.nvme_path.empty() ? "/local_nvme" : c.parallel.nvme_path;
     return o;
   };
   if (c.parallel.offload_optimizer != "none") {
     zero["offload_optimizer"] = offload(c.parallel.offload_optimizer);
   }
-  if (c.parallel.offload_params != "none") zero["offload_param"] = offload(c.parallel.offload_params);
+  if (c.parallel.offload_params != "none")
+    zero["offload_param"] = offload(c.parallel.offload_params);
   ds["zero_optimization"] = zero;
   const auto& o = c.optimizer;
   if (o.type == "sgd") {
     // Not a DeepSpeed built-in: the engine falls back to torch.optim.SGD by name.
-    ds["optimizer"] = {{"type", "SGD"},
-                       {"params",
-                        {{"lr", o.lr}, {"momentum", o.momentum}, {"weight_decay", o.weight_decay}}}};
+    ds["optimizer"] = {
+        {"type", "SGD"},
+        {"params", {{"lr", o.lr}, {"momentum", o.momentum}, {"weight_decay", o.weight_decay}}}};
   } else {
-    ds["optimizer"] = {{"type", "AdamW"},
-                       {"params",
-                        {{"lr", o.lr},
-                         {"betas", o.betas},
-                         {"eps", o.eps},
-                         {"weight_decay", o.weight_decay}}}};
+    ds["optimizer"] = {
+        {"type", "AdamW"},
+        {"params",
+         {{"lr", o.lr}, {"betas", o.betas}, {"eps", o.eps}, {"weight_decay", o.weight_decay}}}};
   }
   const auto& s = c.schedule;
   if (s.type == "cosine") {
@@ -122,12 +131,10 @@ nlohmann::json toDeepSpeedConfig(const RunConfig& c) {
                          {"warmup_type", "linear"}}}};
   }
   if (c.memory.checkpointing != "none") {
-    ds["activation_checkpointing"] = {{"partition_activations", ranks > 1},
-                                      {"cpu_checkpointing", false},
-                                      {"contiguous_memory_optimization", false},
-                                      {"number_checkpoints", checkpointsOf(c)},
-                                      {"synchronize_checkpoint_boundary", false},
-                                      {"profile", false}};
+    ds["activation_checkpointing"] = {
+        {"partition_activations", ranks > 1},       {"cpu_checkpointing", false},
+        {"contiguous_memory_optimization", false},  {"number_checkpoints", checkpointsOf(c)},
+        {"synchronize_checkpoint_boundary", false}, {"profile", false}};
   }
   return ds;
 }
@@ -141,8 +148,9 @@ HuggingFaceExport toHuggingFace(const RunConfig& c, const std::string& deepspeed
   a["fp16"] = p == "fp16";
   if (p == "fp8") e.notes.push_back("fp8 has no TrainingArguments key: exported as bf16");
   if (p == "pure_bf16") {
-    e.notes.push_back("pure bf16 (no fp32 master weights): load the model in bfloat16 "
-                      "(torch_dtype=torch.bfloat16); bf16=True alone keeps fp32 weights");
+    e.notes.push_back(
+        "pure bf16 (no fp32 master weights): load the model in bfloat16 "
+        "(torch_dtype=torch.bfloat16); bf16=True alone keeps fp32 weights");
   }
   a["per_device_train_batch_size"] = c.train.micro_batch;
   a["gradient_accumulation_steps"] = c.train.grad_accum;
@@ -244,7 +252,8 @@ DeepSpeedImport importDeepSpeedConfig(const nlohmann::json& ds, const RunConfig&
       }
       out = v.get<bool>();
     } else if constexpr (std::is_integral_v<T>) {
-      if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == std::floor(v.get<double>()))) {
+      if (!v.is_number_integer() &&
+          !(v.is_number_float() && v.get<double>() == std::floor(v.get<double>()))) {
         issue(path, v, "expected an integer");
         return false;
       }
@@ -270,16 +279,22 @@ DeepSpeedImport importDeepSpeedConfig(const nlohmann::json& ds, const RunConfig&
 
   int micro = 0, accum = 0;
   int64_t trainBatch = 0;
-  const bool hasMicro = num(ds, "train_micro_batch_size_per_gpu", "/train_micro_batch_size_per_gpu", micro);
-  const bool hasAccum = num(ds, "gradient_accumulation_steps", "/gradient_accumulation_steps", accum);
+  const bool hasMicro =
+      num(ds, "train_micro_batch_size_per_gpu", "/train_micro_batch_size_per_gpu", micro);
+  const bool hasAccum =
+      num(ds, "gradient_accumulation_steps", "/gradient_accumulation_steps", accum);
   const bool hasBatch = num(ds, "train_batch_size", "/train_batch_size", trainBatch);
   if (hasMicro) {
-    if (micro < 1) issue("/train_micro_batch_size_per_gpu", micro, "must be >= 1");
-    else c.train.micro_batch = micro;
+    if (micro < 1)
+      issue("/train_micro_batch_size_per_gpu", micro, "must be >= 1");
+    else
+      c.train.micro_batch = micro;
   }
   if (hasAccum) {
-    if (accum < 1) issue("/gradient_accumulation_steps", accum, "must be >= 1");
-    else c.train.grad_accum = accum;
+    if (accum < 1)
+      issue("/gradient_accumulation_steps", accum, "must be >= 1");
+    else
+      c.train.grad_accum = accum;
   }
   const int ranks = std::max(1, c.parallel.ranks);
   if (hasBatch && trainBatch >= 1) {
@@ -314,8 +329,9 @@ DeepSpeedImport importDeepSpeedConfig(const nlohmann::json& ds, const RunConfig&
     if (!f.is_object()) {
       issue("/fp16", f, "expected an object");
     } else {
-      known(f, "/fp16", {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window",
-                         "hysteresis", "min_loss_scale", "auto_cast", "consecutive_hysteresis"});
+      known(f, "/fp16",
+            {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+             "min_loss_scale", "auto_cast", "consecutive_hysteresis"});
       bool en = false;
       if (num(f, "enabled", "/fp16/enabled", en) && en) {
         if (c.precision.policy == "bf16") {
@@ -324,8 +340,10 @@ DeepSpeedImport importDeepSpeedConfig(const nlohmann::json& ds, const RunConfig&
         c.precision.policy = "fp16";
         double ls = 0;
         if (num(f, "loss_scale", "/fp16/loss_scale", ls)) {
-          if (ls < 0) issue("/fp16/loss_scale", ls, "must be 0 (dynamic) or a positive scale");
-          else if (ls == 0) c.precision.loss_scale.mode = "dynamic";
+          if (ls < 0)
+            issue("/fp16/loss_scale", ls, "must be 0 (dynamic) or a positive scale");
+          else if (ls == 0)
+            c.precision.loss_scale.mode = "dynamic";
           else {
             c.precision.loss_scale.mode = "static";
             c.precision.loss_scale.static_scale = ls;
@@ -333,13 +351,17 @@ DeepSpeedImport importDeepSpeedConfig(const nlohmann::json& ds, const RunConfig&
         }
         int power = 0;
         if (num(f, "initial_scale_power", "/fp16/initial_scale_power", power)) {
-          if (power < 0 || power > 126) issue("/fp16/initial_scale_power", power, "0..126");
-          else c.precision.loss_scale.init = std::ldexp(1.0, power);
+          if (power < 0 || power > 126)
+            issue("/fp16/initial_scale_power", power, "0..126");
+          else
+            c.precision.loss_scale.init = std::ldexp(1.0, power);
         }
         int64_t window = 0;
         if (num(f, "loss_scale_window", "/fp16/loss_scale_window", window)) {
-          if (window < 1) issue("/fp16/loss_scale_window", window, "must be >= 1");
-          else c.precision.loss_scale.growth_interval = window;
+          if (window < 1)
+            issue("/fp16/loss_scale_window", window, "must be >= 1");
+          else
+            c.precision.loss_scale.growth_interval = window;
         }
       }
     }
@@ -351,8 +373,10 @@ DeepSpeedImport importDeepSpeedConfig(const nlohmann::json& ds, const RunConfig&
     } else {
       int stage = 0;
       if (num(z, "stage", "/zero_optimization/stage", stage)) {
-        if (stage < 0 || stage > 3) issue("/zero_optimization/stage", stage, "0, 1, 2 or 3");
-        else c.parallel.zero_stage = stage;
+        if (stage < 0 || stage > 3)
+          issue("/zero_optimization/stage", stage, "0, 1, 2 or 3");
+        else
+          c.parallel.zero_stage = stage;
       }
       auto off = [&](const char* key, std::string& target) {
         if (!z.contains(key)) return;
@@ -365,12 +389,16 @@ DeepSpeedImport importDeepSpeedConfig(const nlohmann::json& ds, const RunConfig&
         if (o.contains("device")) {
           const json& d = o["device"];
           std::string dev = d.is_string() ? d.get<std::string>() : "";
-          if (dev == "cpu" || dev == "nvme" || dev == "none") target = dev;
-          else issue(path + "/device", d, "one of \"none\", \"cpu\", \"nvme\"");
+          if (dev == "cpu" || dev == "nvme" || dev == "none")
+            target = dev;
+          else
+            issue(path + "/device", d, "one of \"none\", \"cpu\", \"nvme\"");
         }
         if (o.contains("nvme_path")) {
-          if (o["nvme_path"].is_string()) c.parallel.nvme_path = o["nvme_path"].get<std::string>();
-          else issue(path + "/nvme_path", o["nvme_path"], "expected a path string");
+          if (o["nvme_path"].is_string())
+            c.parallel.nvme_path = o["nvme_path"].get<std::string>();
+          else
+            issue(path + "/nvme_path", o["nvme_path"], "expected a path string");
         }
       };
       off("offload_optimizer", c.parallel.offload_optimizer);

@@ -13,8 +13,12 @@ namespace {
 using Cat = MemoryCategory;
 using Tier = MemoryTier;
 
-int64_t ceilDiv(int64_t a, int64_t b) { return b <= 0 ? 0 : (a + b - 1) / b; }
-int64_t roundBytes(double b) { return b <= 0 ? 0 : static_cast<int64_t>(std::llround(b)); }
+int64_t ceilDiv(int64_t a, int64_t b) {
+  return b <= 0 ? 0 : (a + b - 1) / b;
+}
+int64_t roundBytes(double b) {
+  return b <= 0 ? 0 : static_cast<int64_t>(std::llround(b));
+}
 
 std::string lower(std::string_view s) {
   std::string r(s);
@@ -68,8 +72,8 @@ struct LinearSpec {
 };
 
 std::vector<LinearSpec> blockLinears(const Shape& s) {
-  std::vector<LinearSpec> v = {{"q", s.C, s.C}, {"k", s.C, s.kvDim()}, {"v", s.C, s.kvDim()},
-                               {"o", s.C, s.C}};
+  std::vector<LinearSpec> v = {
+      {"q", s.C, s.C}, {"k", s.C, s.kvDim()}, {"v", s.C, s.kvDim()}, {"o", s.C, s.C}};
   if (s.swiglu) {
     v.push_back({"fc", s.C, s.F});  // gate
     v.push_back({"fc", s.C, s.F});  // up
@@ -123,10 +127,10 @@ struct PrecisionBytes {
   double param = 4;   // working weights (trainable)
   double frozen = 4;  // frozen base weights (not NF4)
   double grad = 4;
-  double master = 0;  // fp32 master copy (optimizer_state)
-  double state = 4;   // one optimizer state element (m, v or momentum) at 32-bit
-  double act = 4;     // saved activations
-  double fp8Copy = 0; // fp8 weight copy kept next to the bf16 weights
+  double master = 0;   // fp32 master copy (optimizer_state)
+  double state = 4;    // one optimizer state element (m, v or momentum) at 32-bit
+  double act = 4;      // saved activations
+  double fp8Copy = 0;  // fp8 weight copy kept next to the bf16 weights
 };
 
 PrecisionBytes precisionBytes(const std::string& policy) {
@@ -143,14 +147,17 @@ PrecisionBytes precisionBytes(const std::string& policy) {
   return p;
 }
 
-int optimizerStates(const OptimizerConfig& o) {
-  if (lower(o.type) == "sgd") return o.momentum != 0.0 ? 1 : 0;
+// The engine allocates SGD's momentum buffer even at momentum 0 (docs/memory.md); PyTorch
+// allocates none.
+int optimizerStates(const OptimizerConfig& o, bool engine) {
+  if (lower(o.type) == "sgd") return o.momentum != 0.0 || engine ? 1 : 0;
   return 2;
 }
 
 // Optimizer bytes for one trainable tensor (unsharded).
-double optimizerTensorBytes(int64_t n, const OptimizerConfig& o, const PrecisionBytes& p) {
-  const int states = optimizerStates(o);
+double optimizerTensorBytes(int64_t n, const OptimizerConfig& o, const PrecisionBytes& p,
+                            bool engine) {
+  const int states = optimizerStates(o, engine);
   double bytes = p.master * static_cast<double>(n);
   if (o.state_bits == 8 && n >= 4096) {
     bytes += states * (static_cast<double>(n) + 4.0 * static_cast<double>(ceilDiv(n, 256)));
@@ -219,13 +226,12 @@ ActBytes engineActivations(const Shape& s, int64_t B, const RunConfig& cfg, doub
     blocks = s.L * blockFull;
   }
   const double global = 2 * BT * 4.0 /*tokens, targets*/ + BT * C * ab /*residOut*/ +
-                        BT * C * ab /*lnf*/ + 2 * BT * 4.0 /*lnf stats*/ +
-                        BT * V * 4.0 /*logits*/ + BT * 4.0 /*losses*/;
+                        BT * C * ab /*lnf*/ + 2 * BT * 4.0 /*lnf stats*/ + BT * V * 4.0 /*logits*/ +
+                        BT * 4.0 /*losses*/;
   ActBytes a;
   a.peak = a.steady = blocks + global;
-  a.wsPeak = a.wsSteady = BT * 4.0 /*ones*/ + BT * C * 4.0 * 2 /*dres, dtmp*/ +
-                          BT * 3 * C * 4.0 + (flash ? 0.0 : B * NH * T * T * 4.0) +
-                          BT * F * 4.0 * 2;
+  a.wsPeak = a.wsSteady = BT * 4.0 /*ones*/ + BT * C * 4.0 * 2 /*dres, dtmp*/ + BT * 3 * C * 4.0 +
+                          (flash ? 0.0 : B * NH * T * T * 4.0) + BT * F * 4.0 * 2;
   return a;
 }
 
@@ -334,9 +340,9 @@ std::optional<ActivationModel> activationModelFromString(std::string_view s) {
 std::optional<ModelConfig> modelPreset(std::string_view name) {
   std::string n = lower(name);
   static const std::map<std::string, std::string> aliases = {
-      {"gpt2-124m", "gpt2"},       {"gpt2-small", "gpt2"},      {"gpt2-355m", "gpt2-medium"},
-      {"gpt2-774m", "gpt2-large"}, {"gpt2-1.5b", "gpt2-xl"},    {"gpt2-1558m", "gpt2-xl"},
-      {"llama2-7b", "llama-7b"},   {"llama2-13b", "llama-13b"}, {"llama2-70b", "llama-70b"},
+      {"gpt2-124m", "gpt2"},       {"gpt2-small", "gpt2"},       {"gpt2-355m", "gpt2-medium"},
+      {"gpt2-774m", "gpt2-large"}, {"gpt2-1.5b", "gpt2-xl"},     {"gpt2-1558m", "gpt2-xl"},
+      {"llama2-7b", "llama-7b"},   {"llama2-13b", "llama-13b"},  {"llama2-70b", "llama-70b"},
       {"llama-2-7b", "llama-7b"},  {"llama-2-13b", "llama-13b"}, {"llama-2-70b", "llama-70b"}};
   if (auto it = aliases.find(n); it != aliases.end()) n = it->second;
   for (const auto& [k, m] : presets()) {
@@ -357,8 +363,10 @@ ParameterCounts countParameters(const ModelConfig& model, int64_t vocab,
   ParameterCounts c;
   for (const auto& t : modelTensors(s, finetune)) {
     c.total += t.numel;
-    if (t.trainable) c.trainable += t.numel;
-    else c.frozen += t.numel;
+    if (t.trainable)
+      c.trainable += t.numel;
+    else
+      c.frozen += t.numel;
     if (t.kind == Kind::Lora) c.lora += t.numel;
     if (t.kind == Kind::Embedding || t.kind == Kind::Position) c.embedding += t.numel;
     if (t.layer == 0 && t.kind != Kind::Lora) c.per_layer += t.numel;
@@ -380,10 +388,14 @@ int64_t loraParameters(const ModelConfig& model, const LoraConfig& lora) {
 double zeroModelStateBytes(double psi, int ranks, int stage, double k) {
   const double nd = std::max(1, ranks);
   switch (stage) {
-    case 0: return (2 + 2 + k) * psi;
-    case 1: return 4 * psi + k * psi / nd;
-    case 2: return 2 * psi + (2 + k) * psi / nd;
-    default: return (2 + 2 + k) * psi / nd;
+    case 0:
+      return (2 + 2 + k) * psi;
+    case 1:
+      return 4 * psi + k * psi / nd;
+    case 2:
+      return 2 * psi + (2 + k) * psi / nd;
+    default:
+      return (2 + 2 + k) * psi / nd;
   }
 }
 
@@ -465,9 +477,18 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
   MemoryEstimate est;
   est.activation_model = opt.activation_model;
   est.device_memory = opt.device_memory;
-  est.vocab = cfg.model.vocab > 0 ? cfg.model.vocab : std::max<int64_t>(1, opt.default_vocab);
-  if (cfg.model.vocab <= 0) {
-    est.notes.push_back("vocab not set in the config: assumed " + std::to_string(est.vocab));
+  // model.vocab 0 = the data's vocabulary (docs/memory.md): addition 14, byte-level text 256.
+  const std::string source = lower(cfg.data.source);
+  if (cfg.model.vocab > 0) {
+    est.vocab = cfg.model.vocab;
+  } else if (source == "synthetic" && lower(cfg.data.task) == "addition") {
+    est.vocab = 14;
+  } else if (source == "text") {
+    est.vocab = 256;
+  } else {
+    est.vocab = std::max<int64_t>(1, opt.default_vocab);
+    est.notes.push_back("vocab comes from the data: assumed " + std::to_string(est.vocab) +
+                        " (set model.vocab for an exact estimate)");
   }
   const Shape s = shapeOf(cfg.model, est.vocab);
   const std::string policy = lower(cfg.precision.policy);
@@ -491,7 +512,8 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
     if (t.trainable) {
       trainParamBytes += n * (pb.param + (t.kind == Kind::BlockLinear ? pb.fp8Copy : 0));
       gradBytes += n * pb.grad;
-      optBytes += optimizerTensorBytes(t.numel, cfg.optimizer, pb);
+      optBytes += optimizerTensorBytes(t.numel, cfg.optimizer, pb,
+                                       opt.activation_model == ActivationModel::Engine);
     } else if (nf4 && t.kind == Kind::BlockLinear) {
       frozenBytes += blockwiseQuantBytes(n, 4, 64, opt.nf4_double_quant);
     } else {
@@ -596,10 +618,10 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
   double teacherPerToken = 0;
   if (est.params.teacher > 0) {
     const Shape ts = shapeOf(opt.teacher_model ? *opt.teacher_model : cfg.model, est.vocab);
-    teacherPerToken = 2 * static_cast<double>(est.params.teacher -
-                                              (ts.learnedPos ? ts.T * ts.C : 0) -
-                                              (ts.tied ? 0 : ts.V * ts.C)) +
-                      4.0 * ts.L * ts.C * ts.T;
+    teacherPerToken =
+        2 * static_cast<double>(est.params.teacher - (ts.learnedPos ? ts.T * ts.C : 0) -
+                                (ts.tied ? 0 : ts.V * ts.C)) +
+        4.0 * ts.L * ts.C * ts.T;
   }
   const double tokens = static_cast<double>(est.tokens_per_step);
   est.recompute_flops = recomputePerToken * tokens;
@@ -610,8 +632,8 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
     if (stage < 3) {
       est.comm_bytes_per_step = 2 * trainable * pb.grad;
     } else {
-      est.comm_bytes_per_step = static_cast<double>(accum) *
-                                (trainable * (2 * pb.param + pb.grad) + 2 * frozenBytes);
+      est.comm_bytes_per_step =
+          static_cast<double>(accum) * (trainable * (2 * pb.param + pb.grad) + 2 * frozenBytes);
     }
   }
   if (optTier != Tier::Device) {
@@ -640,10 +662,14 @@ MemoryReport predictMemoryReport(const RunConfig& config) {
 nlohmann::json toJson(const MemoryEstimate& e) {
   nlohmann::json j = toJson(e.report);
   j["activation_model"] = std::string(toString(e.activation_model));
-  j["parameters"] = {{"total", e.params.total},         {"trainable", e.params.trainable},
-                     {"frozen", e.params.frozen},       {"lora", e.params.lora},
-                     {"embedding", e.params.embedding}, {"per_layer", e.params.per_layer},
-                     {"largest_layer", e.params.largest_layer}, {"teacher", e.params.teacher}};
+  j["parameters"] = {{"total", e.params.total},
+                     {"trainable", e.params.trainable},
+                     {"frozen", e.params.frozen},
+                     {"lora", e.params.lora},
+                     {"embedding", e.params.embedding},
+                     {"per_layer", e.params.per_layer},
+                     {"largest_layer", e.params.largest_layer},
+                     {"teacher", e.params.teacher}};
   j["vocab"] = e.vocab;
   j["device_memory"] = e.device_memory;
   j["fits"] = e.fits;
@@ -659,7 +685,9 @@ nlohmann::json toJson(const MemoryEstimate& e) {
   return j;
 }
 
-nlohmann::json memoryPlanJson(const RunConfig& config) { return toJson(estimateMemory(config)); }
+nlohmann::json memoryPlanJson(const RunConfig& config) {
+  return toJson(estimateMemory(config));
+}
 
 std::string formatBytes(double bytes) {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
@@ -670,8 +698,10 @@ std::string formatBytes(double bytes) {
     ++u;
   }
   char buf[64];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%.0f B", v);
-  else std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%.0f B", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
   return buf;
 }
 
@@ -690,11 +720,20 @@ std::optional<int64_t> parseByteSize(std::string_view text) {
   }
   if (!std::isfinite(value) || value < 0) return std::nullopt;
   const std::string unit = lower(t.substr(pos));
-  static const std::map<std::string, double> units = {
-      {"", 1},           {"b", 1},          {"k", 1e3},   {"kb", 1e3},   {"m", 1e6},
-      {"mb", 1e6},       {"g", 1e9},        {"gb", 1e9},  {"t", 1e12},   {"tb", 1e12},
-      {"kib", 1024.0},   {"mib", 1048576.0}, {"gib", 1073741824.0},
-      {"tib", 1099511627776.0}};
+  static const std::map<std::string, double> units = {{"", 1},
+                                                      {"b", 1},
+                                                      {"k", 1e3},
+                                                      {"kb", 1e3},
+                                                      {"m", 1e6},
+                                                      {"mb", 1e6},
+                                                      {"g", 1e9},
+                                                      {"gb", 1e9},
+                                                      {"t", 1e12},
+                                                      {"tb", 1e12},
+                                                      {"kib", 1024.0},
+                                                      {"mib", 1048576.0},
+                                                      {"gib", 1073741824.0},
+                                                      {"tib", 1099511627776.0}};
   auto it = units.find(unit);
   if (it == units.end()) return std::nullopt;
   const double bytes = value * it->second;
@@ -710,8 +749,7 @@ std::string formatMemoryTable(const MemoryEstimate& e) {
                 "vocab %lld)\n",
                 static_cast<long long>(e.params.total), static_cast<long long>(e.params.trainable),
                 static_cast<long long>(e.params.frozen),
-                std::string(toString(e.activation_model)).c_str(),
-                static_cast<long long>(e.vocab));
+                std::string(toString(e.activation_model)).c_str(), static_cast<long long>(e.vocab));
   out << line;
   // Ranks with identical tables are printed once.
   size_t i = 0;
@@ -724,8 +762,10 @@ std::string formatMemoryTable(const MemoryEstimate& e) {
       if (!(a == b)) break;
       ++j;
     }
-    if (j - i == 1) out << "rank " << ranks[i].rank << "\n";
-    else out << "ranks " << ranks[i].rank << "-" << ranks[j - 1].rank << "\n";
+    if (j - i == 1)
+      out << "rank " << ranks[i].rank << "\n";
+    else
+      out << "ranks " << ranks[i].rank << "-" << ranks[j - 1].rank << "\n";
     std::snprintf(line, sizeof line, "  %-8s %-16s %14s %14s\n", "tier", "category", "steady",
                   "peak");
     out << line;

@@ -82,9 +82,8 @@ PlanCost costOf(const PlanRequest& req, const Combo& c, const RunConfig& cfg,
     k.attention_s = 4 * B * heads * T * T * act * layers * accum / hw.device_bandwidth;
   }
   if (c.compression != "none") {
-    const double saved =
-        static_cast<double>(e.report.ranks[0].at(MemoryTier::Device, MemoryCategory::Activations)
-                                .peak);
+    const double saved = static_cast<double>(
+        e.report.ranks[0].at(MemoryTier::Device, MemoryCategory::Activations).peak);
     k.compression_s = 3 * saved * accum / hw.device_bandwidth;
   }
   k.comm_s = e.comm_bytes_per_step / (ranks > 8 ? hw.network_bandwidth : hw.link_bandwidth);
@@ -102,10 +101,11 @@ PlanCost costOf(const PlanRequest& req, const Combo& c, const RunConfig& cfg,
     }
   }
   const auto& r0 = e.report.ranks[0];
-  k.optimizer_s = 2.0 *
-                  static_cast<double>(r0.at(MemoryTier::Device, MemoryCategory::OptimizerState).peak +
-                                      r0.at(MemoryTier::Device, MemoryCategory::Parameters).peak) /
-                  hw.device_bandwidth;
+  k.optimizer_s =
+      2.0 *
+      static_cast<double>(r0.at(MemoryTier::Device, MemoryCategory::OptimizerState).peak +
+                          r0.at(MemoryTier::Device, MemoryCategory::Parameters).peak) /
+      hw.device_bandwidth;
   k.overhead_s = accum * hw.micro_step_overhead_s;
   k.total_s = k.compute_s + k.recompute_s + k.attention_s + k.compression_s + k.comm_s +
               k.offload_s + k.optimizer_s + k.overhead_s;
@@ -138,15 +138,20 @@ struct Candidate {
   long bucket = 0;
 };
 
-long bucketOf(double s) { return s > 0 ? std::lround(std::log(s) / std::log(1.05)) : 0; }
+long bucketOf(double s) {
+  return s > 0 ? std::lround(std::log(s) / std::log(1.05)) : 0;
+}
 
 }  // namespace
 
 std::string_view toString(PlanGoal g) {
   switch (g) {
-    case PlanGoal::Fastest: return "fastest";
-    case PlanGoal::LargestBatch: return "largest_batch";
-    default: return "fit";
+    case PlanGoal::Fastest:
+      return "fastest";
+    case PlanGoal::LargestBatch:
+      return "largest_batch";
+    default:
+      return "fit";
   }
 }
 
@@ -192,7 +197,8 @@ PlanResult planTraining(const PlanRequest& req) {
   EstimateOptions fast;
   fast.activation_model = req.activation_model;
   fast.rank0_only = true;
-  const double idealS = estimateMemory(plain, fast).flops_per_step / ranks / req.hardware.device_flops;
+  const double idealS =
+      estimateMemory(plain, fast).flops_per_step / ranks / req.hardware.device_flops;
 
   std::vector<std::string> precisions = {"bf16", "fp16", "pure_bf16", "fp32"};
   if (req.allow_fp8) precisions.push_back("fp8");
@@ -206,8 +212,10 @@ PlanResult planTraining(const PlanRequest& req) {
     }
   }
   std::vector<int> stages = {0};
-  if (ranks > 1) stages = {0, 1, 2, 3};
-  else if (req.allow_offload) stages = {0, 3};  // stage 3 on one rank: parameter offload
+  if (ranks > 1)
+    stages = {0, 1, 2, 3};
+  else if (req.allow_offload)
+    stages = {0, 3};  // stage 3 on one rank: parameter offload
   const int maxAdapters = req.allow_adapters ? 2 : 0;
 
   std::vector<Candidate> fits;
@@ -227,8 +235,8 @@ PlanResult planTraining(const PlanRequest& req) {
                   MemoryEstimate bestEst;
                   while (lo <= hi) {
                     int mid = (lo + hi) / 2;
-                    RunConfig cfg = applyCombo(req, c, micros[mid],
-                                               static_cast<int>(perRank / micros[mid]));
+                    RunConfig cfg =
+                        applyCombo(req, c, micros[mid], static_cast<int>(perRank / micros[mid]));
                     MemoryEstimate e = estimateMemory(cfg, fast);
                     ++result.evaluated;
                     const bool hostOk = req.host_memory <= 0 || e.peak_host <= req.host_memory;
@@ -243,8 +251,8 @@ PlanResult planTraining(const PlanRequest& req) {
                   if (best < 0) continue;
                   Candidate cand;
                   Plan& p = cand.plan;
-                  p.config = applyCombo(req, c, micros[best],
-                                        static_cast<int>(perRank / micros[best]));
+                  p.config =
+                      applyCombo(req, c, micros[best], static_cast<int>(perRank / micros[best]));
                   p.estimate = std::move(bestEst);
                   p.cost = costOf(req, c, p.config, p.estimate, idealS);
                   cand.cls = classOf(c);
@@ -292,11 +300,11 @@ PlanResult planTraining(const PlanRequest& req) {
     result.plans.push_back(std::move(p));
   }
   if (result.plans.empty()) {
-    result.message = "no combination fits in " + formatBytes(budget) + " per device" +
-                     (req.host_memory > 0
-                          ? " and " + formatBytes(static_cast<double>(req.host_memory)) + " host"
-                          : std::string()) +
-                     "; add ranks, allow offload/adapters, or shorten the sequence";
+    result.message =
+        "no combination fits in " + formatBytes(budget) + " per device" +
+        (req.host_memory > 0 ? " and " + formatBytes(static_cast<double>(req.host_memory)) + " host"
+                             : std::string()) +
+        "; add ranks, allow offload/adapters, or shorten the sequence";
   }
   return result;
 }

@@ -179,10 +179,14 @@ RunRecorder::RunRecorder(Options options) : impl_(std::make_unique<Impl>()) {
   }
   if (!runDir.empty()) {
     // What `runs import` needs to recreate the run without the database.
-    json meta = {{"name", d.opt.name},         {"backend", d.opt.backend},
-                 {"ranks", d.opt.ranks},       {"parent_run", d.opt.parentRun},
-                 {"teacher_run", d.opt.teacherRun}, {"created", created},
-                 {"db", d.opt.dbPath},         {"run_id", d.runId}};
+    json meta = {{"name", d.opt.name},
+                 {"backend", d.opt.backend},
+                 {"ranks", d.opt.ranks},
+                 {"parent_run", d.opt.parentRun},
+                 {"teacher_run", d.opt.teacherRun},
+                 {"created", created},
+                 {"db", d.opt.dbPath},
+                 {"run_id", d.runId}};
     std::ofstream out(fs::path(d.opt.runDir) / "recorder.json", std::ios::trunc);
     out << meta.dump(2) << "\n";
   }
@@ -194,7 +198,9 @@ RunRecorder::~RunRecorder() {
   if (impl_->file) std::fclose(impl_->file);
 }
 
-int64_t RunRecorder::runId() const { return impl_->runId; }
+int64_t RunRecorder::runId() const {
+  return impl_->runId;
+}
 
 void RunRecorder::record(const json& event) {
   std::lock_guard lock(impl_->mutex);

@@ -18,7 +18,9 @@ namespace ts::core {
 using store::Db;
 using store::Stmt;
 
-std::string_view toString(MetricColumn c) { return store::metricSqlColumn(c); }
+std::string_view toString(MetricColumn c) {
+  return store::metricSqlColumn(c);
+}
 
 std::optional<MetricColumn> metricColumnFromString(std::string_view s) {
   for (auto c : allMetricColumns())
@@ -27,9 +29,9 @@ std::optional<MetricColumn> metricColumnFromString(std::string_view s) {
 }
 
 std::vector<MetricColumn> allMetricColumns() {
-  return {MetricColumn::Loss,   MetricColumn::Lr,         MetricColumn::GradNorm,
+  return {MetricColumn::Loss,      MetricColumn::Lr,     MetricColumn::GradNorm,
           MetricColumn::LossScale, MetricColumn::Tokens, MetricColumn::TokensPerS,
-          MetricColumn::StepMs, MetricColumn::Skipped};
+          MetricColumn::StepMs,    MetricColumn::Skipped};
 }
 
 struct RunStore::Impl {
@@ -52,9 +54,15 @@ RunStore RunStore::open(const std::string& path, Mode mode, Options options) {
   return s;
 }
 
-const std::string& RunStore::path() const { return impl_->db.path(); }
-bool RunStore::readOnly() const { return impl_->db.readOnly(); }
-int RunStore::schemaVersion() const { return impl_->db.userVersion(); }
+const std::string& RunStore::path() const {
+  return impl_->db.path();
+}
+bool RunStore::readOnly() const {
+  return impl_->db.readOnly();
+}
+int RunStore::schemaVersion() const {
+  return impl_->db.userVersion();
+}
 
 namespace {
 
@@ -63,8 +71,7 @@ constexpr const char* kEffectiveStatus =
     "ELSE status END)";
 
 std::string summaryColumns() {
-  return std::string(
-             "id, name, tags, notes, created, started, finished, heartbeat, ") +
+  return std::string("id, name, tags, notes, created, started, finished, heartbeat, ") +
          kEffectiveStatus +
          ", reason, backend, ranks, steps, last_step, last_loss, best_eval_loss, tokens_per_s, "
          "peak_memory, parent_run, teacher_run, pid, host, run_dir";
@@ -74,7 +81,8 @@ void readSummary(Stmt& s, RunSummary& r) {
   r.id = s.i64(0);
   r.name = s.text(1);
   try {
-    auto tags = json::parse(s.text(2));
+    std::string text = s.text(2);
+    auto tags = text == "[]" ? json::array() : json::parse(text);
     for (auto& t : tags)
       if (t.is_string()) r.tags.push_back(t.get<std::string>());
   } catch (const json::exception&) {
@@ -131,8 +139,7 @@ Where buildWhere(const RunFilter& f) {
   if (!f.nameContains.empty())
     w.add("instr(lower(name), lower(?)) > 0",
           [t = f.nameContains](Stmt& s, int i) { s.bind(i, t); });
-  if (f.createdFrom)
-    w.add("created >= ?", [v = *f.createdFrom](Stmt& s, int i) { s.bind(i, v); });
+  if (f.createdFrom) w.add("created >= ?", [v = *f.createdFrom](Stmt& s, int i) { s.bind(i, v); });
   if (f.createdTo) w.add("created < ?", [v = *f.createdTo](Stmt& s, int i) { s.bind(i, v); });
   if (!f.configPath.empty()) {
     std::string path = configJsonPath(f.configPath);
@@ -156,15 +163,24 @@ Where buildWhere(const RunFilter& f) {
 
 const char* sortColumn(RunSortKey k) {
   switch (k) {
-    case RunSortKey::Created: return "created";
-    case RunSortKey::Name: return "name COLLATE NOCASE";
-    case RunSortKey::Status: return "status";
-    case RunSortKey::Steps: return "steps";
-    case RunSortKey::LastLoss: return "last_loss";
-    case RunSortKey::BestEvalLoss: return "best_eval_loss";
-    case RunSortKey::TokensPerS: return "tokens_per_s";
-    case RunSortKey::PeakMemory: return "peak_memory";
-    case RunSortKey::Id: return "id";
+    case RunSortKey::Created:
+      return "created";
+    case RunSortKey::Name:
+      return "name COLLATE NOCASE";
+    case RunSortKey::Status:
+      return "status";
+    case RunSortKey::Steps:
+      return "steps";
+    case RunSortKey::LastLoss:
+      return "last_loss";
+    case RunSortKey::BestEvalLoss:
+      return "best_eval_loss";
+    case RunSortKey::TokensPerS:
+      return "tokens_per_s";
+    case RunSortKey::PeakMemory:
+      return "peak_memory";
+    case RunSortKey::Id:
+      return "id";
   }
   return "created";
 }
@@ -179,7 +195,8 @@ auto withConfigPath(const RunFilter& f, F&& fn) {
       throw StoreError(StoreError::Kind::BadInput,
                        "config path '" + f.configPath +
                            "' is not valid (use dotted keys such as optimizer.lr or "
-                           "layers[0].dim): " + e.what());
+                           "layers[0].dim): " +
+                           e.what());
     throw;
   }
 }
@@ -209,9 +226,13 @@ std::vector<RunSummary> RunStore::listRuns(const RunFilter& filter) {
     Where w = buildWhere(filter);
     std::string order = sortColumn(filter.sort);
     std::string dir = filter.descending ? " DESC" : " ASC";
-    std::string sql = "SELECT " + summaryColumns() + " FROM runs" + w.sql + " ORDER BY (" +
-                      sortColumn(filter.sort == RunSortKey::Name ? RunSortKey::Id : filter.sort) +
-                      " IS NULL), " + order + dir + ", id" + dir + " LIMIT ? OFFSET ?";
+    // Nullable keys sort their NULLs last; the others can use their index directly.
+    bool nullable = filter.sort == RunSortKey::LastLoss ||
+                    filter.sort == RunSortKey::BestEvalLoss ||
+                    filter.sort == RunSortKey::TokensPerS;
+    std::string sql = "SELECT " + summaryColumns() + " FROM runs" + w.sql + " ORDER BY " +
+                      (nullable ? "(" + order + " IS NULL), " : std::string()) + order + dir +
+                      ", id" + dir + " LIMIT ? OFFSET ?";
     auto s = impl_->db.prepare(sql.c_str());
     int i = 1;
     for (auto& b : w.binds) b(s, i++);
@@ -241,8 +262,8 @@ int64_t RunStore::countRuns(const RunFilter& filter) {
 
 std::optional<RunDetail> RunStore::getRun(int64_t id) {
   std::lock_guard lock(impl_->mutex);
-  auto s = impl_->db.prepare(("SELECT " + summaryColumns() + ", config FROM runs WHERE id=?")
-                                 .c_str());
+  auto s =
+      impl_->db.prepare(("SELECT " + summaryColumns() + ", config FROM runs WHERE id=?").c_str());
   s.bind(1, id);
   if (!s.step()) return std::nullopt;
   RunDetail r;
@@ -264,7 +285,10 @@ MetricSeries RunStore::metrics(int64_t id, MetricColumn column, int maxPoints,
   MetricSeries out;
   out.column = column;
   maxPoints = std::max(1, maxPoints);
-  auto range = db.prepare("SELECT min(step), max(step) FROM metrics WHERE run_id=?");
+  // Two subqueries: each min/max alone is an index lookup; together they would scan the run.
+  auto range = db.prepare(
+      "SELECT (SELECT min(step) FROM metrics WHERE run_id=?1), "
+      "(SELECT max(step) FROM metrics WHERE run_id=?1)");
   range.bind(1, id);
   range.step();
   if (range.isNull(0)) return out;
@@ -298,19 +322,26 @@ MetricSeries RunStore::metrics(int64_t id, MetricColumn column, int maxPoints,
     } else {
       // Whole rollup buckets inside [lo, hi], raw rows at the two ragged edges.
       width = (width + level - 1) / level * level;
-      int64_t fullLo = (lo + level - 1) / level * level;   // first whole bucket start
-      int64_t fullHi = (hi + 1) / level * level;           // end (exclusive) of whole buckets
-      if (lo < 0) fullLo = fullHi = lo;                    // negative steps: raw only
+      int64_t fullLo = (lo + level - 1) / level * level;  // first whole bucket start
+      int64_t fullHi = (hi + 1) / level * level;          // end (exclusive) of whole buckets
+      if (lo < 0) fullLo = fullHi = lo;                   // negative steps: raw only
       q = db.prepare(("WITH parts(s, mn, mx, sm, n, fs, ls) AS ("
-                      " SELECT step, " + col + ", " + col + ", " + col + ", 1, step, step"
-                      " FROM metrics WHERE run_id=?1 AND step >= ?2 AND step < ?4 AND " + col +
+                      " SELECT step, " +
+                      col + ", " + col + ", " + col +
+                      ", 1, step, step"
+                      " FROM metrics WHERE run_id=?1 AND step >= ?2 AND step < ?4 AND " +
+                      col +
                       " IS NOT NULL"
                       " UNION ALL SELECT bucket * ?7, mn, mx, sm, n, first_step, last_step"
                       " FROM metric_rollup WHERE run_id=?1 AND col=?8 AND level=?7"
                       " AND bucket >= ?4 / ?7 AND bucket < ?5 / ?7"
-                      " UNION ALL SELECT step, " + col + ", " + col + ", " + col + ", 1, step,"
+                      " UNION ALL SELECT step, " +
+                      col + ", " + col + ", " + col +
+                      ", 1, step,"
                       " step FROM metrics WHERE run_id=?1 AND step >= max(?5, ?4) AND step <= ?3"
-                      " AND " + col + " IS NOT NULL)"
+                      " AND " +
+                      col +
+                      " IS NOT NULL)"
                       " SELECT min(fs), max(ls), min(mn), max(mx), sum(sm) / sum(n), sum(n)"
                       " FROM parts GROUP BY (s - ?2) / ?6 ORDER BY 1")
                          .c_str());
@@ -408,8 +439,8 @@ std::vector<KernelSummaryRow> RunStore::kernelSummaries(int64_t id) {
   return out;
 }
 
-std::vector<EventRow> RunStore::events(int64_t id, const std::vector<std::string>& types,
-                                       int limit, int offset) {
+std::vector<EventRow> RunStore::events(int64_t id, const std::vector<std::string>& types, int limit,
+                                       int offset) {
   std::lock_guard lock(impl_->mutex);
   auto s = impl_->db.prepare(
       "SELECT seq, time, type, body FROM events WHERE run_id=?1 AND (?2 = '[]' OR type IN "
@@ -433,8 +464,8 @@ std::vector<CheckpointRow> RunStore::checkpoints(int64_t id) {
 
 std::vector<ArtifactRow> RunStore::artifacts(int64_t id) {
   std::lock_guard lock(impl_->mutex);
-  auto s = impl_->db.prepare(
-      "SELECT id, kind, path, time FROM artifacts WHERE run_id=? ORDER BY id");
+  auto s =
+      impl_->db.prepare("SELECT id, kind, path, time FROM artifacts WHERE run_id=? ORDER BY id");
   s.bind(1, id);
   std::vector<ArtifactRow> out;
   while (s.step()) out.push_back({s.i64(0), s.text(1), s.text(2), s.f64(3)});
@@ -562,6 +593,12 @@ int RunStore::markCrashedRuns() {
   std::lock_guard lock(impl_->mutex);
   auto& db = impl_->db;
   if (db.readOnly()) return 0;
+  {  // look first: an UPDATE would take the write lock even when nothing is dead
+    auto q = db.prepare(
+        "SELECT count(*) FROM runs WHERE status='running' AND ts_dead(host, pid, heartbeat)");
+    q.step();
+    if (q.i64(0) == 0) return 0;
+  }
   auto s = db.prepare(
       "UPDATE runs SET status='crashed', reason=CASE WHEN reason='' THEN "
       "'the engine stopped without finishing (heartbeat lost)' ELSE reason END "

@@ -33,15 +33,24 @@ StoreError::Kind kindOf(int code) {
 
 std::string describe(StoreError::Kind kind) {
   switch (kind) {
-    case StoreError::Kind::NotFound: return "cannot be opened";
-    case StoreError::Kind::Corrupt: return "is corrupted or not a database";
-    case StoreError::Kind::Locked: return "is locked by another process past the busy timeout";
-    case StoreError::Kind::ReadOnly: return "is read-only";
-    case StoreError::Kind::Full: return "is full (disk or size limit reached)";
-    case StoreError::Kind::TooNew: return "was written by a newer Trainscope";
-    case StoreError::Kind::NeedsMigration: return "needs a schema migration";
-    case StoreError::Kind::BadInput: return "was given bad input";
-    case StoreError::Kind::Other: return "failed";
+    case StoreError::Kind::NotFound:
+      return "cannot be opened";
+    case StoreError::Kind::Corrupt:
+      return "is corrupted or not a database";
+    case StoreError::Kind::Locked:
+      return "is locked by another process past the busy timeout";
+    case StoreError::Kind::ReadOnly:
+      return "is read-only";
+    case StoreError::Kind::Full:
+      return "is full (disk or size limit reached)";
+    case StoreError::Kind::TooNew:
+      return "was written by a newer Trainscope";
+    case StoreError::Kind::NeedsMigration:
+      return "needs a schema migration";
+    case StoreError::Kind::BadInput:
+      return "was given bad input";
+    case StoreError::Kind::Other:
+      return "failed";
   }
   return "failed";
 }
@@ -156,9 +165,10 @@ static void tsDeadFn(sqlite3_context* ctx, int, sqlite3_value** argv) {
 
 // ---------------------------------------------------------------------------------- Db
 
-Db::Db(const std::string& path, bool readOnly, bool create, int busyTimeoutMs,
-       double staleAfter)
-    : staleAfterSeconds(staleAfter), path_(path), readOnly_(readOnly),
+Db::Db(const std::string& path, bool readOnly, bool create, int busyTimeoutMs, double staleAfter)
+    : staleAfterSeconds(staleAfter),
+      path_(path),
+      readOnly_(readOnly),
       busyTimeoutMs_(busyTimeoutMs) {
   if (path.empty()) throw StoreError(StoreError::Kind::BadInput, "database path is empty");
   std::error_code ec;
@@ -201,9 +211,9 @@ Db::Db(const std::string& path, bool readOnly, bool create, int busyTimeoutMs,
       wal.step();
       std::string mode = wal.text(0);
       if (mode != "wal")
-        throw StoreError(StoreError::Kind::ReadOnly,
-                         "database " + path + " cannot use WAL mode (got '" + mode +
-                             "'); is its directory writable?");
+        throw StoreError(StoreError::Kind::ReadOnly, "database " + path +
+                                                         " cannot use WAL mode (got '" + mode +
+                                                         "'); is its directory writable?");
       exec("PRAGMA synchronous=NORMAL");
     }
     Stmt probe(db_, "SELECT count(*) FROM sqlite_master");
@@ -221,8 +231,8 @@ Db::~Db() {
 
 void Db::fail(int code, const std::string& what) const {
   auto kind = kindOf(code);
-  throw StoreError(kind, "database " + path_ + " " + describe(kind) + " (" + what +
-                             "): " + sqlite3_errmsg(db_));
+  throw StoreError(
+      kind, "database " + path_ + " " + describe(kind) + " (" + what + "): " + sqlite3_errmsg(db_));
 }
 
 void Db::exec(const char* sql) {
@@ -382,7 +392,9 @@ void Db::migrate() {
 
 // ---------------------------------------------------------------------------------- tx
 
-Transaction::Transaction(Db& db) : db_(db) { db_.exec("BEGIN IMMEDIATE"); }
+Transaction::Transaction(Db& db) : db_(db) {
+  db_.exec("BEGIN IMMEDIATE");
+}
 Transaction::~Transaction() {
   if (!done_) sqlite3_exec(db_.handle(), "ROLLBACK", nullptr, nullptr, nullptr);
 }

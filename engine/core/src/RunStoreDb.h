@@ -36,7 +36,10 @@ class Stmt {
   Stmt& bind(int i, const std::optional<double>& v) { return v ? bind(i, *v) : bind(i, nullptr); }
   Stmt& bind(int i, const std::optional<int64_t>& v) { return v ? bind(i, *v) : bind(i, nullptr); }
   bool step();  // true: a row is available; throws StoreError on failure
-  void run() { step(); reset(); }
+  void run() {
+    step();
+    reset();
+  }
   void reset();
 
   bool isNull(int c) const { return sqlite3_column_type(st_, c) == SQLITE_NULL; }

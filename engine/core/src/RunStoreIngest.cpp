@@ -9,14 +9,22 @@ using nlohmann::json;
 
 const char* metricSqlColumn(MetricColumn c) {
   switch (c) {
-    case MetricColumn::Loss: return "loss";
-    case MetricColumn::Lr: return "lr";
-    case MetricColumn::GradNorm: return "grad_norm";
-    case MetricColumn::LossScale: return "loss_scale";
-    case MetricColumn::Tokens: return "tokens";
-    case MetricColumn::TokensPerS: return "tokens_per_s";
-    case MetricColumn::StepMs: return "step_ms";
-    case MetricColumn::Skipped: return "skipped";
+    case MetricColumn::Loss:
+      return "loss";
+    case MetricColumn::Lr:
+      return "lr";
+    case MetricColumn::GradNorm:
+      return "grad_norm";
+    case MetricColumn::LossScale:
+      return "loss_scale";
+    case MetricColumn::Tokens:
+      return "tokens";
+    case MetricColumn::TokensPerS:
+      return "tokens_per_s";
+    case MetricColumn::StepMs:
+      return "step_ms";
+    case MetricColumn::Skipped:
+      return "skipped";
   }
   return "loss";
 }
@@ -39,7 +47,9 @@ std::optional<std::string> str(const json& e, const char* key) {
   return it->get<std::string>();
 }
 
-int64_t floorDiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+int64_t floorDiv(int64_t a, int64_t b) {
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
 
 }  // namespace
 
@@ -48,8 +58,9 @@ void updateRollups(Db& db, int64_t runId, int64_t fromStep, int64_t toStep) {
   for (auto c : allMetricColumns()) {
     const char* col = metricSqlColumn(c);
     std::string sql =
-        std::string("INSERT OR REPLACE INTO metric_rollup(run_id,col,level,bucket,mn,mx,sm,n,"
-                    "first_step,last_step) SELECT ?1, ?2, ?3, step/?3, min(") +
+        std::string(
+            "INSERT OR REPLACE INTO metric_rollup(run_id,col,level,bucket,mn,mx,sm,n,"
+            "first_step,last_step) SELECT ?1, ?2, ?3, step/?3, min(") +
         col + "), max(" + col + "), sum(" + col + "), count(" + col +
         "), min(step), max(step) FROM metrics WHERE run_id=?1 AND step BETWEEN ?4 AND ?5 AND " +
         col + " IS NOT NULL GROUP BY step/?3";
@@ -81,8 +92,14 @@ int64_t EventIngestor::createRun(Db& db, const RunMeta& m) {
       "INSERT INTO runs(name, created, status, backend, ranks, parent_run, teacher_run, pid, "
       "heartbeat, run_dir, host) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?2, ?9, ?10)");
   s.bind(1, m.name).bind(2, m.created).bind(3, m.status).bind(4, m.backend).bind(5, m.ranks);
-  if (m.parentRun > 0) s.bind(6, m.parentRun); else s.bind(6, nullptr);
-  if (m.teacherRun > 0) s.bind(7, m.teacherRun); else s.bind(7, nullptr);
+  if (m.parentRun > 0)
+    s.bind(6, m.parentRun);
+  else
+    s.bind(6, nullptr);
+  if (m.teacherRun > 0)
+    s.bind(7, m.teacherRun);
+  else
+    s.bind(7, nullptr);
   s.bind(8, m.pid).bind(9, m.runDir).bind(10, m.host);
   s.run();
   return db.lastInsertId();
@@ -106,15 +123,15 @@ EventIngestor::EventIngestor(Db& db, int64_t runId)
       insMetric_(db.prepare(
           "INSERT OR REPLACE INTO metrics(run_id, step, time, loss, lr, grad_norm, loss_scale, "
           "tokens, tokens_per_s, step_ms, skipped) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)")),
-      insEval_(db.prepare(
-          "INSERT INTO evals(run_id, step, time, loss, body) VALUES(?1,?2,?3,?4,?5)")),
+      insEval_(
+          db.prepare("INSERT INTO evals(run_id, step, time, loss, body) VALUES(?1,?2,?3,?4,?5)")),
       insMem_(db.prepare(
           "INSERT INTO memory_samples(run_id, seq, time, step, planned, rank, tier, category, "
           "current, peak) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)")),
       insKernel_(db.prepare(
           "INSERT INTO kernel_summaries(run_id, seq, time, window, body) VALUES(?1,?2,?3,?4,?5)")),
-      insEvent_(db.prepare(
-          "INSERT INTO events(run_id, seq, time, type, body) VALUES(?1,?2,?3,?4,?5)")),
+      insEvent_(
+          db.prepare("INSERT INTO events(run_id, seq, time, type, body) VALUES(?1,?2,?3,?4,?5)")),
       insCheckpoint_(db.prepare(
           "INSERT INTO checkpoints(run_id, step, time, path, checksum) VALUES(?1,?2,?3,?4,?5)")) {}
 
@@ -248,7 +265,10 @@ void EventIngestor::endBatch(double heartbeat) {
   s.bind(5, lastTps_).bind(6, bestEval_).bind(7, peakMemory_).bind(8, started_);
   s.bind(9, finished_);
   auto bindStr = [&](int i, const std::optional<std::string>& v) {
-    if (v) s.bind(i, *v); else s.bind(i, nullptr);
+    if (v)
+      s.bind(i, *v);
+    else
+      s.bind(i, nullptr);
   };
   bindStr(10, status_);
   bindStr(11, reason_);

@@ -44,7 +44,7 @@ void LiveRun::applyStep(const core::StepEvent& s, double time) {
   if (firstStep_ < 0) {
     firstStep_ = s.step;
     firstTime_ = time;
-  } else if (s.step > lastStep_ && time > lastTime_) {
+  } else if (s.step > lastStep_ && time > lastTime_ + 1e-6) {
     const double perStep = (time - lastTime_) / static_cast<double>(s.step - lastStep_);
     recentStepS_ = recentStepS_ == 0 ? perStep : 0.9 * recentStepS_ + 0.1 * perStep;
   }

@@ -24,13 +24,13 @@ inline constexpr int kDeviceTidBase = 1000000;
 // One sample of a counter track (e.g. memory bytes per category) at a point in time.
 struct CounterSample {
   int rank = 0;
-  int64_t time_ns = 0;           // same clock as Span::start_ns
-  std::string name = "memory";   // the counter track
+  int64_t time_ns = 0;                                 // same clock as Span::start_ns
+  std::string name = "memory";                         // the counter track
   std::vector<std::pair<std::string, double>> values;  // series name -> value
 };
 
 struct ChromeTraceOptions {
-  std::map<int, std::string> processNames;  // rank -> name; default "rank N"
+  std::map<int, std::string> processNames;               // rank -> name; default "rank N"
   std::map<std::pair<int, int>, std::string> laneNames;  // (rank, lane) -> name of host lanes;
                                                          // default "thread N"
   std::string displayTimeUnit = "ms";

@@ -39,11 +39,11 @@ class ProfileSchedule {
 // One closed recording window: every span recorded in its steps (host, plus device spans when
 // a collector ran), ordered by start.
 struct ProfileWindow {
-  int index = 0;             // 0, 1, ... per controller
+  int index = 0;  // 0, 1, ... per controller
   int64_t firstStep = 0;
   int64_t lastStep = 0;
-  bool onDemand = false;     // opened by requestSteps()
-  int64_t stepTimeNs = 0;    // wall time of the recorded steps (beginStep..endStep), summed
+  bool onDemand = false;             // opened by requestSteps()
+  int64_t stepTimeNs = 0;            // wall time of the recorded steps (beginStep..endStep), summed
   int64_t droppedDeviceRecords = 0;  // during this window
   std::vector<Span> spans;
 };

@@ -16,7 +16,17 @@
 namespace ts::profiler {
 
 enum class SpanCategory {
-  Gemm, Attention, Norm, Elementwise, Optimizer, Communication, Memcpy, IO, Data, Block, Step,
+  Gemm,
+  Attention,
+  Norm,
+  Elementwise,
+  Optimizer,
+  Communication,
+  Memcpy,
+  IO,
+  Data,
+  Block,
+  Step,
   Other
 };
 const char* toString(SpanCategory c);  // "gemm", "attention", "norm", ... "io", "other"
@@ -32,11 +42,11 @@ struct Span {
   std::string name;
   SpanCategory category = SpanCategory::Other;
   int rank = 0;
-  int lane = 0;            // thread index (host) or stream id (device)
-  bool device = false;     // true for GPU activity records
-  int64_t start_ns = 0;    // host clock (steady), ns since the tracer's epoch
+  int lane = 0;          // thread index (host) or stream id (device)
+  bool device = false;   // true for GPU activity records
+  int64_t start_ns = 0;  // host clock (steady), ns since the tracer's epoch
   int64_t duration_ns = 0;
-  int depth = 0;           // nesting depth within its lane
+  int depth = 0;             // nesting depth within its lane
   uint64_t correlation = 0;  // links a device record to the host range that launched it
   int64_t bytes = 0;
   double flops = 0;

@@ -19,9 +19,9 @@ namespace ts::core {
 nlohmann::json toDeepSpeedConfig(const RunConfig& config);
 
 struct HuggingFaceExport {
-  nlohmann::json training_args;  // transformers.TrainingArguments keyword arguments
-  nlohmann::json lora_config;    // peft.LoraConfig kwargs; null when LoRA is off
-  nlohmann::json bnb_config;     // transformers.BitsAndBytesConfig kwargs; null without NF4
+  nlohmann::json training_args;    // transformers.TrainingArguments keyword arguments
+  nlohmann::json lora_config;      // peft.LoraConfig kwargs; null when LoRA is off
+  nlohmann::json bnb_config;       // transformers.BitsAndBytesConfig kwargs; null without NF4
   std::vector<std::string> notes;  // what has no equivalent (fp8, pure bf16, ...)
 };
 // `deepspeedPath` is the file name written into training_args.deepspeed when the config uses

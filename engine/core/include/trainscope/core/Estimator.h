@@ -34,7 +34,7 @@ struct EstimateOptions {
   int64_t device_memory = 0;  // bytes per device; 0 = unknown (no fit verdict)
   ActivationModel activation_model = ActivationModel::Engine;
   int64_t default_vocab = 50257;  // used when model.vocab == 0 (taken from the data later)
-  bool nf4_double_quant = false;   // NF4 absmaxes stored in 8 bits (QLoRA double quantization)
+  bool nf4_double_quant = false;  // NF4 absmaxes stored in 8 bits (QLoRA double quantization)
   std::optional<ModelConfig> teacher_model;  // distillation teacher shape; default = student
   bool rank0_only = false;  // report only rank 0 (it holds the largest shard); the planner's
                             // fast path
@@ -59,13 +59,13 @@ struct MemoryEstimate {
   int64_t device_memory = 0;
   bool fits = true;  // rank 0's device peak <= device_memory (true when unknown)
   int64_t peak_device = 0, peak_host = 0, peak_nvme = 0;  // rank 0, summed over categories
-  int64_t effective_batch = 0;   // micro_batch * grad_accum * ranks (sequences per step)
-  int64_t tokens_per_step = 0;   // effective_batch * seq_len
-  double flops_per_step = 0;     // all ranks, fwd + bwd (+ recompute, + teacher forward)
-  double recompute_flops = 0;    // the extra forward work checkpointing costs, per step
+  int64_t effective_batch = 0;        // micro_batch * grad_accum * ranks (sequences per step)
+  int64_t tokens_per_step = 0;        // effective_batch * seq_len
+  double flops_per_step = 0;          // all ranks, fwd + bwd (+ recompute, + teacher forward)
+  double recompute_flops = 0;         // the extra forward work checkpointing costs, per step
   double comm_bytes_per_step = 0;     // ZeRO collective volume per rank per step (bytes)
   double offload_bytes_per_step = 0;  // host/NVMe <-> device traffic per rank per step
-  double bytes_per_param = 0;    // model states (params + grads + optimizer) / trainable, rank 0
+  double bytes_per_param = 0;      // model states (params + grads + optimizer) / trainable, rank 0
   std::vector<std::string> notes;  // assumptions made (fp8 choice, vocab fallback, ...)
 };
 

@@ -30,20 +30,20 @@ std::optional<PlanGoal> planGoalFromString(std::string_view s);
 // Nominal hardware for the relative cost (defaults: a datacenter GPU of the H100 class).
 // Only ratios matter: a plan's cost is reported relative to plain bf16 training.
 struct HardwareModel {
-  double device_flops = 400e12;      // dense bf16 FLOP/s actually reached
-  double device_bandwidth = 3e12;    // HBM bytes/s
-  double link_bandwidth = 150e9;     // collective bytes/s per rank within a node (<= 8 ranks)
-  double network_bandwidth = 25e9;   // collective bytes/s per rank across nodes
-  double pcie_bandwidth = 25e9;      // host <-> device bytes/s
-  double nvme_bandwidth = 5e9;       // NVMe bytes/s
+  double device_flops = 400e12;     // dense bf16 FLOP/s actually reached
+  double device_bandwidth = 3e12;   // HBM bytes/s
+  double link_bandwidth = 150e9;    // collective bytes/s per rank within a node (<= 8 ranks)
+  double network_bandwidth = 25e9;  // collective bytes/s per rank across nodes
+  double pcie_bandwidth = 25e9;     // host <-> device bytes/s
+  double nvme_bandwidth = 5e9;      // NVMe bytes/s
   double cpu_optimizer_params_per_s = 1e9;  // CPU Adam (DeepSpeed CPUAdam class)
   double micro_step_overhead_s = 2e-3;      // launches, syncs per micro-batch
 };
 
 struct PlanRequest {
-  RunConfig base;              // model shape, seq_len, optimizer, micro_batch, grad_accum
-  int64_t device_memory = 0;   // bytes per device (required, > 0)
-  int64_t host_memory = 0;     // bytes of host RAM per rank for offload; 0 = unlimited
+  RunConfig base;                // model shape, seq_len, optimizer, micro_batch, grad_accum
+  int64_t device_memory = 0;     // bytes per device (required, > 0)
+  int64_t host_memory = 0;       // bytes of host RAM per rank for offload; 0 = unlimited
   double usable_fraction = 0.9;  // of device memory (runtime context, fragmentation)
   int ranks = 1;
   PlanGoal goal = PlanGoal::Fit;

@@ -20,7 +20,17 @@ inline constexpr int kRunStoreSchemaVersion = 2;
 
 class StoreError : public std::runtime_error {
  public:
-  enum class Kind { NotFound, Corrupt, Locked, ReadOnly, Full, TooNew, NeedsMigration, BadInput, Other };
+  enum class Kind {
+    NotFound,
+    Corrupt,
+    Locked,
+    ReadOnly,
+    Full,
+    TooNew,
+    NeedsMigration,
+    BadInput,
+    Other
+  };
   StoreError(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
   Kind kind() const { return kind_; }
 
@@ -60,7 +70,17 @@ struct RunDetail : RunSummary {
   nlohmann::json config;  // resolved config (null when no `config` event was recorded)
 };
 
-enum class RunSortKey { Created, Name, Status, Steps, LastLoss, BestEvalLoss, TokensPerS, PeakMemory, Id };
+enum class RunSortKey {
+  Created,
+  Name,
+  Status,
+  Steps,
+  LastLoss,
+  BestEvalLoss,
+  TokensPerS,
+  PeakMemory,
+  Id
+};
 
 struct RunFilter {
   std::vector<std::string> statuses;  // any of these (empty = all); `crashed` included
@@ -80,7 +100,7 @@ struct RunFilter {
 
 // Metric columns of the per-step table (names as in the `step` event).
 enum class MetricColumn { Loss, Lr, GradNorm, LossScale, Tokens, TokensPerS, StepMs, Skipped };
-std::string_view toString(MetricColumn c);                        // "loss", "grad_norm", ...
+std::string_view toString(MetricColumn c);  // "loss", "grad_norm", ...
 std::optional<MetricColumn> metricColumnFromString(std::string_view s);
 std::vector<MetricColumn> allMetricColumns();
 
@@ -114,9 +134,9 @@ struct EvalRow {
 };
 
 struct MemorySampleRow {
-  int64_t seq = 0;    // event seq the sample came from
+  int64_t seq = 0;  // event seq the sample came from
   double time = 0;
-  int64_t step = -1;  // step field of the event if any
+  int64_t step = -1;     // step field of the event if any
   bool planned = false;  // true: from `memory_plan` (the estimate); false: measured
   int rank = 0;
   std::string tier;      // device | host | nvme
@@ -153,8 +173,8 @@ struct ArtifactRow {
 };
 
 struct ConfigDifference {
-  std::string path;                   // dotted JSON path
-  std::vector<nlohmann::json> values; // one per compared run (null = absent)
+  std::string path;                    // dotted JSON path
+  std::vector<nlohmann::json> values;  // one per compared run (null = absent)
 };
 struct RunComparison {
   std::vector<RunDetail> runs;
