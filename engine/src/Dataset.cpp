@@ -10,7 +10,9 @@ namespace ts::engine {
 namespace detail {
 
 namespace {
-uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+uint64_t rotl(uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
 
 std::string toHex(uint64_t v) {
   char buf[19];
@@ -26,7 +28,9 @@ uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-double unitFromHash(uint64_t h) { return static_cast<double>(h >> 11) * 0x1.0p-53; }
+double unitFromHash(uint64_t h) {
+  return static_cast<double>(h >> 11) * 0x1.0p-53;
+}
 
 Rng::Rng(uint64_t seed) {
   uint64_t x = seed;
@@ -58,7 +62,9 @@ uint64_t Rng::below(uint64_t n) {
   return v % n;
 }
 
-double Rng::uniform() { return unitFromHash(next()); }
+double Rng::uniform() {
+  return unitFromHash(next());
+}
 
 nlohmann::json Rng::state() const {
   return nlohmann::json::array({toHex(s_[0]), toHex(s_[1]), toHex(s_[2]), toHex(s_[3])});

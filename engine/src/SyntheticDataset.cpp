@@ -25,7 +25,9 @@ namespace {
 
 constexpr int kMaxTries = 1'000'000;
 
-uint64_t splitSalt(uint64_t seed, uint64_t task) { return mix64(mix64(seed) ^ mix64(task)); }
+uint64_t splitSalt(uint64_t seed, uint64_t task) {
+  return mix64(mix64(seed) ^ mix64(task));
+}
 
 // --------------------------------------------------------------------------------------------
 // Addition
@@ -58,9 +60,9 @@ class AdditionDataset final : public Dataset {
 
   std::string describe() const override {
     return "synthetic addition (" + std::to_string(digits_) +
-           " digits, reversed zero-padded sums, loss on answers), " +
-           std::to_string(val_.size()) + " val samples held out (val_fraction " +
-           std::to_string(valFraction_).substr(0, 5) + " of all problems)";
+           " digits, reversed zero-padded sums, loss on answers), " + std::to_string(val_.size()) +
+           " val samples held out (val_fraction " + std::to_string(valFraction_).substr(0, 5) +
+           " of all problems)";
   }
 
   void nextTrainBatch(int32_t* inputs, int32_t* targets, int B, int T) override {
@@ -74,14 +76,15 @@ class AdditionDataset final : public Dataset {
         const auto [a, b] = drawTrainProblem(curDigits_);
         writeSample(curDigits_, a, b, tok.data() + pos, ans.data() + pos);
       }
-      finishRow(tok, ans, inputs + static_cast<size_t>(r) * T, targets + static_cast<size_t>(r) * T, T);
+      finishRow(tok, ans, inputs + static_cast<size_t>(r) * T, targets + static_cast<size_t>(r) * T,
+                T);
     }
   }
 
   int64_t valBatchCount(int B, int T) const override {
     if (val_.empty() || B <= 0) return 0;
     const int64_t rows = valRows(T);
-    return rows >= B ? rows / B : 1;
+    return (rows + B - 1) / B;  // the last batch may end in padding rows
   }
 
   void valBatch(int64_t index, int32_t* inputs, int32_t* targets, int B, int T) const override {
@@ -98,7 +101,8 @@ class AdditionDataset final : public Dataset {
         if (s >= static_cast<int64_t>(val_.size())) break;
         writeSample(digits_, val_[s].first, val_[s].second, tok.data() + k * L, ans.data() + k * L);
       }
-      finishRow(tok, ans, inputs + static_cast<size_t>(r) * T, targets + static_cast<size_t>(r) * T, T);
+      finishRow(tok, ans, inputs + static_cast<size_t>(r) * T, targets + static_cast<size_t>(r) * T,
+                T);
     }
   }
 
@@ -132,18 +136,26 @@ class AdditionDataset final : public Dataset {
   std::string decode(const std::vector<int32_t>& tokens) const override {
     std::string s;
     for (int32_t t : tokens) {
-      if (t >= 0 && t <= 9) s.push_back(static_cast<char>('0' + t));
-      else if (t == kPlus) s.push_back('+');
-      else if (t == kEquals) s.push_back('=');
-      else if (t == kEnd) s.push_back('\n');
-      else if (t == kPad) continue;
-      else s.push_back('?');
+      if (t >= 0 && t <= 9)
+        s.push_back(static_cast<char>('0' + t));
+      else if (t == kPlus)
+        s.push_back('+');
+      else if (t == kEquals)
+        s.push_back('=');
+      else if (t == kEnd)
+        s.push_back('\n');
+      else if (t == kPad)
+        continue;
+      else
+        s.push_back('?');
     }
     return s;
   }
 
   nlohmann::json state() const override {
-    return {{"kind", "addition"}, {"rng", rng_.state()}, {"digits", curDigits_},
+    return {{"kind", "addition"},
+            {"rng", rng_.state()},
+            {"digits", curDigits_},
             {"fraction", fraction_}};
   }
 
@@ -304,10 +316,10 @@ class GrammarDataset final : public Dataset {
 
   void nextTrainBatch(int32_t* inputs, int32_t* targets, int B, int T) override {
     const int len = curriculum_ == "length" ? curriculumLength(fraction_, T) : T;
-    const int depth = curriculum_ == "difficulty"
-                          ? std::clamp(static_cast<int>(std::lround(fraction_ * kMaxDepth)), 0,
-                                       kMaxDepth)
-                          : kMaxDepth;
+    const int depth =
+        curriculum_ == "difficulty"
+            ? std::clamp(static_cast<int>(std::lround(fraction_ * kMaxDepth)), 0, kMaxDepth)
+            : kMaxDepth;
     std::vector<int32_t> row, s;
     for (int r = 0; r < B; ++r) {
       row.clear();
@@ -328,7 +340,7 @@ class GrammarDataset final : public Dataset {
   int64_t valBatchCount(int B, int T) const override {
     if (val_.size() < static_cast<size_t>(T) + 1 || B <= 0 || T <= 0) return 0;
     const int64_t rows = (static_cast<int64_t>(val_.size()) - 1) / T;
-    return rows >= B ? rows / B : 1;
+    return (rows + B - 1) / B;  // the last batch may end in padding rows
   }
 
   void valBatch(int64_t index, int32_t* inputs, int32_t* targets, int B, int T) const override {

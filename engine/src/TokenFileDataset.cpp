@@ -61,10 +61,10 @@ class TokenFileDataset final : public Dataset {
                          " tokens) is shorter than one sequence (model.seq_len + 1 = " +
                          std::to_string(seq) + "); use a longer file or a larger val_fraction");
     if (trainCount_ < seq)
-      throw DatasetError(fileWord() + " '" + path_ + "': its training part (" +
-                         std::to_string(trainCount_) +
-                         " tokens) is shorter than one sequence (model.seq_len + 1 = " +
-                         std::to_string(seq) + "); use a longer file or a smaller val_fraction");
+      throw DatasetError(
+          fileWord() + " '" + path_ + "': its training part (" + std::to_string(trainCount_) +
+          " tokens) is shorter than one sequence (model.seq_len + 1 = " + std::to_string(seq) +
+          "); use a longer file or a smaller val_fraction");
   }
 
   int vocabSize() const override { return vocab_; }
@@ -72,9 +72,9 @@ class TokenFileDataset final : public Dataset {
   std::string describe() const override {
     const std::string how = kind_ == "text" ? "byte tokenizer, vocab 256"
                                             : "uint16 ids, vocab " + std::to_string(vocab_);
-    return fileWord() + " '" + path_ + "' (" + how + "): " +
-           std::to_string(tokens_.size()) + " tokens, " + std::to_string(trainCount_) +
-           " train / " + std::to_string(valCount_) + " val";
+    return fileWord() + " '" + path_ + "' (" + how + "): " + std::to_string(tokens_.size()) +
+           " tokens, " + std::to_string(trainCount_) + " train / " + std::to_string(valCount_) +
+           " val";
   }
 
   void nextTrainBatch(int32_t* inputs, int32_t* targets, int B, int T) override {
@@ -109,7 +109,7 @@ class TokenFileDataset final : public Dataset {
     if (B <= 0) return 0;
     const int64_t rows = windowCount(valCount_, T);
     if (rows <= 0) return 0;
-    return rows >= B ? rows / B : 1;
+    return (rows + B - 1) / B;  // the last batch may end in padding rows
   }
 
   void valBatch(int64_t index, int32_t* inputs, int32_t* targets, int B, int T) const override {
@@ -145,8 +145,8 @@ class TokenFileDataset final : public Dataset {
   }
 
   nlohmann::json state() const override {
-    return {{"kind", kind_}, {"epoch", epoch_}, {"cursor", cursor_}, {"T", permT_},
-            {"fraction", fraction_}, {"tokens", tokens_.size()}};
+    return {{"kind", kind_}, {"epoch", epoch_},       {"cursor", cursor_},
+            {"T", permT_},   {"fraction", fraction_}, {"tokens", tokens_.size()}};
   }
 
   void restore(const nlohmann::json& st) override {
@@ -214,8 +214,10 @@ std::unique_ptr<Dataset> makeTextDataset(const core::RunConfig& config) {
 std::unique_ptr<Dataset> makeTokenDataset(const core::RunConfig& config) {
   const int vocab = config.model.vocab;
   if (vocab <= 0)
-    throw DatasetError("data.source 'tokens' needs model.vocab: the vocabulary size of the "
-                       "tokenizer that wrote '" + config.data.path + "' (1..65536)");
+    throw DatasetError(
+        "data.source 'tokens' needs model.vocab: the vocabulary size of the "
+        "tokenizer that wrote '" +
+        config.data.path + "' (1..65536)");
   const std::string bytes = readWholeFile(config.data.path, "token");
   const std::string& path = config.data.path;
   if (bytes.size() % 2 != 0)

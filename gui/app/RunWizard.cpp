@@ -878,16 +878,23 @@ QWidget* RunWizard::buildSidePanel() {
   return panel;
 }
 
+std::vector<core::ConfigIssue> RunWizard::allIssues() const {
+  std::vector<core::ConfigIssue> all = doc_->issues();
+  if (doc_->config() && caps_.known)
+    for (auto& i : engineLimitations(caps_.raw, *doc_->config())) all.push_back(std::move(i));
+  return all;
+}
+
 QStringList RunWizard::launchBlockers() const {
   QStringList out;
-  for (const auto& i : doc_->issues())
+  for (const auto& i : allIssues())
     out << QStringLiteral("%1: %2").arg(issuePath(i), QString::fromStdString(i.message));
   return out;
 }
 
 void RunWizard::onDocumentChanged() {
   for (auto& f : onChange_) f();
-  const auto& issues = doc_->issues();
+  const auto issues = allIssues();
   // Inline issues on the page that owns the key.
   for (auto& [label, sections] : issueLabels_) {
     QStringList lines;

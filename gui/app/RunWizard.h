@@ -42,6 +42,8 @@ class RunWizard : public QWidget {
   QListWidget* pastRunList() const { return pastRuns_; }
   // Reasons Launch is disabled (empty when it is enabled).
   QStringList launchBlockers() const;
+  // Validation issues plus what the engine says it cannot do yet.
+  std::vector<core::ConfigIssue> allIssues() const;
 
   void setCapabilities(const CapabilitySummary& caps);
   void applyPreset(int index);

@@ -31,9 +31,9 @@ TEST(Schedule, CosineMatchesHuggingFaceReferenceValues) {
   EXPECT_DOUBLE_EQ(ts::core::learningRate(c, 0), 0.0);
   EXPECT_NEAR(ts::core::learningRate(c, 50), 0.5 * maxLr, 1e-15);
   EXPECT_NEAR(ts::core::learningRate(c, 550), 0.5 * maxLr, 1e-15);
-  EXPECT_NEAR(ts::core::learningRate(c, 100), maxLr, 1e-15);   // end of warmup: peak
-  EXPECT_NEAR(ts::core::learningRate(c, 1000), 0.0, 1e-15);    // end of run
-  EXPECT_NEAR(ts::core::learningRate(c, 5000), 0.0, 1e-15);    // past the end: stays there
+  EXPECT_NEAR(ts::core::learningRate(c, 100), maxLr, 1e-15);  // end of warmup: peak
+  EXPECT_NEAR(ts::core::learningRate(c, 1000), 0.0, 1e-15);   // end of run
+  EXPECT_NEAR(ts::core::learningRate(c, 5000), 0.0, 1e-15);   // past the end: stays there
   // A quarter of the way through the decay: 0.5 * (1 + cos(pi/4)).
   EXPECT_NEAR(ts::core::learningRate(c, 325), maxLr * 0.5 * (1 + std::sqrt(0.5)), 1e-15);
 }
@@ -43,7 +43,8 @@ TEST(Schedule, CosineWithMinLrFloorFollowsNanoGpt) {
   const RunConfig c = scheduleConfig("cosine", 100, 1000, 6e-4, 6e-5);
   EXPECT_NEAR(ts::core::learningRate(c, 550), (6e-4 + 6e-5) / 2, 1e-15);
   EXPECT_NEAR(ts::core::learningRate(c, 1000), 6e-5, 1e-15);
-  EXPECT_NEAR(ts::core::learningRate(c, 999), 6e-5 + 5.4e-4 * 0.5 * (1 + std::cos(std::numbers::pi * 899.0 / 900.0)), 1e-15);
+  EXPECT_NEAR(ts::core::learningRate(c, 999),
+              6e-5 + 5.4e-4 * 0.5 * (1 + std::cos(std::numbers::pi * 899.0 / 900.0)), 1e-15);
   // Warmup still starts at zero and is linear.
   EXPECT_DOUBLE_EQ(ts::core::learningRate(c, 0), 0.0);
   EXPECT_NEAR(ts::core::learningRate(c, 25), 6e-4 / 4, 1e-15);

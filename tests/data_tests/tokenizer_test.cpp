@@ -22,9 +22,10 @@ TEST(ByteTokenizer, DecodeReplacesBrokenUtf8) {
   // A cut multibyte sequence (what a model emits mid-character), a lone continuation byte,
   // an overlong '/', and a UTF-16 surrogate encoded in UTF-8.
   EXPECT_EQ(ByteTokenizer::decode({'a', 0xE2, 0x9C}), "a\xEF\xBF\xBD\xEF\xBF\xBD");
-  EXPECT_EQ(ByteTokenizer::decode({0x80, 'b'}), "\xEF\xBF\xBD" "b");
+  EXPECT_EQ(ByteTokenizer::decode({0x80, 'b'}),
+            "\xEF\xBF\xBD"
+            "b");
   EXPECT_EQ(ByteTokenizer::sanitizeUtf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");
-  EXPECT_EQ(ByteTokenizer::sanitizeUtf8("\xED\xA0\x80"),
-            "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(ByteTokenizer::sanitizeUtf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(ByteTokenizer::decodeBytes({65, -1, 300, 66}), "AB");
 }

@@ -7,6 +7,45 @@
 
 namespace ts::gui {
 
+std::vector<core::ConfigIssue> engineLimitations(const nlohmann::json& caps,
+                                                 const core::RunConfig& c) {
+  std::vector<core::ConfigIssue> out;
+  if (!caps.is_object()) return out;
+  auto check = [&](const char* group, const std::string& key, bool used, const char* path,
+                   const std::string& value, const std::string& what) {
+    if (!used || !caps.contains(group) || !caps[group].is_object() || !caps[group].contains(key))
+      return;
+    const auto& e = caps[group][key];
+    if (!e.is_object() || e.value("supported", true)) return;
+    out.push_back({path, value,
+                   "this engine cannot run " + what + " yet (" +
+                       e.value("why", std::string("not supported")) + ")"});
+  };
+  check("precisions", c.precision.policy, true, "precision.policy", c.precision.policy,
+        c.precision.policy);
+  check("techniques", "activation_checkpointing", c.memory.checkpointing != "none",
+        "memory.checkpointing", c.memory.checkpointing, "activation checkpointing");
+  check("techniques", "activation_compression", c.memory.activation_compression != "none",
+        "memory.activation_compression", c.memory.activation_compression, "activation compression");
+  check("techniques", "zero", c.parallel.zero_stage > 0, "parallel.zero_stage",
+        std::to_string(c.parallel.zero_stage), "ZeRO");
+  check("techniques", "offload",
+        c.parallel.offload_optimizer != "none" || c.parallel.offload_params != "none",
+        "parallel.offload_optimizer", c.parallel.offload_optimizer, "offload");
+  check("techniques", "lora", c.finetune.lora.r > 0, "finetune.lora.r",
+        std::to_string(c.finetune.lora.r), "LoRA");
+  check("techniques", "qlora", c.finetune.base_quant == "nf4", "finetune.base_quant",
+        c.finetune.base_quant, "a 4-bit NF4 base");
+  check("techniques", "optimizer_8bit", c.optimizer.state_bits == 8, "optimizer.state_bits", "8",
+        "an 8-bit optimizer");
+  check("techniques", "distillation", !c.distill.teacher_checkpoint.empty(),
+        "distill.teacher_checkpoint", c.distill.teacher_checkpoint, "distillation");
+  check("techniques", "curriculum", c.curriculum.type != "none", "curriculum.type",
+        c.curriculum.type, "a curriculum");
+  check("techniques", "profiling", c.profile.enabled, "profile.enabled", "true", "profiling");
+  return out;
+}
+
 int64_t hostMemoryBytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGE_SIZE);
   return pages > 0 && size > 0 ? static_cast<int64_t>(pages) * size : 0;
@@ -44,8 +83,12 @@ CapabilitySummary summarizeCapabilities(const nlohmann::json& caps) {
   if (caps.contains("devices") && caps["devices"].is_array()) {
     for (const auto& d : caps["devices"]) {
       if (!d.is_object()) continue;
-      const std::string kind = d.value("backend", d.value("type", std::string()));
-      if (kind == "cpu") continue;
+      const std::string kind = d.value("kind", d.value("backend", d.value("type", std::string())));
+      if (kind == "cpu") {
+        const int64_t mem = d.value("memory_bytes", int64_t{0});
+        if (mem > 0 && s.deviceMemory == 0 && gpus == 0) s.deviceMemory = mem;
+        continue;
+      }
       ++gpus;
       const int64_t mem = d.value("memory", d.value("memory_bytes", int64_t{0}));
       if (s.deviceMemory == 0) s.deviceMemory = mem;
@@ -53,7 +96,15 @@ CapabilitySummary summarizeCapabilities(const nlohmann::json& caps) {
                    (mem > 0 ? " " + gib(mem) : QString());
     }
   }
-  if (gpus > 0) s.cudaAvailable = true;
+  if (gpus > 0) {
+    s.cudaAvailable = true;
+    // The first GPU's memory is the device capacity (a CPU entry may have filled it first).
+    for (const auto& d : caps["devices"])
+      if (d.is_object() && d.value("kind", std::string()) == "cuda") {
+        s.deviceMemory = d.value("memory_bytes", s.deviceMemory);
+        break;
+      }
+  }
   if (caps.contains("cuda") && caps["cuda"].is_object() && caps["cuda"].value("available", false))
     s.cudaAvailable = true;
   if (gpus == 0) parts << (s.cudaAvailable ? "CUDA" : "no GPU");

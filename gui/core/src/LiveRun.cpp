@@ -79,6 +79,8 @@ void LiveRun::apply(const core::Event& e) {
       case EventType::Config: {
         const auto& c = e.body.contains("config") ? e.body["config"] : e.body;
         config_ = c;
+        if (e.body.contains("run_id") && e.body["run_id"].is_number_integer())
+          runId_ = e.body["run_id"].get<int64_t>();
         if (c.contains("train") && c["train"].contains("steps") &&
             c["train"]["steps"].is_number_integer())
           totalSteps_ = c["train"]["steps"].get<int64_t>();

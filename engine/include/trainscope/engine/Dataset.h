@@ -34,8 +34,7 @@ class Dataset {
   // Validation batches are fixed (independent of training progress and difficulty).
   // 0 when there is no validation data (val_fraction 0).
   virtual int64_t valBatchCount(int B, int T) const = 0;
-  virtual void valBatch(int64_t index, int32_t* inputs, int32_t* targets, int B,
-                        int T) const = 0;
+  virtual void valBatch(int64_t index, int32_t* inputs, int32_t* targets, int B, int T) const = 0;
   // Exact-match tasks (addition): prompts to complete greedily and the expected answers
   // (the answer tokens followed by endToken()). Taken from the validation set.
   virtual bool hasExactMatch() const { return false; }
@@ -68,8 +67,8 @@ class Rng {
  public:
   explicit Rng(uint64_t seed = 0);
   uint64_t next();
-  uint64_t below(uint64_t n);  // uniform in [0, n) without modulo bias; n > 0
-  double uniform();            // [0, 1)
+  uint64_t below(uint64_t n);    // uniform in [0, n) without modulo bias; n > 0
+  double uniform();              // [0, 1)
   nlohmann::json state() const;  // four hex strings (JSON numbers lose 64-bit precision)
   void restore(const nlohmann::json& state);  // throws DatasetError
 
@@ -77,8 +76,8 @@ class Rng {
   uint64_t s_[4];
 };
 
-uint64_t mix64(uint64_t x);              // SplitMix64 finalizer: a good 64-bit hash
-double unitFromHash(uint64_t h);         // top 53 bits as a double in [0, 1)
+uint64_t mix64(uint64_t x);       // SplitMix64 finalizer: a good 64-bit hash
+double unitFromHash(uint64_t h);  // top 53 bits as a double in [0, 1)
 // Length curriculum: tokens used per row at `fraction` (at least min(T, 8), at most T).
 int curriculumLength(double fraction, int T);
 

@@ -1,11 +1,14 @@
 #pragma once
 // What the engine can do (`trainscope-engine capabilities --json`), queried asynchronously.
 #include <cstdint>
+#include <vector>
 
 #include <QObject>
 #include <QProcess>
 #include <QString>
 #include <nlohmann/json.hpp>
+
+#include "trainscope/core/Config.h"
 
 namespace ts::gui {
 
@@ -18,6 +21,11 @@ struct CapabilitySummary {
 };
 // Tolerant reading of the capabilities document (missing fields are simply not shown).
 CapabilitySummary summarizeCapabilities(const nlohmann::json& caps);
+// What the config asks for that this engine says it cannot do yet (from the `precisions` and
+// `techniques` of its capabilities), as issues with the config path and the engine's reason.
+// Empty when the capabilities are unknown.
+std::vector<core::ConfigIssue> engineLimitations(const nlohmann::json& caps,
+                                                 const core::RunConfig& config);
 // Host RAM in bytes (the CPU backend's "device").
 int64_t hostMemoryBytes();
 

@@ -1,0 +1,50 @@
+#include <gtest/gtest.h>
+
+#include "trainscope/gui/Capabilities.h"
+
+using namespace ts::gui;
+
+static const char* kCaps = R"({
+  "backends": [{"name": "cpu", "compiled": true, "usable": true},
+               {"name": "cuda", "compiled": false, "usable": false, "why": "not built"}],
+  "devices": [{"kind": "cpu", "name": "EPYC", "memory_bytes": 25769803776, "features": ["avx2", "fma"]}],
+  "cpu": {"model": "EPYC", "threads": 2, "features": ["avx2", "fma"]},
+  "precisions": {"fp32": {"supported": true}, "bf16": {"supported": false, "why": "later"}},
+  "techniques": {"zero": {"supported": false, "why": "needs MPI"}, "lora": {"supported": true}}
+})";
+
+TEST(Capabilities, SummaryNamesCpuFeaturesAndMemory) {
+  const auto s = summarizeCapabilities(nlohmann::json::parse(kCaps));
+  EXPECT_TRUE(s.known);
+  EXPECT_FALSE(s.cudaAvailable);
+  EXPECT_EQ(s.deviceMemory, 25769803776);
+  EXPECT_TRUE(s.text.contains("AVX2")) << s.text.toStdString();
+  EXPECT_TRUE(s.text.contains("2 threads"));
+  EXPECT_TRUE(s.text.contains("no GPU"));
+}
+
+TEST(Capabilities, GpuMemoryIsTheCapacity) {
+  auto caps = nlohmann::json::parse(kCaps);
+  caps["devices"].push_back({{"kind", "cuda"}, {"name", "H200"}, {"memory_bytes", 150000000000}});
+  const auto s = summarizeCapabilities(caps);
+  EXPECT_TRUE(s.cudaAvailable);
+  EXPECT_EQ(s.deviceMemory, 150000000000);
+  EXPECT_TRUE(s.text.contains("H200"));
+}
+
+TEST(Capabilities, UnsupportedTechniquesBecomeIssuesWithTheEnginesReason) {
+  const auto caps = nlohmann::json::parse(kCaps);
+  ts::core::RunConfig c;
+  EXPECT_TRUE(engineLimitations(caps, c).empty());  // fp32, nothing else on
+  c.precision.policy = "bf16";
+  c.parallel.ranks = 2;
+  c.parallel.zero_stage = 2;
+  c.finetune.lora.r = 8;  // supported: no issue
+  const auto issues = engineLimitations(caps, c);
+  ASSERT_EQ(issues.size(), 2u);
+  EXPECT_EQ(issues[0].path, "precision.policy");
+  EXPECT_NE(issues[0].message.find("later"), std::string::npos);
+  EXPECT_EQ(issues[1].path, "parallel.zero_stage");
+  EXPECT_NE(issues[1].message.find("needs MPI"), std::string::npos);
+  EXPECT_TRUE(engineLimitations(nlohmann::json(), c).empty());  // unknown: no verdict
+}
