@@ -19,8 +19,7 @@ void addValidateCommand(CLI::App& app, int& exitCode) {
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
       "validate", "Check a run config; print it resolved (defaults filled) or every problem");
-  cmd->add_option("CONFIG", opts->config, "Run config JSON file (see docs/config.md)")
-      ->required();
+  cmd->add_option("CONFIG", opts->config, "Run config JSON file (see docs/config.md)")->required();
   cmd->add_option("--set", opts->overrides,
                   "Override a field before validation: key.path=value (value parsed as JSON, "
                   "else taken as a string), e.g. --set precision.policy=bf16")
@@ -37,8 +36,8 @@ void addValidateCommand(CLI::App& app, int& exitCode) {
           std::fprintf(stderr, "%s: %s\n", opts->config.c_str(), issue.toString().c_str());
         }
       }
-      std::fprintf(stderr, "%s: %zu problem%s found\n", opts->config.c_str(),
-                   result.issues.size(), result.issues.size() == 1 ? "" : "s");
+      std::fprintf(stderr, "%s: %zu problem%s found\n", opts->config.c_str(), result.issues.size(),
+                   result.issues.size() == 1 ? "" : "s");
       exitCode = kExitBadInput;
       return;
     }

@@ -11,8 +11,12 @@ namespace ts::kernels::cpu {
 // min/max as compares: std::fmin/fmax are library calls without -ffast-math and stop the
 // vectoriser. NaN in `a` is kept by vmax/vmin's false branch only for the second operand,
 // which is fine where they are used (clamps and running maxima).
-inline float vmax(float a, float b) { return a > b ? a : b; }
-inline float vmin(float a, float b) { return a < b ? a : b; }
+inline float vmax(float a, float b) {
+  return a > b ? a : b;
+}
+inline float vmin(float a, float b) {
+  return a < b ? a : b;
+}
 
 // exp(x) with ~2 ulp error (Cephes expf polynomial on a ln2 range reduction). exp of very
 // negative x (including -inf) is 0, above 88.72 it is +inf, NaN stays NaN.

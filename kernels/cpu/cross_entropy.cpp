@@ -24,16 +24,20 @@ void crossEntropyForwardBackward(float* losses, float* dlogits, const float* log
     float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
     for (int j = 0; j < V; ++j) mx = vmax(mx, x[j]);
+    // A target >= V is a caller bug: report it as a NaN loss (caught by the NaN-loss check)
+    // rather than reading out of bounds. Read before dx (which may alias x) is written.
+    const float xt = t < V ? x[t] : std::numeric_limits<float>::quiet_NaN();
+    // One exp per element: store exp(x - max) in dx, then normalise in place.
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < V; ++j) sum += vexp(x[j] - mx);
-    // A target >= V is a caller bug: report it as a NaN loss (caught by the NaN-loss check)
-    // rather than reading out of bounds.
-    const float xt = t < V ? x[t] : std::numeric_limits<float>::quiet_NaN();
+    for (int j = 0; j < V; ++j) {
+      dx[j] = vexp(x[j] - mx);
+      sum += dx[j];
+    }
     losses[i] = std::log(sum) + mx - xt;
     const float inv = dloss / sum;
 #pragma omp simd
-    for (int j = 0; j < V; ++j) dx[j] = vexp(x[j] - mx) * inv;
+    for (int j = 0; j < V; ++j) dx[j] *= inv;
     if (t < V) dx[t] -= dloss;
   }
 }

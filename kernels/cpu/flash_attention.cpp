@@ -28,8 +28,7 @@ inline void maskTile(float* S, int nr, int nc, int r0, int c0) {
 }
 }  // namespace
 
-void flashAttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C,
-                           int NH) {
+void flashAttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const float sc = 1.0f / std::sqrt(float(hs));
   const int64_t C3 = 3 * int64_t(C);
@@ -128,8 +127,8 @@ void flashAttentionBackward(float* dqkv, const float* dout, const float* out, co
         std::fill(dV.begin(), dV.end(), 0.0f);
         for (int r0 = c0; r0 < T; r0 += kTile) {  // causal: queries at or after the keys
           const int nr = std::min(kTile, T - r0);
-          stridedGemm('N', 'T', nr, nc, hs, sc, q + r0 * C3, C3, k + c0 * C3, C3, 0.0f,
-                      P.data(), kTile);
+          stridedGemm('N', 'T', nr, nc, hs, sc, q + r0 * C3, C3, k + c0 * C3, C3, 0.0f, P.data(),
+                      kTile);
           maskTile(P.data(), nr, nc, r0, c0);
           for (int r = 0; r < nr; ++r) {
             float* p = P.data() + r * kTile;

@@ -3,6 +3,7 @@
 // issue and docs/config.md, never taken from the parser's own output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -170,21 +171,28 @@ TEST(ConfigValidation, ReportsAllProblemsAtOnce) {
 
 TEST(ConfigValidation, ManyMistakesInOneDocument) {
   // Every section broken at once: one issue each, nothing lost, nothing duplicated.
-  json doc = {{"model", {{"layers", -1}}},          {"data", {{"source", 1}}},
-              {"train", {{"steps", "many"}}},        {"optimizer", {{"eps", 0}}},
-              {"schedule", {{"min_lr", -1}}},        {"precision", {{"fp8", {{"margin", -1}}}}},
-              {"memory", {{"checkpointing", true}}}, {"attention", {{"impl", nullptr}}},
-              {"parallel", {{"ranks", 0}}},          {"finetune", {{"lora", {{"alpha", 0}}}}},
-              {"distill", {{"alpha", -0.1}}},        {"curriculum", {{"pacing", "fast"}}},
-              {"profile", {{"active", 0}}},          {"device", {{"threads", 1.5}}},
+  json doc = {{"model", {{"layers", -1}}},
+              {"data", {{"source", 1}}},
+              {"train", {{"steps", "many"}}},
+              {"optimizer", {{"eps", 0}}},
+              {"schedule", {{"min_lr", -1}}},
+              {"precision", {{"fp8", {{"margin", -1}}}}},
+              {"memory", {{"checkpointing", true}}},
+              {"attention", {{"impl", nullptr}}},
+              {"parallel", {{"ranks", 0}}},
+              {"finetune", {{"lora", {{"alpha", 0}}}}},
+              {"distill", {{"alpha", -0.1}}},
+              {"curriculum", {{"pacing", "fast"}}},
+              {"profile", {{"active", 0}}},
+              {"device", {{"threads", 1.5}}},
               {"notes", 5}};
   auto r = parseConfigJson(doc);
   std::set<std::string> expected = {
-      "model.layers",   "data.source",       "train.steps",
-      "optimizer.eps",  "schedule.min_lr",   "precision.fp8.margin",
-      "memory.checkpointing", "attention.impl", "parallel.ranks",
-      "finetune.lora.alpha", "distill.alpha", "curriculum.pacing",
-      "profile.active", "device.threads",    "notes"};
+      "model.layers",         "data.source",     "train.steps",
+      "optimizer.eps",        "schedule.min_lr", "precision.fp8.margin",
+      "memory.checkpointing", "attention.impl",  "parallel.ranks",
+      "finetune.lora.alpha",  "distill.alpha",   "curriculum.pacing",
+      "profile.active",       "device.threads",  "notes"};
   auto p = paths(r.issues);
   EXPECT_EQ(std::set<std::string>(p.begin(), p.end()), expected) << dump(r.issues);
   EXPECT_EQ(r.issues.size(), expected.size()) << dump(r.issues);
@@ -194,8 +202,7 @@ TEST(ConfigValidation, MalformedJsonReportsLineAndColumn) {
   // malformed.json lacks the comma after the model section: line 7, column 3 is `"train"`.
   auto r = loadConfigFile((kData / "configs" / "malformed.json").string());
   ASSERT_EQ(r.issues.size(), 1u) << dump(r.issues);
-  EXPECT_NE(r.issues[0].message.find("line 7, column 3"), std::string::npos)
-      << r.issues[0].message;
+  EXPECT_NE(r.issues[0].message.find("line 7, column 3"), std::string::npos) << r.issues[0].message;
   EXPECT_NE(r.issues[0].message.find("malformed.json"), std::string::npos);
 
   auto t = parseConfigText("{\"name\": }");
@@ -322,8 +329,18 @@ TEST(ConfigValidation, CrossFieldRulesAcceptTheValidCombinations) {
 TEST(ConfigValidation, NeverThrowsOnMutatedDocuments) {
   // Fuzz-ish: replace random leaves of a preset with values of random types.
   json base = json::parse(readText(kPresets / "cluster.json"));
-  const std::vector<json> junk = {nullptr, true, -1, 0, 3.5, 1e300, "", "x", json::array(),
-                                  json::object(), json::array({1, "a"}), UINT64_MAX};
+  const std::vector<json> junk = {nullptr,
+                                  true,
+                                  -1,
+                                  0,
+                                  3.5,
+                                  1e300,
+                                  "",
+                                  "x",
+                                  json::array(),
+                                  json::object(),
+                                  json::array({1, "a"}),
+                                  UINT64_MAX};
   std::mt19937 rng(7);
   std::vector<json::json_pointer> leaves;
   json flat = base.flatten();
@@ -348,8 +365,8 @@ TEST(ConfigOverride, GoodOverridesApply) {
   EXPECT_TRUE(applyOverride(doc, "optimizer.betas=[0.8,0.95]").empty());
   EXPECT_TRUE(applyOverride(doc, "profile.enabled=true").empty());
   EXPECT_TRUE(applyOverride(doc, "finetune.lora.r=8").empty());  // creates missing sections
-  EXPECT_TRUE(applyOverride(doc, "name=my run = 2").empty());     // first '=' splits
-  EXPECT_TRUE(applyOverride(doc, "notes=").empty());              // empty string value
+  EXPECT_TRUE(applyOverride(doc, "name=my run = 2").empty());    // first '=' splits
+  EXPECT_TRUE(applyOverride(doc, "notes=").empty());             // empty string value
   auto r = parseConfigJson(doc);
   ASSERT_TRUE(r.ok()) << dump(r.issues);
   EXPECT_EQ(r.config->precision.policy, "bf16");
@@ -368,10 +385,10 @@ TEST(ConfigOverride, BadOverridesAreReported) {
     const char* assignment;
     const char* path;
   };
-  for (const Case& c : {Case{"precision.policy", "--set"}, Case{"=3", "--set"},
-                        Case{"foo.bar=1", "foo.bar"}, Case{"model..layers=1", "model..layers"},
-                        Case{"model.layers.x=1", "model.layers.x"},
-                        Case{"model.lay ers=1", "model.lay ers"}}) {
+  for (const Case& c :
+       {Case{"precision.policy", "--set"}, Case{"=3", "--set"}, Case{"foo.bar=1", "foo.bar"},
+        Case{"model..layers=1", "model..layers"}, Case{"model.layers.x=1", "model.layers.x"},
+        Case{"model.lay ers=1", "model.lay ers"}}) {
     auto issues = applyOverride(doc, c.assignment);
     ASSERT_EQ(issues.size(), 1u) << c.assignment;
     EXPECT_EQ(issues[0].path, c.path) << c.assignment;
@@ -407,27 +424,68 @@ TEST(ConfigOverride, LoadWithOverrides) {
 
 TEST(ConfigRoundTrip, ToJsonWritesEveryFixedKey) {
   // The key names fixed by the foundation issue (a public contract), listed by hand.
-  const std::vector<std::string> fixed = {
-      "/name", "/tags", "/notes",
-      "/model/arch", "/model/layers", "/model/heads", "/model/d_model", "/model/seq_len",
-      "/model/vocab", "/model/activation", "/model/dropout",
-      "/data/source", "/data/task", "/data/path", "/data/val_fraction",
-      "/train/steps", "/train/micro_batch", "/train/grad_accum", "/train/seed",
-      "/train/grad_clip", "/train/eval_every", "/train/checkpoint_every",
-      "/optimizer/type", "/optimizer/lr", "/optimizer/betas", "/optimizer/eps",
-      "/optimizer/weight_decay", "/optimizer/state_bits",
-      "/schedule/type", "/schedule/warmup_steps", "/schedule/min_lr",
-      "/precision/policy", "/precision/loss_scale", "/precision/fp8",
-      "/memory/checkpointing", "/memory/checkpoint_every", "/memory/activation_compression",
-      "/attention/impl",
-      "/parallel/ranks", "/parallel/zero_stage", "/parallel/offload_optimizer",
-      "/parallel/offload_params", "/parallel/nvme_path",
-      "/finetune/base_checkpoint", "/finetune/lora/r", "/finetune/lora/alpha",
-      "/finetune/lora/dropout", "/finetune/lora/targets", "/finetune/base_quant",
-      "/distill/teacher_checkpoint", "/distill/temperature", "/distill/alpha",
-      "/curriculum/type", "/curriculum/pacing", "/curriculum/full_at",
-      "/profile/enabled", "/profile/wait", "/profile/warmup", "/profile/active",
-      "/profile/repeat", "/device/backend", "/device/threads"};
+  const std::vector<std::string> fixed = {"/name",
+                                          "/tags",
+                                          "/notes",
+                                          "/model/arch",
+                                          "/model/layers",
+                                          "/model/heads",
+                                          "/model/d_model",
+                                          "/model/seq_len",
+                                          "/model/vocab",
+                                          "/model/activation",
+                                          "/model/dropout",
+                                          "/data/source",
+                                          "/data/task",
+                                          "/data/path",
+                                          "/data/val_fraction",
+                                          "/train/steps",
+                                          "/train/micro_batch",
+                                          "/train/grad_accum",
+                                          "/train/seed",
+                                          "/train/grad_clip",
+                                          "/train/eval_every",
+                                          "/train/checkpoint_every",
+                                          "/optimizer/type",
+                                          "/optimizer/lr",
+                                          "/optimizer/betas",
+                                          "/optimizer/eps",
+                                          "/optimizer/weight_decay",
+                                          "/optimizer/state_bits",
+                                          "/schedule/type",
+                                          "/schedule/warmup_steps",
+                                          "/schedule/min_lr",
+                                          "/precision/policy",
+                                          "/precision/loss_scale",
+                                          "/precision/fp8",
+                                          "/memory/checkpointing",
+                                          "/memory/checkpoint_every",
+                                          "/memory/activation_compression",
+                                          "/attention/impl",
+                                          "/parallel/ranks",
+                                          "/parallel/zero_stage",
+                                          "/parallel/offload_optimizer",
+                                          "/parallel/offload_params",
+                                          "/parallel/nvme_path",
+                                          "/finetune/base_checkpoint",
+                                          "/finetune/lora/r",
+                                          "/finetune/lora/alpha",
+                                          "/finetune/lora/dropout",
+                                          "/finetune/lora/targets",
+                                          "/finetune/base_quant",
+                                          "/distill/teacher_checkpoint",
+                                          "/distill/temperature",
+                                          "/distill/alpha",
+                                          "/curriculum/type",
+                                          "/curriculum/pacing",
+                                          "/curriculum/full_at",
+                                          "/profile/enabled",
+                                          "/profile/wait",
+                                          "/profile/warmup",
+                                          "/profile/active",
+                                          "/profile/repeat",
+                                          "/device/backend",
+                                          "/device/threads"};
   json j = toJson(RunConfig{});
   for (const auto& k : fixed) EXPECT_TRUE(j.contains(json::json_pointer(k))) << k;
 }

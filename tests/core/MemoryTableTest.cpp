@@ -38,8 +38,11 @@ TEST(MemoryTable, JsonShapeIsTheDocumentedOne) {
   json j = toJson(r);
   // Written by hand from docs/protocol.md.
   json zero = {{"current", 0}, {"peak", 0}};
-  json zeros = {{"parameters", zero}, {"gradients", zero}, {"optimizer_state", zero},
-                {"activations", zero}, {"workspace", zero}};
+  json zeros = {{"parameters", zero},
+                {"gradients", zero},
+                {"optimizer_state", zero},
+                {"activations", zero},
+                {"workspace", zero}};
   json device = zeros;
   device["parameters"] = {{"current", 100}, {"peak", 150}};
   json nvme = zeros;
@@ -57,7 +60,8 @@ TEST(MemoryTable, RoundTripManyRanks) {
     m.rank = rank;
     for (int t = 0; t < kMemoryTierCount; ++t)
       for (int c = 0; c < kMemoryCategoryCount; ++c)
-        m.tiers[t][c] = {int64_t{1} << (rank + t + c), (int64_t{3} << 40) + rank * 100 + t * 10 + c};
+        m.tiers[t][c] = {int64_t{1} << (rank + t + c),
+                         (int64_t{3} << 40) + rank * 100 + t * 10 + c};
     r.ranks.push_back(m);
   }
   EXPECT_EQ(memoryReportFromJson(json::parse(toJson(r).dump())), r);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "trainscope/core/Protocol.h"
@@ -60,9 +61,8 @@ TEST(Protocol, TypeNames) {
 
 TEST(Protocol, EncoderStampsTypeSeqTime) {
   EventEncoder enc;
-  double before = std::chrono::duration<double>(
-                      std::chrono::system_clock::now().time_since_epoch())
-                      .count();
+  double before =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::vector<json> out;
   for (int i = 0; i < 5; ++i) {
     std::string line = enc.encode(EventType::Log, {{"message", "m" + std::to_string(i)}});
@@ -70,9 +70,8 @@ TEST(Protocol, EncoderStampsTypeSeqTime) {
     ASSERT_EQ(line.find('\n'), line.size() - 1) << "one event, one line";
     out.push_back(json::parse(line));
   }
-  double after = std::chrono::duration<double>(
-                     std::chrono::system_clock::now().time_since_epoch())
-                     .count();
+  double after =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   EXPECT_EQ(enc.nextSeq(), 5);
   for (int i = 0; i < 5; ++i) {
     EXPECT_EQ(out[i]["type"], "log");
@@ -95,8 +94,11 @@ TEST(Protocol, EncoderStampsTypeSeqTime) {
 json samplePayload(EventType t) {
   switch (t) {
     case EventType::Hello:
-      return {{"protocol_version", kProtocolVersion}, {"engine_version", "0.1.0"},
-              {"backend", "cpu"}, {"ranks", 1}, {"devices", json::array()}};
+      return {{"protocol_version", kProtocolVersion},
+              {"engine_version", "0.1.0"},
+              {"backend", "cpu"},
+              {"ranks", 1},
+              {"devices", json::array()}};
     case EventType::Config:
       return {{"config", {{"name", "x"}}}, {"run_id", 3}};
     case EventType::MemoryPlan:
@@ -167,9 +169,15 @@ TEST(Protocol, StepEventFieldsAndRoundTrip) {
   s.skipped = true;
   json j = toJson(s);
   // The fixed field names, by hand.
-  json expected = {{"step", 12},      {"loss", 2.5},         {"lr", 3e-4},
-                   {"grad_norm", 0.75}, {"tokens", 123456789012LL}, {"tokens_per_s", 1e5},
-                   {"step_ms", 12.5}, {"loss_scale", 32768.0}, {"skipped", true}};
+  json expected = {{"step", 12},
+                   {"loss", 2.5},
+                   {"lr", 3e-4},
+                   {"grad_norm", 0.75},
+                   {"tokens", 123456789012LL},
+                   {"tokens_per_s", 1e5},
+                   {"step_ms", 12.5},
+                   {"loss_scale", 32768.0},
+                   {"skipped", true}};
   EXPECT_EQ(j, expected);
   StepEvent back = stepEventFromJson(json::parse(j.dump()));
   EXPECT_EQ(back.step, s.step);
@@ -221,8 +229,9 @@ TEST(Protocol, FinishedEvent) {
 TEST(Protocol, GoldenReplay) {
   // The golden file was written by hand from docs/protocol.md: one event of every type.
   const std::vector<const char*> expected = {
-      "hello", "log",  "config", "memory_plan", "step",       "memory",  "step", "warning",
-      "kernels", "kernel_summary", "step", "eval", "checkpoint", "error", "finished"};
+      "hello",  "log",  "config",     "memory_plan", "step",
+      "memory", "step", "warning",    "kernels",     "kernel_summary",
+      "step",   "eval", "checkpoint", "error",       "finished"};
   std::string text = readText(kGolden);
   ASSERT_FALSE(text.empty());
   EventDecoder dec;
@@ -319,14 +328,14 @@ TEST(Protocol, GarbageIsCountedAndSkipped) {
       "\"a string\"",
       "42",
       "{}",
-      "{\"seq\":1,\"time\":1}",                       // no type
+      "{\"seq\":1,\"time\":1}",                        // no type
       "{\"type\":7,\"seq\":1,\"time\":1}",             // type not a string
       "{\"type\":\"step\",\"time\":1}",                // no seq
       "{\"type\":\"step\",\"seq\":\"1\",\"time\":1}",  // seq a string
       "{\"type\":\"step\",\"seq\":1.5,\"time\":1}",    // seq not an integer
       "{\"type\":\"step\",\"seq\":1}",                 // no time
       "{\"type\":\"step\",\"seq\":1,\"time\":\"now\"}",
-      "{\"type\":\"step\",\"seq\":1,\"time\":1}}",     // trailing junk
+      "{\"type\":\"step\",\"seq\":1,\"time\":1}}",  // trailing junk
       std::string("\x00\xff\xfe{", 4)};
   EventEncoder enc;
   std::string stream = enc.encode(EventType::Hello, {});
@@ -361,7 +370,8 @@ TEST(Protocol, UnknownEventTypesAreKept) {
 
 TEST(Protocol, ThrowingErrorHandlerDoesNotBreakDecoding) {
   EventDecoder dec;
-  dec.setErrorHandler([](const std::string&, const std::string&) { throw std::runtime_error("x"); });
+  dec.setErrorHandler(
+      [](const std::string&, const std::string&) { throw std::runtime_error("x"); });
   std::vector<Event> ev;
   EXPECT_NO_THROW(ev = dec.feed("junk\n{\"type\":\"log\",\"seq\":0,\"time\":1}\n"));
   EXPECT_EQ(ev.size(), 1u);
@@ -462,11 +472,11 @@ TEST(Protocol, Commands) {
   EXPECT_EQ(p.type, CommandType::Profile);
   EXPECT_EQ(p.steps, 0);
   EXPECT_EQ(decodeCommand("stop").raw, "stop");
-  for (const char* bad : {"", "halt", "STOP", "stop now", "profile x", "profile -1",
-                          "profile 99999999999", "{\"cmd\":\"explode\"}", "{\"cmd\":1}",
-                          "{\"command\":\"stop\"}", "{\"cmd\":\"profile\",\"steps\":-3}",
-                          "{\"cmd\":\"profile\",\"steps\":\"5\"}", "{\"cmd\":\"stop\"",
-                          "[\"stop\"]"}) {
+  for (const char* bad :
+       {"", "halt", "STOP", "stop now", "profile x", "profile -1", "profile 99999999999",
+        "{\"cmd\":\"explode\"}", "{\"cmd\":1}", "{\"command\":\"stop\"}",
+        "{\"cmd\":\"profile\",\"steps\":-3}", "{\"cmd\":\"profile\",\"steps\":\"5\"}",
+        "{\"cmd\":\"stop\"", "[\"stop\"]"}) {
     EXPECT_EQ(decodeCommand(bad).type, CommandType::Unknown) << bad;
   }
 }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -22,10 +23,10 @@ struct Result {
 
 // Runs the engine with args (already shell-quoted), capturing stdout and stderr.
 Result runEngine(const std::string& args) {
-  fs::path errFile = fs::temp_directory_path() /
-                     ("core_tests_stderr_" + std::to_string(::getpid()) + ".txt");
-  std::string cmd = std::string("'") + TRAINSCOPE_ENGINE_EXE + "' " + args + " 2>'" +
-                    errFile.string() + "'";
+  fs::path errFile =
+      fs::temp_directory_path() / ("core_tests_stderr_" + std::to_string(::getpid()) + ".txt");
+  std::string cmd =
+      std::string("'") + TRAINSCOPE_ENGINE_EXE + "' " + args + " 2>'" + errFile.string() + "'";
   Result r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -42,7 +43,9 @@ Result runEngine(const std::string& args) {
   return r;
 }
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+std::string q(const fs::path& p) {
+  return "'" + p.string() + "'";
+}
 
 const fs::path kPresets = fs::path(TRAINSCOPE_SOURCE_DIR) / "resources" / "presets";
 const fs::path kConfigs = fs::path(TRAINSCOPE_TEST_DATA) / "configs";

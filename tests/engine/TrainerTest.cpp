@@ -49,13 +49,14 @@ ts::core::RunConfig smallConfig() {
 }
 
 TrainResult runWith(const ts::core::RunConfig& c, Recorded& rec, const std::string& runDir,
-                    const std::string& resume = "", std::function<void(Trainer&)> before = {}) {
+                    const std::string& resume = "", std::function<void(Trainer&)> before = {},
+                    int exactMatchSamples = 16) {
   auto backend = ts::kernels::makeCpuBackend();
   backend->setThreads(c.device.threads);
   TrainerOptions o;
   o.runDir = runDir;
   o.resumePath = resume;
-  o.exactMatchSamples = 16;
+  o.exactMatchSamples = exactMatchSamples;
   o.emit = [&](EventType t, nlohmann::json f, bool) { rec.events.emplace_back(t, std::move(f)); };
   Trainer trainer(c, backend.get(), o);
   if (before) before(trainer);
@@ -64,8 +65,9 @@ TrainResult runWith(const ts::core::RunConfig& c, Recorded& rec, const std::stri
 
 }  // namespace
 
-// Learning test: 2-digit addition (answers exact-matched by greedy decoding on held-out
-// problems) reaches >= 50% exact match within 600 steps with this small model.
+// Learning test: 2-digit addition (answers exact-matched by greedy decoding on 64 held-out
+// problems) reaches >= 90% exact match within 600 steps with this small model (it is at 100%
+// from about step 400; ~5 s of CPU on one core).
 TEST(Trainer, LearnsAdditionToStatedAccuracy) {
   auto c = smallConfig();
   c.model.layers = 2;
@@ -83,12 +85,13 @@ TEST(Trainer, LearnsAdditionToStatedAccuracy) {
   c.schedule.min_lr = 3e-4;
   const fs::path dir = tempDir("learn");
   Recorded rec;
-  auto r = runWith(c, rec, dir.string());
+  auto r = runWith(c, rec, dir.string(), "", {}, 64);
   ASSERT_EQ(r.status, "completed") << r.reason;
   auto evals = rec.of(EventType::Eval);
   ASSERT_FALSE(evals.empty());
   ASSERT_TRUE(evals.back().contains("accuracy"));
-  EXPECT_GE(evals.back()["accuracy"].get<double>(), 0.5) << evals.back().dump();
+  EXPECT_GE(evals.back()["accuracy"].get<double>(), 0.9) << evals.back().dump();
+  EXPECT_EQ(evals.back()["exact_match_samples"], 64);
   auto steps = rec.of(EventType::Step);
   ASSERT_EQ(steps.size(), 600u);
   EXPECT_LT(steps.back()["loss"].get<double>(), steps.front()["loss"].get<double>() * 0.5);

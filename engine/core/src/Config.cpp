@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -34,12 +34,24 @@ Rule bounds(std::optional<double> lo, std::optional<double> hi, bool loOpen, boo
   r.maxOpen = hiOpen;
   return r;
 }
-Rule atLeast(double v) { return bounds(v, std::nullopt, false, false); }
-Rule above(double v) { return bounds(v, std::nullopt, true, false); }
-Rule closed(double a, double b) { return bounds(a, b, false, false); }
-Rule halfOpen(double a, double b) { return bounds(a, b, false, true); }  // [a, b)
-Rule openClosed(double a, double b) { return bounds(a, b, true, false); }  // (a, b]
-Rule open(double a, double b) { return bounds(a, b, true, true); }
+Rule atLeast(double v) {
+  return bounds(v, std::nullopt, false, false);
+}
+Rule above(double v) {
+  return bounds(v, std::nullopt, true, false);
+}
+Rule closed(double a, double b) {
+  return bounds(a, b, false, false);
+}
+Rule halfOpen(double a, double b) {
+  return bounds(a, b, false, true);
+}  // [a, b)
+Rule openClosed(double a, double b) {
+  return bounds(a, b, true, false);
+}  // (a, b]
+Rule open(double a, double b) {
+  return bounds(a, b, true, true);
+}
 Rule oneOf(std::vector<std::string> v) {
   Rule r;
   r.oneOf = std::move(v);
@@ -55,7 +67,9 @@ Rule nonEmpty() {
   r.nonEmpty = true;
   return r;
 }
-Rule any() { return Rule{}; }
+Rule any() {
+  return Rule{};
+}
 
 std::string fmtNumber(double v) {
   std::ostringstream os;
@@ -150,8 +164,7 @@ class Reader {
     Frame f = std::move(stack_.back());
     stack_.pop_back();
     if (wrong) {
-      addIssue(path, valueText(*wrong),
-               "must be an object with keys: " + joinList(f.known));
+      addIssue(path, valueText(*wrong), "must be an object with keys: " + joinList(f.known));
     } else {
       checkUnknown(f);
     }
@@ -186,7 +199,7 @@ class Reader {
   }
 
   template <class I>
-    requires std::is_integral_v<I>
+  requires std::is_integral_v<I>
   void field(const char* key, I& out, const Rule& r) {
     const json* v = take(key);
     if (!v) return;
@@ -300,7 +313,8 @@ class Reader {
       auto s = v.get<int64_t>();
       if (s >= 0 || std::is_signed_v<I>) {
         if (s >= static_cast<int64_t>(std::numeric_limits<I>::min()) &&
-            (s < 0 || static_cast<uint64_t>(s) <= static_cast<uint64_t>(std::numeric_limits<I>::max()))) {
+            (s < 0 ||
+             static_cast<uint64_t>(s) <= static_cast<uint64_t>(std::numeric_limits<I>::max()))) {
           value = static_cast<I>(s);
           ok = true;
         }
@@ -523,7 +537,7 @@ void checkCrossField(const RunConfig& c, const ValidationContext& ctx,
                      const std::set<std::string>& bad, std::vector<ConfigIssue>& issues) {
   auto okPath = [&](const std::string& p) {
     // A field is usable unless it, or a section above it, was reported.
-    for (std::string q = p;; ) {
+    for (std::string q = p;;) {
       if (bad.count(q)) return false;
       auto dot = q.rfind('.');
       if (dot == std::string::npos) return true;
@@ -597,7 +611,8 @@ void checkCrossField(const RunConfig& c, const ValidationContext& ctx,
       mem.activation_compression == "sparse" && m.activation != "relu") {
     add("memory.activation_compression", mem.activation_compression,
         "\"sparse\" stores post-ReLU zeros as a bitmap, so it needs model.activation \"relu\" "
-        "(it is \"" + m.activation + "\"); allowed here: none, int8");
+        "(it is \"" +
+            m.activation + "\"); allowed here: none, int8");
   }
 
   const auto& par = c.parallel;
@@ -623,7 +638,8 @@ void checkCrossField(const RunConfig& c, const ValidationContext& ctx,
   const auto& ft = c.finetune;
   if (ok({"finetune.base_quant", "finetune.lora.r"}) && ft.base_quant == "nf4" && ft.lora.r == 0) {
     add("finetune.base_quant", ft.base_quant,
-        "nf4 freezes the base weights, so it needs LoRA: set finetune.lora.r >= 1, or use \"none\"");
+        "nf4 freezes the base weights, so it needs LoRA: set finetune.lora.r >= 1, or use "
+        "\"none\"");
   }
   if (ok({"finetune.lora.r", "finetune.lora.targets"}) && ft.lora.r > 0 &&
       ft.lora.targets.empty()) {
@@ -718,8 +734,8 @@ ConfigResult parseConfigText(const std::string& text, const ValidationContext& c
     if (pos != std::string::npos) what = what.substr(pos + 2);
     ConfigResult r;
     r.issues.push_back(ConfigIssue{"", "",
-                                   "malformed JSON at line " + std::to_string(line) +
-                                       ", column " + std::to_string(col) + ": " + what});
+                                   "malformed JSON at line " + std::to_string(line) + ", column " +
+                                       std::to_string(col) + ": " + what});
     return r;
   } catch (const std::exception& e) {
     ConfigResult r;
@@ -733,8 +749,8 @@ namespace {
 std::optional<std::string> readFile(const std::string& path, std::vector<ConfigIssue>& issues) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    issues.push_back(ConfigIssue{"", "", "cannot open config file " + path + ": " +
-                                             std::strerror(errno)});
+    issues.push_back(
+        ConfigIssue{"", "", "cannot open config file " + path + ": " + std::strerror(errno)});
     return std::nullopt;
   }
   std::ostringstream ss;

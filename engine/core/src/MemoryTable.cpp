@@ -107,7 +107,8 @@ MemoryReport memoryReportFromJson(const nlohmann::json& j) {
           std::string cw = tw + "." + c.key();
           if (!c->is_object()) throw std::invalid_argument(cw + ": expected {current, peak}");
           auto& e = rank.at(*tier, *cat);
-          if (auto v = c->find("current"); v != c->end()) e.current = bytesFrom(*v, cw + ".current");
+          if (auto v = c->find("current"); v != c->end())
+            e.current = bytesFrom(*v, cw + ".current");
           if (auto v = c->find("peak"); v != c->end()) e.peak = bytesFrom(*v, cw + ".peak");
         }
       }

@@ -12,8 +12,8 @@ namespace {
 using nlohmann::json;
 
 constexpr std::array<std::string_view, 13> kEventNames = {
-    "hello", "config",     "memory_plan", "step", "memory", "eval",    "kernels",
-    "kernel_summary", "checkpoint", "log", "warning", "error", "finished"};
+    "hello",          "config",     "memory_plan", "step",    "memory", "eval",    "kernels",
+    "kernel_summary", "checkpoint", "log",         "warning", "error",  "finished"};
 
 double nowSeconds() {
   using namespace std::chrono;
@@ -29,8 +29,8 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) {
     s.remove_prefix(1);
   }
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' ||
-                        s.back() == '\n')) {
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) {
     s.remove_suffix(1);
   }
   return s;
@@ -65,8 +65,8 @@ int64_t intField(const json& j, const char* key, int64_t fallback) {
                               it->dump());
 }
 
-constexpr std::array<std::string_view, 5> kCommandNames = {"stop", "pause", "resume",
-                                                           "checkpoint", "profile"};
+constexpr std::array<std::string_view, 5> kCommandNames = {"stop", "pause", "resume", "checkpoint",
+                                                           "profile"};
 
 }  // namespace
 
@@ -83,14 +83,10 @@ EventType eventTypeFromString(std::string_view s) {
 }
 
 nlohmann::json toJson(const StepEvent& e) {
-  return {{"step", e.step},
-          {"loss", e.loss},
-          {"lr", e.lr},
-          {"grad_norm", e.grad_norm},
-          {"tokens", e.tokens},
-          {"tokens_per_s", e.tokens_per_s},
-          {"step_ms", e.step_ms},
-          {"loss_scale", e.loss_scale},
+  return {{"step", e.step},       {"loss", e.loss},
+          {"lr", e.lr},           {"grad_norm", e.grad_norm},
+          {"tokens", e.tokens},   {"tokens_per_s", e.tokens_per_s},
+          {"step_ms", e.step_ms}, {"loss_scale", e.loss_scale},
           {"skipped", e.skipped}};
 }
 
