@@ -30,7 +30,9 @@ namespace ts::app {
 namespace {
 
 std::atomic<bool> g_interrupt{false};
-extern "C" void onSignal(int) { g_interrupt.store(true); }
+extern "C" void onSignal(int) {
+  g_interrupt.store(true);
+}
 
 struct RunOptions {
   std::string config;
@@ -71,7 +73,8 @@ class HumanPrinter {
     char buf[512];
     switch (t) {
       case core::EventType::Step: {
-        const int64_t step = f.value("step", int64_t(0)), total = f.value("total_steps", int64_t(0));
+        const int64_t step = f.value("step", int64_t(0)),
+                      total = f.value("total_steps", int64_t(0));
         const double tps = f.value("tokens_per_s", 0.0);
         sumMs_ += f.value("step_ms", 0.0);
         ++n_;
@@ -139,7 +142,8 @@ std::string defaultRunDir(const std::string& dbPath, const std::string& name) {
   gmtime_r(&now, &tm);
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
   std::string safe;
-  for (char c : name) safe.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '-' ? c : '_');
+  for (char c : name)
+    safe.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '-' ? c : '_');
   if (safe.empty()) safe = "run";
   return (base / "runs" / (safe + "-" + stamp + "-" + std::to_string(::getpid()))).string();
 }
@@ -176,8 +180,10 @@ int runMain(const RunOptions& o) {
       for (auto& w : recorder->takeWarnings()) {
         std::string wl = encoder.encode(core::EventType::Warning, {{"message", w}});
         recorder->record(nlohmann::json::parse(wl, nullptr, false));
-        if (o.human) human.onEvent(core::EventType::Warning, {{"message", w}});
-        else writer.write(std::move(wl));
+        if (o.human)
+          human.onEvent(core::EventType::Warning, {{"message", w}});
+        else
+          writer.write(std::move(wl));
       }
     }
   };
@@ -304,7 +310,8 @@ int runMain(const RunOptions& o) {
   if (o.human) {
     char buf[256];
     human.put("\n== summary: " + tr.status + " (" + tr.reason + ")\n");
-    std::snprintf(buf, sizeof buf, "steps %lld  final loss %.4f  final val loss %.4f  best val loss %.4f\n",
+    std::snprintf(buf, sizeof buf,
+                  "steps %lld  final loss %.4f  final val loss %.4f  best val loss %.4f\n",
                   (long long)tr.steps, tr.finalLoss, tr.finalValLoss, tr.bestValLoss);
     human.put(buf);
     if (std::isfinite(tr.accuracy)) {
@@ -317,8 +324,10 @@ int runMain(const RunOptions& o) {
     if (!tr.lastCheckpoint.empty()) human.put("checkpoint " + tr.lastCheckpoint + "\n");
   }
   int code = kExitOk;
-  if (tr.status == "failed") code = tr.badInput ? kExitBadInput : kExitRunFailed;
-  else if (tr.status == "stopped" && tr.interrupted) code = kExitInterrupted;
+  if (tr.status == "failed")
+    code = tr.badInput ? kExitBadInput : kExitRunFailed;
+  else if (tr.status == "stopped" && tr.interrupted)
+    code = kExitInterrupted;
   return finish(tr.status, tr.reason, code);
 }
 
@@ -332,7 +341,8 @@ void addRunCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--run-dir", opts->runDir,
                   "Directory for events.ndjson and checkpoints (default: next to the database)");
   cmd->add_option("--set", opts->sets, "Override a config field: key.path=value (repeatable)");
-  cmd->add_option("--resume", opts->resume, "Continue from a checkpoint directory (or its state.json)");
+  cmd->add_option("--resume", opts->resume,
+                  "Continue from a checkpoint directory (or its state.json)");
   cmd->add_flag("--human", opts->human, "Readable progress lines and a summary instead of NDJSON");
   cmd->callback([opts, &exitCode] {
     try {

@@ -97,7 +97,8 @@ nlohmann::json runBench(const BenchOptions& options, std::ostream& out) {
       // Breakdown by op: leaf ops only (blocks/forward/backward/step are containers).
       nlohmann::json ops = nlohmann::json::array();
       for (const auto& op : summary.ops) {
-        if (op.category == profiler::SpanCategory::Block || op.category == profiler::SpanCategory::Step)
+        if (op.category == profiler::SpanCategory::Block ||
+            op.category == profiler::SpanCategory::Step)
           continue;
         std::snprintf(buf, sizeof buf, "    %-16s %-11s %8.2f ms  %5.1f%%\n", op.name.c_str(),
                       profiler::toString(op.category), op.total_ns / 1e6, op.pct_of_step);
@@ -113,14 +114,16 @@ nlohmann::json runBench(const BenchOptions& options, std::ostream& out) {
           {core::MemoryCategory::Gradients, 4 * P},
           {core::MemoryCategory::OptimizerState, 8 * P},
           {core::MemoryCategory::Activations,
-           4 * (2 * Nn + L * (16 * Nn * C + 4 * Nn + B * NH * T * T) + 2 * Nn * C + 3 * Nn + Nn * V)},
+           4 * (2 * Nn + L * (16 * Nn * C + 4 * Nn + B * NH * T * T) + 2 * Nn * C + 3 * Nn +
+                Nn * V)},
           {core::MemoryCategory::Workspace, 4 * (Nn + 13 * Nn * C + B * NH * T * T)}};
       nlohmann::json mem;
       out << "    peak memory:";
       for (const auto& [cat, bytes] : formula) {
         const int64_t measured = tracker.peak(core::MemoryTier::Device, cat);
         std::snprintf(buf, sizeof buf, " %s %.2f MiB%s", std::string(core::toString(cat)).c_str(),
-                      measured / 1048576.0, measured == bytes ? " (=formula)" : " (FORMULA DIFFERS)");
+                      measured / 1048576.0,
+                      measured == bytes ? " (=formula)" : " (FORMULA DIFFERS)");
         out << buf;
         mem[std::string(core::toString(cat))] = {{"measured", measured}, {"formula", bytes}};
       }

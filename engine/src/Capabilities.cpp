@@ -94,8 +94,10 @@ nlohmann::json capabilitiesJson() {
   {
     std::string why;
     std::unique_ptr<kernels::Backend> cuda;
-    if (isCompiled("cuda")) cuda = kernels::makeCudaBackend(&why);
-    else why = "this build has no CUDA backend (built without nvcc)";
+    if (isCompiled("cuda"))
+      cuda = kernels::makeCudaBackend(&why);
+    else
+      why = "this build has no CUDA backend (built without nvcc)";
     json b = {{"name", "cuda"}, {"compiled", isCompiled("cuda")}, {"usable", cuda != nullptr}};
     if (!cuda) b["why"] = why;
     backends.push_back(b);
@@ -124,8 +126,10 @@ nlohmann::json capabilitiesJson() {
     if (!ok) c["why"] = why;
     return c;
   };
-  j["precisions"] = {{"fp32", cap(true)},          {"bf16", cap(false, later)},
-                     {"fp16", cap(false, later)},  {"fp8", cap(false, later)},
+  j["precisions"] = {{"fp32", cap(true)},
+                     {"bf16", cap(false, later)},
+                     {"fp16", cap(false, later)},
+                     {"fp8", cap(false, later)},
                      {"pure_bf16", cap(false, later)}};
   j["techniques"] = {
       {"gradient_accumulation", cap(true)},

@@ -25,8 +25,7 @@ constexpr int kVersion = 1;
 
 void writeFileDurable(const fs::path& path, const std::string& bytes) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw CheckpointError("cannot create " + path.string() + ": " + std::strerror(errno));
+  if (fd < 0) throw CheckpointError("cannot create " + path.string() + ": " + std::strerror(errno));
   size_t done = 0;
   while (done < bytes.size()) {
     ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
@@ -113,10 +112,10 @@ CheckpointInfo saveCheckpoint(const std::string& parentDir, Gpt& model, Optimize
     s["data"] = state.data;
     s["extra"] = state.extra;
     s["config"] = config;
-    s["files"] = {
-        {"model.safetensors", {{"bytes", modelBytes.size()}, {"fnv1a64", hex64(fnv1a64(modelBytes))}}},
-        {"optimizer.safetensors",
-         {{"bytes", optBytes.size()}, {"fnv1a64", hex64(fnv1a64(optBytes))}}}};
+    s["files"] = {{"model.safetensors",
+                   {{"bytes", modelBytes.size()}, {"fnv1a64", hex64(fnv1a64(modelBytes))}}},
+                  {"optimizer.safetensors",
+                   {{"bytes", optBytes.size()}, {"fnv1a64", hex64(fnv1a64(optBytes))}}}};
     const std::string checksum = stateChecksum(s);
     s["checksum"] = checksum;
     const std::string stateBytes = s.dump(1);
@@ -125,7 +124,8 @@ CheckpointInfo saveCheckpoint(const std::string& parentDir, Gpt& model, Optimize
 
     // Replace an older checkpoint of the same step (e.g. a periodic one before the final one).
     if (fs::exists(final)) {
-      const fs::path old = parent / (stepDirName(state.step) + ".old." + std::to_string(::getpid()));
+      const fs::path old =
+          parent / (stepDirName(state.step) + ".old." + std::to_string(::getpid()));
       fs::remove_all(old, ec);
       fs::rename(final, old, ec);
       if (ec) throw CheckpointError("cannot replace " + final.string() + ": " + ec.message());
@@ -164,7 +164,8 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, Gpt& model, Optimizer* 
   std::error_code ec;
   if (fs::is_regular_file(dir, ec)) dir = dir.parent_path();
   if (!fs::is_directory(dir, ec))
-    throw CheckpointError("checkpoint " + path + " does not exist (expected a checkpoint directory"
+    throw CheckpointError("checkpoint " + path +
+                          " does not exist (expected a checkpoint directory"
                           " or its state.json)");
   const fs::path statePath = dir / "state.json";
   nlohmann::json s;
@@ -188,9 +189,9 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, Gpt& model, Optimizer* 
       const auto& f = s.at("files").at(name);
       const auto expectBytes = f.at("bytes").get<uint64_t>();
       if (bytes.size() != expectBytes)
-        throw CheckpointError(p.string() + " is truncated or damaged: " +
-                              std::to_string(bytes.size()) + " bytes, expected " +
-                              std::to_string(expectBytes));
+        throw CheckpointError(p.string() +
+                              " is truncated or damaged: " + std::to_string(bytes.size()) +
+                              " bytes, expected " + std::to_string(expectBytes));
       if (hex64(fnv1a64(bytes)) != f.at("fnv1a64").get<std::string>())
         throw CheckpointError(p.string() + " is corrupt (checksum mismatch)");
       try {
@@ -210,8 +211,8 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, Gpt& model, Optimizer* 
       const auto& e = mf.entry(p.name);
       if (e.dtype != "F32" || e.shape != p.shape)
         throw CheckpointError((dir / "model.safetensors").string() + ": tensor '" + p.name +
-                              "' has shape " + nlohmann::json(e.shape).dump() + ", the model needs " +
-                              nlohmann::json(p.shape).dump());
+                              "' has shape " + nlohmann::json(e.shape).dump() +
+                              ", the model needs " + nlohmann::json(p.shape).dump());
     }
     if (optimizer) {
       const std::string type = s.at("optimizer").at("type").get<std::string>();
@@ -219,8 +220,8 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, Gpt& model, Optimizer* 
         throw CheckpointError(statePath.string() + ": optimizer is " + type + ", the run uses " +
                               optimizer->name());
       for (auto& [name, t] : optimizer->state()) {
-        if (!of.has(name) || of.entry(name).end - of.entry(name).begin !=
-                                 static_cast<size_t>(t->bytes()))
+        if (!of.has(name) ||
+            of.entry(name).end - of.entry(name).begin != static_cast<size_t>(t->bytes()))
           throw CheckpointError((dir / "optimizer.safetensors").string() + ": state '" + name +
                                 "' is missing or has the wrong size");
       }

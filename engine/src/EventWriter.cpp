@@ -9,7 +9,9 @@ namespace ts::engine {
 EventWriter::EventWriter(int fd, size_t maxDroppable)
     : fd_(fd), maxDroppable_(maxDroppable), thread_([this] { loop(); }) {}
 
-EventWriter::~EventWriter() { close(); }
+EventWriter::~EventWriter() {
+  close();
+}
 
 bool EventWriter::write(std::string line, bool droppable) {
   {

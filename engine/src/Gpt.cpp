@@ -18,7 +18,9 @@ uint64_t Rng::next() {
   return z ^ (z >> 31);
 }
 
-double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+double Rng::uniform() {
+  return static_cast<double>(next() >> 11) * 0x1.0p-53;
+}
 
 double Rng::normal() {
   double u1 = uniform();
@@ -81,8 +83,8 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   wpe_ = &params_[1];
   for (int l = 0; l < config.layers; ++l) {
     const ParamInfo* b = &params_[2 + 12 * l];
-    blockParams_.push_back({b, b + 1, b + 2, b + 3, b + 4, b + 5, b + 6, b + 7, b + 8, b + 9,
-                            b + 10, b + 11});
+    blockParams_.push_back(
+        {b, b + 1, b + 2, b + 3, b + 4, b + 5, b + 6, b + 7, b + 8, b + 9, b + 10, b + 11});
   }
   lnfw_ = &params_[params_.size() - 2];
   lnfb_ = &params_[params_.size() - 1];
@@ -120,12 +122,13 @@ void Gpt::initWeights(uint64_t seed) {
   backend_->copyToDevice(paramBuf_.data(), host.data(), host.size() * sizeof(float));
 }
 
-void Gpt::zeroGrad() { gradBuf_.zero(); }
+void Gpt::zeroGrad() {
+  gradBuf_.zero();
+}
 
 void Gpt::allocate(int B) {
   if (B < 1) throw std::invalid_argument("micro-batch must be >= 1");
-  const int64_t T = config_.seq_len, C = config_.d_model, V = config_.vocab,
-                NH = config_.heads;
+  const int64_t T = config_.seq_len, C = config_.d_model, V = config_.vocab, NH = config_.heads;
   const int64_t N = B * T;
   auto act = [&](DType d, std::vector<int64_t> shape) {
     return Tensor(backend_, tracker_, MemoryCategory::Activations, d, std::move(shape));
@@ -177,8 +180,8 @@ void Gpt::allocate(int B) {
   haveLoss_ = false;
 }
 
-void Gpt::linearForward(float* out, const float* inp, const ParamInfo& w, const ParamInfo& b,
-                        int N, int OC, int IC) {
+void Gpt::linearForward(float* out, const float* inp, const ParamInfo& w, const ParamInfo& b, int N,
+                        int OC, int IC) {
   ScopedRange r("linear_fwd", SpanCategory::Gemm, 2.0 * N * OC * IC);
   // out = 1 * b (broadcast as a rank-1 GEMM), then out += inp W^T.
   backend_->matmul(out, ws_.ones.f32(), param(b), N, OC, 1, false, false, 1.f, 0.f);
@@ -258,8 +261,8 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   }
   {
     ScopedRange r("lm_head_fwd", SpanCategory::Gemm, 2.0 * N * V * C);
-    backend_->matmul(acts_.logits.f32(), acts_.lnf.f32(), param(*wte_), N, V, C, false, true,
-                     1.f, 0.f);
+    backend_->matmul(acts_.logits.f32(), acts_.lnf.f32(), param(*wte_), N, V, C, false, true, 1.f,
+                     0.f);
   }
   haveLoss_ = false;
   if (!targets) return 0.0;
@@ -295,8 +298,8 @@ void Gpt::backward() {
     ScopedRange r("lm_head_bwd", SpanCategory::Gemm, 4.0 * N * V * C);
     // dlnf = dlogits wte; dwte += dlogits^T lnf.
     backend_->matmul(dtmp, acts_.logits.f32(), param(*wte_), N, C, V, false, false, 1.f, 0.f);
-    backend_->matmul(grad(*wte_), acts_.logits.f32(), acts_.lnf.f32(), V, C, N, true, false,
-                     1.f, 1.f);
+    backend_->matmul(grad(*wte_), acts_.logits.f32(), acts_.lnf.f32(), V, C, N, true, false, 1.f,
+                     1.f);
   }
   {
     ScopedRange r("layernorm_bwd", SpanCategory::Norm);
@@ -331,8 +334,8 @@ void Gpt::backward() {
         backend_->flashAttentionBackward(ws_.dqkv.f32(), dtmp, a.attOut.f32(), a.att.f32(),
                                          a.qkv.f32(), B, T, C, NH);
       else
-        backend_->attentionBackward(ws_.dqkv.f32(), ws_.datt.f32(), dtmp, a.qkv.f32(),
-                                    a.att.f32(), B, T, C, NH);
+        backend_->attentionBackward(ws_.dqkv.f32(), ws_.datt.f32(), dtmp, a.qkv.f32(), a.att.f32(),
+                                    B, T, C, NH);
     }
     linearBackward(dtmp, ws_.dqkv.f32(), a.ln1.f32(), *p.qkvw, *p.qkvb, N, 3 * C, C);
     {

@@ -73,7 +73,11 @@ int64_t statusField(const char* key) {
 }
 }  // namespace
 
-int64_t processRssBytes() { return statusField("VmRSS:"); }
-int64_t processPeakRssBytes() { return statusField("VmHWM:"); }
+int64_t processRssBytes() {
+  return statusField("VmRSS:");
+}
+int64_t processPeakRssBytes() {
+  return statusField("VmHWM:");
+}
 
 }  // namespace ts::engine

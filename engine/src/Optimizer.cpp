@@ -18,10 +18,8 @@ class AdamW final : public Optimizer {
   AdamW(const core::OptimizerConfig& c, Gpt& model, kernels::Backend* backend,
         MemoryTracker* tracker)
       : config_(c), model_(model), backend_(backend) {
-    m_ = Tensor(backend, tracker, MemoryCategory::OptimizerState, DType::F32,
-                {model.numParams()});
-    v_ = Tensor(backend, tracker, MemoryCategory::OptimizerState, DType::F32,
-                {model.numParams()});
+    m_ = Tensor(backend, tracker, MemoryCategory::OptimizerState, DType::F32, {model.numParams()});
+    v_ = Tensor(backend, tracker, MemoryCategory::OptimizerState, DType::F32, {model.numParams()});
     m_.zero();
     v_.zero();
   }
@@ -54,11 +52,10 @@ class AdamW final : public Optimizer {
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(const core::OptimizerConfig& c, Gpt& model, kernels::Backend* backend,
-      MemoryTracker* tracker)
+  Sgd(const core::OptimizerConfig& c, Gpt& model, kernels::Backend* backend, MemoryTracker* tracker)
       : config_(c), model_(model), backend_(backend) {
-    buf_ = Tensor(backend, tracker, MemoryCategory::OptimizerState, DType::F32,
-                  {model.numParams()});
+    buf_ =
+        Tensor(backend, tracker, MemoryCategory::OptimizerState, DType::F32, {model.numParams()});
     buf_.zero();
   }
   void step(float lr) override {
@@ -96,8 +93,7 @@ std::unique_ptr<Optimizer> makeOptimizer(const core::OptimizerConfig& config, Gp
 
 double clipGradNorm(Gpt& model, kernels::Backend* backend, double maxNorm) {
   ScopedRange r("grad_norm", SpanCategory::Optimizer);
-  const double norm =
-      std::sqrt(backend->sumSquares(model.gradBuffer().f32(), model.numParams()));
+  const double norm = std::sqrt(backend->sumSquares(model.gradBuffer().f32(), model.numParams()));
   if (maxNorm > 0 && std::isfinite(norm) && norm > maxNorm) {
     backend->scale(model.gradBuffer().f32(), model.numParams(),
                    static_cast<float>(maxNorm / (norm + 1e-6)));

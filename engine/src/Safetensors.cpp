@@ -33,8 +33,8 @@ std::string hex64(uint64_t v) {
 
 void SafetensorsWriter::add(const std::string& name, const std::string& dtype,
                             std::vector<int64_t> shape, const void* data, size_t bytes) {
-  items_.push_back({name, dtype, std::move(shape),
-                    std::string(static_cast<const char*>(data), bytes)});
+  items_.push_back(
+      {name, dtype, std::move(shape), std::string(static_cast<const char*>(data), bytes)});
 }
 
 std::string SafetensorsWriter::serialize() const {
@@ -65,10 +65,11 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& ori
   const std::string& d = f.data_;
   if (d.size() < 8) throw FormatError(origin + ": not a safetensors file (shorter than 8 bytes)");
   uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(d[i])) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    n |= static_cast<uint64_t>(static_cast<unsigned char>(d[i])) << (8 * i);
   if (n > d.size() - 8)
-    throw FormatError(origin + ": truncated safetensors file (header length " +
-                      std::to_string(n) + " exceeds the file)");
+    throw FormatError(origin + ": truncated safetensors file (header length " + std::to_string(n) +
+                      " exceeds the file)");
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(d.substr(8, n));

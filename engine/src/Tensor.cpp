@@ -31,9 +31,13 @@ Tensor::Tensor(kernels::Backend* backend, MemoryTracker* tracker, core::MemoryCa
   if (tracker_) tracker_->add(tier_, category_, bytes_);
 }
 
-Tensor::~Tensor() { reset(); }
+Tensor::~Tensor() {
+  reset();
+}
 
-Tensor::Tensor(Tensor&& o) noexcept { *this = std::move(o); }
+Tensor::Tensor(Tensor&& o) noexcept {
+  *this = std::move(o);
+}
 
 Tensor& Tensor::operator=(Tensor&& o) noexcept {
   if (this != &o) {

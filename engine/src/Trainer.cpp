@@ -27,7 +27,8 @@ std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
   };
   const std::string later = "is not implemented by this engine yet";
   if (c.model.arch != "gpt2") add("model.arch", c.model.arch, "only gpt2 is trainable");
-  if (c.model.dropout != 0.0) add("model.dropout", c.model.dropout, "dropout " + later + " (use 0)");
+  if (c.model.dropout != 0.0)
+    add("model.dropout", c.model.dropout, "dropout " + later + " (use 0)");
   if (c.model.mlp != "gelu") add("model.mlp", c.model.mlp, "only the GPT-2 MLP is trainable");
   if (c.model.norm != "layernorm") add("model.norm", c.model.norm, "only layernorm is trainable");
   if (c.model.kv_heads != 0 && c.model.kv_heads != c.model.heads)
@@ -43,8 +44,10 @@ std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
   if (c.memory.activation_compression != "none")
     add("memory.activation_compression", c.memory.activation_compression,
         "activation compression " + later);
-  if (c.parallel.ranks != 1) add("parallel.ranks", c.parallel.ranks, "multi-rank training " + later);
-  if (c.parallel.zero_stage != 0) add("parallel.zero_stage", c.parallel.zero_stage, "ZeRO " + later);
+  if (c.parallel.ranks != 1)
+    add("parallel.ranks", c.parallel.ranks, "multi-rank training " + later);
+  if (c.parallel.zero_stage != 0)
+    add("parallel.zero_stage", c.parallel.zero_stage, "ZeRO " + later);
   if (c.parallel.offload_optimizer != "none")
     add("parallel.offload_optimizer", c.parallel.offload_optimizer, "offload " + later);
   if (c.parallel.offload_params != "none")
@@ -77,8 +80,10 @@ double msSince(Clock::time_point t0) {
 
 nlohmann::json memoryFields(const MemoryTracker& tracker) {
   nlohmann::json j = core::toJson(tracker.report());
-  j["process"] = {{"rss", processRssBytes()}, {"peak_rss", processPeakRssBytes()},
-                  {"tracked", tracker.totalCurrent()}, {"tracked_peak", tracker.totalPeak()}};
+  j["process"] = {{"rss", processRssBytes()},
+                  {"peak_rss", processPeakRssBytes()},
+                  {"tracked", tracker.totalCurrent()},
+                  {"tracked_peak", tracker.totalPeak()}};
   return j;
 }
 
@@ -115,8 +120,8 @@ TrainResult Trainer::run() {
   const int dataVocab = data->vocabSize();
   const int vocab = config_.model.vocab > 0 ? config_.model.vocab : dataVocab;
   if (vocab < dataVocab)
-    return fail("model.vocab " + std::to_string(vocab) + " is smaller than the data's vocabulary (" +
-                    std::to_string(dataVocab) + ")",
+    return fail("model.vocab " + std::to_string(vocab) +
+                    " is smaller than the data's vocabulary (" + std::to_string(dataVocab) + ")",
                 true);
   log("data: " + data->describe());
 
@@ -170,8 +175,9 @@ TrainResult Trainer::run() {
     st.step = step;
     st.tokens = tokens;
     st.data = data->state();
-    st.extra = {{"best_val_loss", std::isfinite(bestVal) ? nlohmann::json(bestVal) : nlohmann::json()},
-                {"reason", why}};
+    st.extra = {
+        {"best_val_loss", std::isfinite(bestVal) ? nlohmann::json(bestVal) : nlohmann::json()},
+        {"reason", why}};
     try {
       auto info = saveCheckpoint(ckptDir, *model, *opt, configJson, st);
       pruneCheckpoints(ckptDir, std::max(1, options_.keepCheckpoints));
@@ -184,10 +190,11 @@ TrainResult Trainer::run() {
       return true;
     } catch (const std::exception& e) {
       emit(EventType::Warning,
-           {{"message", std::string("checkpoint at step ") + std::to_string(step) +
-                            " failed, previous checkpoint kept" +
-                            (result.lastCheckpoint.empty() ? "" : " (" + result.lastCheckpoint + ")") +
-                            ": " + e.what()}});
+           {{"message",
+             std::string("checkpoint at step ") + std::to_string(step) +
+                 " failed, previous checkpoint kept" +
+                 (result.lastCheckpoint.empty() ? "" : " (" + result.lastCheckpoint + ")") + ": " +
+                 e.what()}});
       return false;
     }
   };
@@ -232,7 +239,8 @@ TrainResult Trainer::run() {
           ++end;
         const int nb2 = static_cast<int>(end - pos);
         size_t maxAns = 0;
-        for (size_t k = pos; k < end; ++k) maxAns = std::max(maxAns, samples[order[k]].second.size());
+        for (size_t k = pos; k < end; ++k)
+          maxAns = std::max(maxAns, samples[order[k]].second.size());
         std::vector<std::vector<int32_t>> seqs, gen(nb2);
         for (size_t k = pos; k < end; ++k) seqs.push_back(samples[order[k]].first);
         for (size_t g = 0; g < maxAns; ++g) {
@@ -267,9 +275,10 @@ TrainResult Trainer::run() {
   };
 
   profiler::ProfileController profile(
-      config_.profile.enabled ? profiler::ProfileSchedule(config_.profile.wait, config_.profile.warmup,
-                                                          config_.profile.active, config_.profile.repeat)
-                              : profiler::ProfileSchedule());
+      config_.profile.enabled
+          ? profiler::ProfileSchedule(config_.profile.wait, config_.profile.warmup,
+                                      config_.profile.active, config_.profile.repeat)
+          : profiler::ProfileSchedule());
   auto emitWindow = [&](const profiler::ProfileWindow& w) {
     emit(EventType::KernelSummary, profiler::toJson(profiler::summarize(w, 0)));
     for (auto& batch : profiler::kernelsBatches(w, 0, profiler::Tracer::instance().epochUnixNs()))
@@ -286,7 +295,9 @@ TrainResult Trainer::run() {
     }
     for (const auto& c : cmds) {
       switch (c.type) {
-        case core::CommandType::Stop: stopRequested = true; break;
+        case core::CommandType::Stop:
+          stopRequested = true;
+          break;
         case core::CommandType::Pause:
           if (!paused) log("paused at step " + std::to_string(step));
           paused = true;
@@ -295,9 +306,13 @@ TrainResult Trainer::run() {
           if (paused) log("resumed at step " + std::to_string(step));
           paused = false;
           break;
-        case core::CommandType::Checkpoint: ckptRequested = true; break;
+        case core::CommandType::Checkpoint:
+          ckptRequested = true;
+          break;
         case core::CommandType::Profile:
-          profile.requestSteps(c.steps > 0 ? c.steps : config_.profile.active > 0 ? config_.profile.active : 3);
+          profile.requestSteps(c.steps > 0                  ? c.steps
+                               : config_.profile.active > 0 ? config_.profile.active
+                                                            : 3);
           log("profiling the next " + std::to_string(c.steps > 0 ? c.steps : 3) + " steps");
           break;
         default:
@@ -353,15 +368,15 @@ TrainResult Trainer::run() {
     if (!std::isfinite(loss)) {
       profile.endStep(step);
       failed = true;
-      const std::string where =
-          result.lastCheckpoint.empty() ? "no checkpoint was written before it"
-                                        : "last good checkpoint kept: " + result.lastCheckpoint;
-      emit(EventType::Error, {{"message", "loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") +
-                                              " at step " + std::to_string(step + 1) +
-                                              "; training stopped (" + where +
-                                              "). Lower optimizer.lr or enable train.grad_clip."},
-                              {"step", step + 1},
-                              {"fatal", true}});
+      const std::string where = result.lastCheckpoint.empty()
+                                    ? "no checkpoint was written before it"
+                                    : "last good checkpoint kept: " + result.lastCheckpoint;
+      emit(EventType::Error,
+           {{"message", "loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") +
+                            " at step " + std::to_string(step + 1) + "; training stopped (" +
+                            where + "). Lower optimizer.lr or enable train.grad_clip."},
+            {"step", step + 1},
+            {"fatal", true}});
       result.reason = "loss became non-finite at step " + std::to_string(step + 1);
       break;
     }
@@ -397,8 +412,9 @@ TrainResult Trainer::run() {
     const bool last = step >= config_.train.steps;
     if ((config_.train.eval_every > 0 && step % config_.train.eval_every == 0) || last) evaluate();
     drainCommands();
-    if (!last && ((config_.train.checkpoint_every > 0 && step % config_.train.checkpoint_every == 0) ||
-                  ckptRequested)) {
+    if (!last &&
+        ((config_.train.checkpoint_every > 0 && step % config_.train.checkpoint_every == 0) ||
+         ckptRequested)) {
       saveCkpt(ckptRequested ? "requested" : "periodic");
       ckptRequested = false;
     }

@@ -174,7 +174,7 @@ TEST(Checkpoint, FailedWriteKeepsPreviousCheckpoint) {
   st.step = 1;
   auto first = saveCheckpoint(dir.string(), a.model, *a.opt, {}, st);
   // Make the OS refuse writes past 4 KiB (EFBIG), as a full disk would refuse with ENOSPC.
-  struct rlimit old{};
+  struct rlimit old {};
   ASSERT_EQ(0, getrlimit(RLIMIT_FSIZE, &old));
   auto oldHandler = std::signal(SIGXFSZ, SIG_IGN);
   struct rlimit lim = old;

@@ -84,8 +84,8 @@ Child spawn(const std::vector<std::string>& args) {
 }
 
 fs::path tempDir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() /
-               ("trainscope_e2e_" + name + "_" + std::to_string(::getpid()));
+  fs::path p =
+      fs::temp_directory_path() / ("trainscope_e2e_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
   return p;
@@ -122,9 +122,9 @@ std::vector<json> parseAll(const std::vector<std::string>& lines) {
 
 TEST(E2e, RunStreamsEventsFromHelloToFinished) {
   const fs::path dir = tempDir("run");
-  Child c = spawn({TRAINSCOPE_ENGINE_BIN, "run", writeConfig(dir, 10), "--db",
-                   (dir / "runs.db").string(), "--run-dir", (dir / "run").string(), "--set",
-                   "train.seed=7"});
+  Child c =
+      spawn({TRAINSCOPE_ENGINE_BIN, "run", writeConfig(dir, 10), "--db", (dir / "runs.db").string(),
+             "--run-dir", (dir / "run").string(), "--set", "train.seed=7"});
   ::close(c.in);  // EOF on stdin must not stop the run
   c.in = -1;
   const int code = c.wait();
@@ -173,9 +173,10 @@ TEST(E2e, SigtermStopsAfterCurrentStepWithCheckpoint) {
   const fs::path dir = tempDir("sigterm");
   Child c = spawn({TRAINSCOPE_ENGINE_BIN, "run", writeConfig(dir, 100000), "--db",
                    (dir / "runs.db").string(), "--run-dir", (dir / "run").string()});
-  ASSERT_TRUE(c.readUntil([](const std::string& l) { return l.find("\"step\"") != std::string::npos &&
-                                                            l.find("\"type\":\"step\"") != std::string::npos; }))
-      << "no step event";
+  ASSERT_TRUE(c.readUntil([](const std::string& l) {
+    return l.find("\"step\"") != std::string::npos &&
+           l.find("\"type\":\"step\"") != std::string::npos;
+  })) << "no step event";
   ::kill(c.pid, SIGTERM);
   const int code = c.wait();
   EXPECT_EQ(code, 130);
@@ -197,7 +198,8 @@ TEST(E2e, StdinStopAndHumanOutput) {
   const fs::path dir = tempDir("stdin");
   Child c = spawn({TRAINSCOPE_ENGINE_BIN, "run", writeConfig(dir, 100000), "--db",
                    (dir / "runs.db").string(), "--run-dir", (dir / "run").string()});
-  ASSERT_TRUE(c.readUntil([](const std::string& l) { return l.find("\"type\":\"step\"") != std::string::npos; }));
+  ASSERT_TRUE(c.readUntil(
+      [](const std::string& l) { return l.find("\"type\":\"step\"") != std::string::npos; }));
   const std::string cmd = "{\"cmd\":\"stop\"}\n";
   ASSERT_EQ(::write(c.in, cmd.data(), cmd.size()), ssize_t(cmd.size()));
   EXPECT_EQ(c.wait(), 0);

@@ -17,8 +17,8 @@ namespace fs = std::filesystem;
 
 TEST(Golden, MatchesPyTorch) {
   const fs::path dir = fs::path(TRAINSCOPE_TEST_DATA) / "golden";
-  const fs::path wPath = dir / "tiny_gpt.safetensors", ePath = dir / "tiny_gpt_expected.safetensors",
-                 jPath = dir / "tiny_gpt.json";
+  const fs::path wPath = dir / "tiny_gpt.safetensors",
+                 ePath = dir / "tiny_gpt_expected.safetensors", jPath = dir / "tiny_gpt.json";
   if (!fs::exists(wPath) || !fs::exists(ePath) || !fs::exists(jPath))
     GTEST_SKIP() << "golden files not present under " << dir;
   nlohmann::json shape;

@@ -35,8 +35,8 @@ void randomize(Gpt& m, uint64_t seed) {
   std::normal_distribution<float> nd(0.f, 0.35f);
   for (const auto& info : m.params()) {
     float* d = m.param(info);
-    const bool lnWeight = info.name.find("ln_") != std::string::npos &&
-                          info.name.find("weight") != std::string::npos;
+    const bool lnWeight =
+        info.name.find("ln_") != std::string::npos && info.name.find("weight") != std::string::npos;
     for (int64_t i = 0; i < info.numel; ++i) d[i] = (lnWeight ? 1.f : 0.f) + nd(rng);
   }
 }
@@ -96,7 +96,8 @@ TEST_P(GradCheck, EveryParameterTensorMatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, GradCheck,
-                         ::testing::Values(Case{false, false}, Case{true, false}, Case{false, true}),
+                         ::testing::Values(Case{false, false}, Case{true, false},
+                                           Case{false, true}),
                          [](const auto& info) {
                            return std::string(info.param.relu ? "Relu" : "Gelu") +
                                   (info.param.flash ? "Flash" : "Naive");
@@ -138,9 +139,11 @@ TEST(Model, ParameterNamesShapesAndInit) {
   // Same seed, same weights; other seed, other weights.
   Gpt m2(cfg, backend.get(), &tracker);
   m2.initWeights(7);
-  EXPECT_EQ(0, std::memcmp(m.paramBuffer().data(), m2.paramBuffer().data(), m.paramBuffer().bytes()));
+  EXPECT_EQ(0,
+            std::memcmp(m.paramBuffer().data(), m2.paramBuffer().data(), m.paramBuffer().bytes()));
   m2.initWeights(8);
-  EXPECT_NE(0, std::memcmp(m.paramBuffer().data(), m2.paramBuffer().data(), m.paramBuffer().bytes()));
+  EXPECT_NE(0,
+            std::memcmp(m.paramBuffer().data(), m2.paramBuffer().data(), m.paramBuffer().bytes()));
 }
 
 // Gradient accumulation: two micro-batches with different numbers of target tokens, each loss

@@ -91,9 +91,10 @@ TEST(Optimizer, GlobalNormClipping) {
   Gpt m(tiny(), backend.get(), &tracker);
   fillGrads(m, 1);
   double ss = 0;
-  for (int64_t i = 0; i < m.numParams(); ++i) ss += double(m.gradBuffer().f32()[i]) * m.gradBuffer().f32()[i];
+  for (int64_t i = 0; i < m.numParams(); ++i)
+    ss += double(m.gradBuffer().f32()[i]) * m.gradBuffer().f32()[i];
   const double norm = std::sqrt(ss);
-  EXPECT_NEAR(clipGradNorm(m, backend.get(), 0.0), norm, 1e-6 * norm);  // 0 = off
+  EXPECT_NEAR(clipGradNorm(m, backend.get(), 0.0), norm, 1e-6 * norm);       // 0 = off
   EXPECT_NEAR(clipGradNorm(m, backend.get(), norm * 2), norm, 1e-6 * norm);  // below: unchanged
   EXPECT_NEAR(clipGradNorm(m, backend.get(), norm / 4), norm, 1e-6 * norm);  // returns pre-clip
   EXPECT_NEAR(clipGradNorm(m, backend.get(), 0.0), norm / 4, 1e-5 * norm);

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "trainscope/engine/Trainer.h"
 
@@ -130,8 +131,10 @@ TEST(Trainer, StepEventsHaveFieldsAndMemoryMatchesTracker) {
   auto mem = rec.of(EventType::Memory);
   ASSERT_GE(mem.size(), 1u);
   const auto report = ts::core::memoryReportFromJson(mem[0]);
-  EXPECT_GT(report.ranks.at(0).at(ts::core::MemoryTier::Device,
-                                  ts::core::MemoryCategory::Activations).peak, 0);
+  EXPECT_GT(report.ranks.at(0)
+                .at(ts::core::MemoryTier::Device, ts::core::MemoryCategory::Activations)
+                .peak,
+            0);
   fs::remove_all(dir);
 }
 
@@ -239,4 +242,25 @@ TEST(Trainer, BadInputIsReportedNotThrown) {
   auto r2 = runWith(c2, rec2, tempDir("bad2").string());
   EXPECT_TRUE(r2.badInput);
   EXPECT_NE(r2.reason.find("precision.policy"), std::string::npos) << r2.reason;
+}
+
+// The `profile` command records the next steps and emits a kernel summary with the model's ops
+// plus timeline batches.
+TEST(Trainer, ProfileCommandEmitsKernelSummaryAndTimeline) {
+  auto c = smallConfig();
+  c.train.steps = 4;
+  Recorded rec;
+  ts::core::Command prof;
+  prof.type = ts::core::CommandType::Profile;
+  prof.steps = 2;
+  auto r = runWith(c, rec, tempDir("profile").string(), "", [&](Trainer& t) { t.post(prof); });
+  ASSERT_EQ(r.status, "completed") << r.reason;
+  auto summaries = rec.of(EventType::KernelSummary);
+  ASSERT_EQ(summaries.size(), 1u);
+  std::set<std::string> names;
+  for (const auto& op : summaries[0]["ops"]) names.insert(op["name"].get<std::string>());
+  for (const char* n : {"linear_fwd", "linear_bwd", "attention_fwd", "attention_bwd",
+                        "layernorm_fwd", "layernorm_bwd", "adamw", "cross_entropy"})
+    EXPECT_TRUE(names.count(n)) << n;
+  EXPECT_FALSE(rec.of(EventType::Kernels).empty());
 }

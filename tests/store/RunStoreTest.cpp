@@ -526,3 +526,23 @@ TEST(RunStore, DeadRunningRunIsCrashed) {
   sqlite3_finalize(st);
   sqlite3_close(db);
 }
+
+TEST(RunStore, RepeatedStepsReplaceValuesInRollups) {
+  TempDir tmp;
+  auto store = RunStore::open(tmp / "runs.db");
+  std::vector<json> events;
+  std::vector<double> loss(2000);
+  int64_t seq = 0;
+  for (int64_t s = 0; s < 2000; ++s) {
+    loss[s] = 1.0 + s % 7;
+    events.push_back(ev("step", seq++, {{"step", s}, {"loss", loss[s]}}));
+  }
+  for (int64_t s = 500; s < 520; ++s) {  // a resume re-sends some steps with new values
+    loss[s] = 50.0 + s;
+    events.push_back(ev("step", seq++, {{"step", s}, {"loss", loss[s]}}));
+  }
+  writeEvents(tmp.path() / "r", events);
+  int64_t id = store.importEvents((tmp.path() / "r").string()).runId;
+  checkAgainstNaive(store.metrics(id, MetricColumn::Loss, 40), loss, 0, 1999, 40);
+  checkAgainstNaive(store.metrics(id, MetricColumn::Loss, 3), loss, 0, 1999, 3);
+}

@@ -143,6 +143,16 @@ class EventIngestor {
   // pending summary for the batch
   int64_t batchSteps_ = 0;
   std::optional<int64_t> batchMinStep_, batchMaxStep_;
+  // Level-0 rollup buckets of this batch, aggregated here while steps arrive in order (the
+  // common case); any out-of-order/repeated step makes endBatch recompute the range in SQL.
+  struct Bucket {
+    int64_t bucket = 0;
+    double mn = 0, mx = 0, sm = 0;
+    int64_t n = 0, firstStep = 0, lastStep = 0;
+  };
+  std::vector<Bucket> buckets_[8];
+  int64_t maxStepSeen_ = -1;
+  bool outOfOrder_ = false;
   std::optional<double> lastLoss_, lastTps_;
   std::optional<double> bestEval_;
   int64_t peakMemory_ = 0;
@@ -152,7 +162,9 @@ class EventIngestor {
   bool sawFinished_ = false;
 };
 
-// Rebuilds the rollup buckets covering [fromStep, toStep] for one run.
-void updateRollups(Db& db, int64_t runId, int64_t fromStep, int64_t toStep);
+// Rebuilds the rollup buckets covering [fromStep, toStep] for one run. With recomputeBase
+// false the base level is taken as already up to date (only the coarser levels are rebuilt).
+void updateRollups(Db& db, int64_t runId, int64_t fromStep, int64_t toStep,
+                   bool recomputeBase = true);
 
 }  // namespace ts::core::store

@@ -53,9 +53,10 @@ int64_t floorDiv(int64_t a, int64_t b) {
 
 }  // namespace
 
-void updateRollups(Db& db, int64_t runId, int64_t fromStep, int64_t toStep) {
+void updateRollups(Db& db, int64_t runId, int64_t fromStep, int64_t toStep, bool recomputeBase) {
   constexpr int64_t base = kRollupLevels[0];
   for (auto c : allMetricColumns()) {
+    if (!recomputeBase) break;
     const char* col = metricSqlColumn(c);
     std::string sql =
         std::string(
@@ -203,6 +204,26 @@ void EventIngestor::applyStep(const json& e, double time) {
   insMetric_.bind(8, int64Of(e, "tokens")).bind(9, tps).bind(10, num(e, "step_ms"));
   insMetric_.bind(11, static_cast<int64_t>(skipped ? 1 : 0));
   insMetric_.run();
+  if (*step <= maxStepSeen_) outOfOrder_ = true;
+  maxStepSeen_ = std::max(maxStepSeen_, *step);
+  if (!outOfOrder_) {
+    const std::optional<double> values[8] = {
+        loss, num(e, "lr"),      num(e, "grad_norm"), num(e, "loss_scale"), num(e, "tokens"),
+        tps,  num(e, "step_ms"), skipped ? 1.0 : 0.0};
+    int64_t b = floorDiv(*step, kRollupLevels[0]);
+    for (int c = 0; c < 8; ++c) {
+      if (!values[c]) continue;
+      double v = *values[c];
+      auto& list = buckets_[c];
+      if (list.empty() || list.back().bucket != b) list.push_back({b, v, v, 0, 0, *step, *step});
+      auto& k = list.back();
+      k.mn = std::min(k.mn, v);
+      k.mx = std::max(k.mx, v);
+      k.sm += v;
+      ++k.n;
+      k.lastStep = *step;
+    }
+  }
   ++batchSteps_;
   if (!batchMinStep_ || *step < *batchMinStep_) batchMinStep_ = step;
   if (!batchMaxStep_ || *step >= *batchMaxStep_) {
@@ -244,7 +265,29 @@ void EventIngestor::storeEvent(const std::string& type, int64_t seq, double time
 }
 
 void EventIngestor::endBatch(double heartbeat) {
-  if (batchSteps_ > 0) updateRollups(db_, runId_, *batchMinStep_, *batchMaxStep_);
+  if (batchSteps_ > 0) {
+    if (outOfOrder_) {
+      updateRollups(db_, runId_, *batchMinStep_, *batchMaxStep_);
+    } else {
+      // Merge this batch's base buckets into the stored ones (a bucket may span batches).
+      auto up = db_.prepare(
+          "INSERT INTO metric_rollup(run_id,col,level,bucket,mn,mx,sm,n,first_step,last_step) "
+          "VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10) ON CONFLICT(run_id,col,level,bucket) DO UPDATE "
+          "SET mn=min(mn,excluded.mn), mx=max(mx,excluded.mx), sm=sm+excluded.sm, "
+          "n=n+excluded.n, first_step=min(first_step,excluded.first_step), "
+          "last_step=max(last_step,excluded.last_step)");
+      for (int c = 0; c < 8; ++c)
+        for (auto& k : buckets_[c]) {
+          up.bind(1, runId_).bind(2, static_cast<int64_t>(c)).bind(3, kRollupLevels[0]);
+          up.bind(4, k.bucket).bind(5, k.mn).bind(6, k.mx).bind(7, k.sm).bind(8, k.n);
+          up.bind(9, k.firstStep).bind(10, k.lastStep);
+          up.run();
+        }
+      updateRollups(db_, runId_, *batchMinStep_, *batchMaxStep_, /*recomputeBase=*/false);
+    }
+  }
+  for (auto& list : buckets_) list.clear();
+  outOfOrder_ = false;
   auto s = db_.prepare(
       "UPDATE runs SET steps = steps + ?2, "
       "last_loss = CASE WHEN ?3 IS NOT NULL AND ?3 >= coalesce(last_step, -1) THEN ?4 "

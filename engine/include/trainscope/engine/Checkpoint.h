@@ -25,8 +25,8 @@ class CheckpointError : public std::runtime_error {
 };
 
 struct TrainingState {
-  int64_t step = 0;    // optimizer steps completed
-  int64_t tokens = 0;  // training tokens seen
+  int64_t step = 0;                                 // optimizer steps completed
+  int64_t tokens = 0;                               // training tokens seen
   nlohmann::json data = nlohmann::json::object();   // Dataset::state()
   nlohmann::json extra = nlohmann::json::object();  // best val loss, ...
 };
@@ -35,7 +35,7 @@ struct CheckpointInfo {
   std::string path;      // the checkpoint directory
   std::string checksum;  // hex FNV-1a 64 of the sidecar (which covers the other files)
   int64_t step = 0;
-  int64_t bytes = 0;     // all files
+  int64_t bytes = 0;  // all files
 };
 
 // Writes `<parentDir>/step_<step>` atomically. Throws CheckpointError (with the OS error) and

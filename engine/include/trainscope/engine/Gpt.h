@@ -72,13 +72,13 @@ struct Activations {
 
 // Backward scratch (category workspace), reused by every block.
 struct Workspace {
-  Tensor ones;   // (B*T) ones: bias add and bias gradient as GEMMs (device agnostic)
-  Tensor dres;   // (B,T,C) gradient of the residual stream
-  Tensor dtmp;   // (B,T,C) also the forward's projection output before the residual add
-  Tensor dqkv;   // (B,T,3C)
-  Tensor datt;   // (B,NH,T,T), naive attention only
-  Tensor dfc;    // (B,T,4C)
-  Tensor dfc2;   // (B,T,4C)
+  Tensor ones;  // (B*T) ones: bias add and bias gradient as GEMMs (device agnostic)
+  Tensor dres;  // (B,T,C) gradient of the residual stream
+  Tensor dtmp;  // (B,T,C) also the forward's projection output before the residual add
+  Tensor dqkv;  // (B,T,3C)
+  Tensor datt;  // (B,NH,T,T), naive attention only
+  Tensor dfc;   // (B,T,4C)
+  Tensor dfc2;  // (B,T,4C)
 };
 
 class Gpt {
@@ -121,8 +121,8 @@ class Gpt {
   double flopsPerToken(int T) const;
 
  private:
-  void linearForward(float* out, const float* inp, const ParamInfo& w, const ParamInfo& b,
-                     int N, int OC, int IC);
+  void linearForward(float* out, const float* inp, const ParamInfo& w, const ParamInfo& b, int N,
+                     int OC, int IC);
   void linearBackward(float* dinp, const float* dout, const float* inp, const ParamInfo& w,
                       const ParamInfo& b, int N, int OC, int IC);
   struct BlockParams {

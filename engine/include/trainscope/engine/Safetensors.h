@@ -19,7 +19,7 @@ class FormatError : public std::runtime_error {
 struct SafetensorsEntry {
   std::string dtype;  // "F32", "I32", "BF16", ...
   std::vector<int64_t> shape;
-  size_t begin = 0;   // offsets into the data section
+  size_t begin = 0;  // offsets into the data section
   size_t end = 0;
 };
 

@@ -22,8 +22,7 @@ class Tensor {
   Tensor() = default;
   // Allocates (uninitialised) storage through the backend and counts it in the tracker.
   Tensor(kernels::Backend* backend, MemoryTracker* tracker, core::MemoryCategory category,
-         DType dtype, std::vector<int64_t> shape,
-         core::MemoryTier tier = core::MemoryTier::Device);
+         DType dtype, std::vector<int64_t> shape, core::MemoryTier tier = core::MemoryTier::Device);
   ~Tensor();
   Tensor(Tensor&& other) noexcept;
   Tensor& operator=(Tensor&& other) noexcept;

@@ -35,15 +35,15 @@ struct TrainerOptions {
 struct TrainResult {
   std::string status = "failed";  // completed | stopped | failed
   std::string reason;
-  bool badInput = false;   // failed because of the config/data/checkpoint given
+  bool badInput = false;     // failed because of the config/data/checkpoint given
   bool interrupted = false;  // stopped by a signal
-  int64_t steps = 0;       // completed optimizer steps (including resumed ones)
+  int64_t steps = 0;         // completed optimizer steps (including resumed ones)
   double finalLoss = NAN;
   double finalValLoss = NAN;
   double bestValLoss = NAN;
-  double accuracy = NAN;   // exact match (addition), last eval
+  double accuracy = NAN;       // exact match (addition), last eval
   double tokensPerSecond = 0;  // mean over this process's steps
-  int64_t peakBytes = 0;   // tracker peak over all categories
+  int64_t peakBytes = 0;       // tracker peak over all categories
   core::MemoryReport memory;
   std::string lastCheckpoint;
 };
