@@ -17,6 +17,7 @@
 #include "trainscope/core/Protocol.h"
 #include "trainscope/core/RunRecorder.h"
 #include "trainscope/engine/Capabilities.h"
+#include "trainscope/engine/Dataset.h"
 #include "trainscope/engine/EventWriter.h"
 #include "trainscope/engine/Trainer.h"
 #include "trainscope/kernels/Backend.h"
@@ -261,7 +262,17 @@ int runMain(const RunOptions& o) {
        false);
 #ifdef TRAINSCOPE_HAVE_ESTIMATOR
   try {
-    emit(core::EventType::MemoryPlan, core::memoryPlanJson(config), false);
+    // vocab 0 means "from the data": resolve it as the trainer will, or the estimator falls
+    // back to GPT-2's 50257 for the tiny built-in corpora. A data error is the trainer's to
+    // report (with its file and field), so it only leaves the fallback here.
+    core::RunConfig planConfig = config;
+    if (planConfig.model.vocab <= 0) {
+      try {
+        planConfig.model.vocab = engine::makeDataset(config)->vocabSize();
+      } catch (const std::exception&) {
+      }
+    }
+    emit(core::EventType::MemoryPlan, core::memoryPlanJson(planConfig), false);
   } catch (const std::exception& e) {
     emit(core::EventType::Warning, {{"message", std::string("memory plan: ") + e.what()}}, false);
   }
@@ -340,7 +351,11 @@ void addRunCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--db", opts->db, "Run database (default: $TRAINSCOPE_DB or the user data dir)");
   cmd->add_option("--run-dir", opts->runDir,
                   "Directory for events.ndjson and checkpoints (default: next to the database)");
-  cmd->add_option("--set", opts->sets, "Override a config field: key.path=value (repeatable)");
+  // One value per --set, so `run --set a=1 CONFIG` leaves CONFIG to the positional (CLI11 2.1
+  // otherwise lets a vector option swallow it).
+  cmd->add_option("--set", opts->sets, "Override a config field: key.path=value (repeatable)")
+      ->take_all()
+      ->allow_extra_args(false);
   cmd->add_option("--resume", opts->resume,
                   "Continue from a checkpoint directory (or its state.json)");
   cmd->add_flag("--human", opts->human, "Readable progress lines and a summary instead of NDJSON");

@@ -1,6 +1,8 @@
 #include "trainscope/engine/Gpt.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "trainscope/profiler/Tracer.h"
@@ -38,7 +40,20 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab) {
   g.vocab = vocab;
   g.relu = config.model.activation == "relu";
   g.flash = config.attention.impl == "flash";
+  g.checkpointEvery =
+      checkpointSegment(config.memory.checkpointing, config.memory.checkpoint_every, g.layers);
+  const auto& comp = config.memory.activation_compression;
+  g.compression = comp == "int8"     ? GptConfig::Compression::Int8
+                  : comp == "sparse" ? GptConfig::Compression::Sparse
+                                     : GptConfig::Compression::None;
   return g;
+}
+
+int checkpointSegment(const std::string& mode, int every, int layers) {
+  if (mode == "all") return 1;
+  if (mode != "every_k") return 0;
+  int k = every > 0 ? every : static_cast<int>(std::lround(std::sqrt(static_cast<double>(layers))));
+  return std::clamp(k, 1, std::max(1, layers));
 }
 
 Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* tracker)
@@ -46,6 +61,13 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   const int64_t C = config.d_model, V = config.vocab, T = config.seq_len;
   if (config.layers < 1 || config.heads < 1 || C < 1 || V < 1 || T < 1 || C % config.heads != 0)
     throw std::invalid_argument("invalid GPT shape (layers, heads, d_model, seq_len, vocab)");
+  if (config.checkpointEvery < 0 || config.checkpointEvery > config.layers)
+    throw std::invalid_argument("checkpoint segment must be 0 (off) or 1..layers");
+  if (config.compression == GptConfig::Compression::Sparse && !config.relu)
+    throw std::invalid_argument("sparse activation compression needs the relu activation");
+  if (config.compression != GptConfig::Compression::None &&
+      backend->kind() != kernels::DeviceKind::Cpu)
+    throw std::invalid_argument("activation compression runs on the cpu backend only");
   int64_t offset = 0;
   auto add = [&](std::string name, std::vector<int64_t> shape) {
     ParamInfo p;
@@ -142,23 +164,47 @@ void Gpt::allocate(int B) {
   acts_.T = static_cast<int>(T);
   acts_.tokens = act(DType::I32, {B, T});
   acts_.targets = act(DType::I32, {B, T});
-  for (int l = 0; l < config_.layers; ++l) {
+  using Comp = GptConfig::Compression;
+  const Comp comp = config_.compression;
+  const int k = config_.checkpointEvery;
+  // Plain: every layer keeps a full set. Checkpointing: k scratch sets + one input per segment.
+  const int sets = k > 0 ? k : config_.layers;
+  for (int l = 0; l < sets; ++l) {
     BlockActivations a;
-    a.input = act(DType::F32, {B, T, C});
-    a.ln1 = act(DType::F32, {B, T, C});
+    if (k == 0 || l > 0) a.input = act(DType::F32, {B, T, C});
     a.ln1Mean = act(DType::F32, {B, T});
     a.ln1Rstd = act(DType::F32, {B, T});
     a.qkv = act(DType::F32, {B, T, 3 * C});
     a.att = config_.flash ? act(DType::F32, {B, NH, T}) : act(DType::F32, {B, NH, T, T});
-    a.attOut = act(DType::F32, {B, T, C});
     a.resid2 = act(DType::F32, {B, T, C});
-    a.ln2 = act(DType::F32, {B, T, C});
     a.ln2Mean = act(DType::F32, {B, T});
     a.ln2Rstd = act(DType::F32, {B, T});
     a.fcPre = act(DType::F32, {B, T, 4 * C});
-    a.fcAct = act(DType::F32, {B, T, 4 * C});
+    if (comp == Comp::Int8) {
+      a.ln1Q = act(DType::I8, {B, T, C});
+      a.ln1Scale = act(DType::F32, {B, T});
+      a.attOutQ = act(DType::I8, {B, T, C});
+      a.attOutScale = act(DType::F32, {B, T});
+      a.ln2Q = act(DType::I8, {B, T, C});
+      a.ln2Scale = act(DType::F32, {B, T});
+      a.fcActQ = act(DType::I8, {B, T, 4 * C});
+      a.fcActScale = act(DType::F32, {B, T});
+    } else {
+      a.ln1 = act(DType::F32, {B, T, C});
+      a.attOut = act(DType::F32, {B, T, C});
+      a.ln2 = act(DType::F32, {B, T, C});
+      if (comp == Comp::Sparse) {
+        a.fcMask = act(DType::I8, {(N * 4 * C + 7) / 8});
+        a.fcVals = act(DType::F32, {0});
+      } else {
+        a.fcAct = act(DType::F32, {B, T, 4 * C});
+      }
+    }
     acts_.blocks.push_back(std::move(a));
   }
+  if (k > 0)
+    for (int s = 0; s < (config_.layers + k - 1) / k; ++s)
+      acts_.checkpoints.push_back(act(DType::F32, {B, T, C}));
   acts_.residOut = act(DType::F32, {B, T, C});
   acts_.lnf = act(DType::F32, {B, T, C});
   acts_.lnfMean = act(DType::F32, {B, T});
@@ -197,62 +243,168 @@ void Gpt::linearBackward(float* dinp, const float* dout, const float* inp, const
   if (dinp) backend_->matmul(dinp, dout, param(w), N, IC, OC, false, false, 1.f, 0.f);
 }
 
+void Gpt::quantizeRows(Tensor& q, Tensor& scale, const float* x, int64_t rows, int64_t cols,
+                       bool count) {
+  ScopedRange r("int8_pack", SpanCategory::Elementwise);
+  int8_t* qd = static_cast<int8_t*>(q.data());
+  float* sd = scale.f32();
+#pragma omp parallel for schedule(static) if (rows * cols > 32768)
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* xr = x + i * cols;
+    float amax = 0.f;
+    for (int64_t j = 0; j < cols; ++j) amax = std::max(amax, std::fabs(xr[j]));
+    const float s = amax / 127.f;
+    sd[i] = s;
+    const float inv = s > 0.f ? 1.f / s : 0.f;
+    for (int64_t j = 0; j < cols; ++j)
+      qd[i * cols + j] = static_cast<int8_t>(std::clamp(std::nearbyint(xr[j] * inv), -127.f, 127.f));
+  }
+  if (count) {
+    stats_.rawBytes += 4 * rows * cols;
+    stats_.storedBytes += rows * cols + 4 * rows;
+  }
+}
+
+void Gpt::dequantizeRows(float* x, const Tensor& q, const Tensor& scale, int64_t rows,
+                         int64_t cols) {
+  ScopedRange r("int8_unpack", SpanCategory::Elementwise);
+  const int8_t* qd = static_cast<const int8_t*>(q.data());
+  const float* sd = scale.f32();
+#pragma omp parallel for schedule(static) if (rows * cols > 32768)
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) x[i * cols + j] = qd[i * cols + j] * sd[i];
+}
+
+void Gpt::packSparse(BlockActivations& a, const float* x, int64_t n, bool count) {
+  ScopedRange r("sparse_pack", SpanCategory::Elementwise);
+  uint8_t* mask = static_cast<uint8_t*>(a.fcMask.data());
+  int64_t nnz = 0;
+  for (int64_t byte = 0; byte * 8 < n; ++byte) {
+    uint8_t m = 0;
+    for (int b = 0; b < 8 && byte * 8 + b < n; ++b)
+      if (x[byte * 8 + b] != 0.f) {
+        m |= static_cast<uint8_t>(1u << b);
+        ++nnz;
+      }
+    mask[byte] = m;
+  }
+  // Exactly nnz values are kept, so the tracker shows what the storage really costs (the old
+  // values go first so old and new never count together).
+  a.fcVals.reset();
+  a.fcVals = Tensor(backend_, tracker_, MemoryCategory::Activations, DType::F32, {nnz});
+  float* v = a.fcVals.f32();
+  for (int64_t i = 0; i < n; ++i)
+    if (x[i] != 0.f) *v++ = x[i];
+  if (count) {
+    stats_.rawBytes += 4 * n;
+    stats_.storedBytes += (n + 7) / 8 + 4 * nnz;
+    stats_.reluValues += n;
+    stats_.reluZeros += n - nnz;
+  }
+}
+
+void Gpt::unpackSparse(float* x, const BlockActivations& a, int64_t n) {
+  ScopedRange r("sparse_unpack", SpanCategory::Elementwise);
+  const uint8_t* mask = static_cast<const uint8_t*>(a.fcMask.data());
+  const float* v = a.fcVals.f32();
+  for (int64_t i = 0; i < n; ++i) x[i] = (mask[i >> 3] >> (i & 7)) & 1u ? *v++ : 0.f;
+}
+
+void Gpt::blockForward(int l, BlockActivations& a, const float* in, float* out, bool recompute) {
+  using Comp = GptConfig::Compression;
+  ScopedRange br(recompute ? "block_recompute" : "block_fwd", SpanCategory::Block);
+  const int B = curB_, T = curT_, C = config_.d_model, NH = config_.heads;
+  const int N = B * T;
+  const auto& p = blockParams_[l];
+  const Comp comp = config_.compression;
+  const bool q8 = comp == Comp::Int8;
+  const bool countStats = !recompute;
+  // int8: each matmul input is computed in fp32 into dfc2 (free during forward), used, then
+  // quantized. Sparse: the ReLU output likewise, then packed.
+  float* tmp = ws_.dfc2.f32();
+  float* ln1 = q8 ? tmp : a.ln1.f32();
+  {
+    ScopedRange r("layernorm_fwd", SpanCategory::Norm);
+    backend_->layernormForward(ln1, a.ln1Mean.f32(), a.ln1Rstd.f32(), in, param(*p.ln1w),
+                               param(*p.ln1b), N, C, 1e-5f);
+  }
+  linearForward(a.qkv.f32(), ln1, *p.qkvw, *p.qkvb, N, 3 * C, C);
+  if (q8) {
+    quantizeRows(a.ln1Q, a.ln1Scale, ln1, N, C, countStats);
+  }
+  float* attOut = q8 ? tmp : a.attOut.f32();
+  {
+    ScopedRange r("attention_fwd", SpanCategory::Attention, 4.0 * B * T * T * C);
+    if (config_.flash)
+      backend_->flashAttentionForward(attOut, a.att.f32(), a.qkv.f32(), B, T, C, NH);
+    else
+      backend_->attentionForward(attOut, a.att.f32(), a.qkv.f32(), B, T, C, NH);
+  }
+  linearForward(ws_.dtmp.f32(), attOut, *p.attprojw, *p.attprojb, N, C, C);
+  if (q8) {
+    quantizeRows(a.attOutQ, a.attOutScale, attOut, N, C, countStats);
+  }
+  {
+    ScopedRange r("residual_fwd", SpanCategory::Elementwise);
+    backend_->residualForward(a.resid2.f32(), in, ws_.dtmp.f32(), int64_t(N) * C);
+  }
+  float* ln2 = q8 ? tmp : a.ln2.f32();
+  {
+    ScopedRange r("layernorm_fwd", SpanCategory::Norm);
+    backend_->layernormForward(ln2, a.ln2Mean.f32(), a.ln2Rstd.f32(), a.resid2.f32(),
+                               param(*p.ln2w), param(*p.ln2b), N, C, 1e-5f);
+  }
+  linearForward(a.fcPre.f32(), ln2, *p.fcw, *p.fcb, N, 4 * C, C);
+  if (q8) {
+    quantizeRows(a.ln2Q, a.ln2Scale, ln2, N, C, countStats);
+  }
+  float* fcAct = comp == Comp::None ? a.fcAct.f32() : tmp;
+  {
+    ScopedRange r(config_.relu ? "relu_fwd" : "gelu_fwd", SpanCategory::Elementwise);
+    if (config_.relu)
+      backend_->reluForward(fcAct, a.fcPre.f32(), int64_t(N) * 4 * C);
+    else
+      backend_->geluForward(fcAct, a.fcPre.f32(), int64_t(N) * 4 * C);
+  }
+  if (out) linearForward(ws_.dtmp.f32(), fcAct, *p.fcprojw, *p.fcprojb, N, C, 4 * C);
+  if (q8) {
+    quantizeRows(a.fcActQ, a.fcActScale, fcAct, N, 4 * C, countStats);
+  } else if (comp == Comp::Sparse) {
+    packSparse(a, fcAct, int64_t(N) * 4 * C, countStats);
+  }
+  if (out) {
+    ScopedRange r("residual_fwd", SpanCategory::Elementwise);
+    backend_->residualForward(out, a.resid2.f32(), ws_.dtmp.f32(), int64_t(N) * C);
+  }
+}
+
 double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss,
                     int64_t* count) {
   if (B < 1 || B > acts_.B || T < 1 || T > config_.seq_len)
     throw std::invalid_argument("forward: batch shape exceeds the allocated activations");
   ScopedRange fr("forward", SpanCategory::Block);
-  const int C = config_.d_model, NH = config_.heads, V = config_.vocab;
+  const int C = config_.d_model, V = config_.vocab, L = config_.layers;
   const int N = B * T;
+  const int k = config_.checkpointEvery;
   curB_ = B;
   curT_ = T;
+  stats_ = CompressionStats{};
   backend_->copyToDevice(acts_.tokens.data(), tokens, sizeof(int32_t) * N);
+  // Block l reads `inputOf(l)`: its own set's input (plain), or with segments of k blocks the
+  // segment's checkpoint (first block) / the scratch slot's input (the others).
+  auto inputOf = [&](int l) -> float* {
+    if (k == 0) return acts_.blocks[l].input.f32();
+    return l % k == 0 ? acts_.checkpoints[l / k].f32() : acts_.blocks[l % k].input.f32();
+  };
   {
     ScopedRange r("embedding_fwd", SpanCategory::Elementwise);
-    backend_->embeddingForward(acts_.blocks[0].input.f32(), acts_.tokens.i32(), param(*wte_),
-                               param(*wpe_), B, T, C);
+    backend_->embeddingForward(inputOf(0), acts_.tokens.i32(), param(*wte_), param(*wpe_), B, T,
+                               C);
   }
-  for (int l = 0; l < config_.layers; ++l) {
-    ScopedRange br("block_fwd", SpanCategory::Block);
-    auto& a = acts_.blocks[l];
-    const auto& p = blockParams_[l];
-    float* out = l + 1 < config_.layers ? acts_.blocks[l + 1].input.f32() : acts_.residOut.f32();
-    {
-      ScopedRange r("layernorm_fwd", SpanCategory::Norm);
-      backend_->layernormForward(a.ln1.f32(), a.ln1Mean.f32(), a.ln1Rstd.f32(), a.input.f32(),
-                                 param(*p.ln1w), param(*p.ln1b), N, C, 1e-5f);
-    }
-    linearForward(a.qkv.f32(), a.ln1.f32(), *p.qkvw, *p.qkvb, N, 3 * C, C);
-    {
-      ScopedRange r("attention_fwd", SpanCategory::Attention, 4.0 * B * T * T * C);
-      if (config_.flash)
-        backend_->flashAttentionForward(a.attOut.f32(), a.att.f32(), a.qkv.f32(), B, T, C, NH);
-      else
-        backend_->attentionForward(a.attOut.f32(), a.att.f32(), a.qkv.f32(), B, T, C, NH);
-    }
-    linearForward(ws_.dtmp.f32(), a.attOut.f32(), *p.attprojw, *p.attprojb, N, C, C);
-    {
-      ScopedRange r("residual_fwd", SpanCategory::Elementwise);
-      backend_->residualForward(a.resid2.f32(), a.input.f32(), ws_.dtmp.f32(), int64_t(N) * C);
-    }
-    {
-      ScopedRange r("layernorm_fwd", SpanCategory::Norm);
-      backend_->layernormForward(a.ln2.f32(), a.ln2Mean.f32(), a.ln2Rstd.f32(), a.resid2.f32(),
-                                 param(*p.ln2w), param(*p.ln2b), N, C, 1e-5f);
-    }
-    linearForward(a.fcPre.f32(), a.ln2.f32(), *p.fcw, *p.fcb, N, 4 * C, C);
-    {
-      ScopedRange r(config_.relu ? "relu_fwd" : "gelu_fwd", SpanCategory::Elementwise);
-      if (config_.relu)
-        backend_->reluForward(a.fcAct.f32(), a.fcPre.f32(), int64_t(N) * 4 * C);
-      else
-        backend_->geluForward(a.fcAct.f32(), a.fcPre.f32(), int64_t(N) * 4 * C);
-    }
-    linearForward(ws_.dtmp.f32(), a.fcAct.f32(), *p.fcprojw, *p.fcprojb, N, C, 4 * C);
-    {
-      ScopedRange r("residual_fwd", SpanCategory::Elementwise);
-      backend_->residualForward(out, a.resid2.f32(), ws_.dtmp.f32(), int64_t(N) * C);
-    }
+  for (int l = 0; l < L; ++l) {
+    auto& a = acts_.blocks[k == 0 ? l : l % k];
+    float* out = l + 1 < L ? inputOf(l + 1) : acts_.residOut.f32();
+    blockForward(l, a, inputOf(l), out, false);
   }
   {
     ScopedRange r("layernorm_fwd", SpanCategory::Norm);
@@ -287,11 +439,73 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   return sum;
 }
 
+void Gpt::blockBackward(int l, BlockActivations& a, const float* in) {
+  using Comp = GptConfig::Compression;
+  ScopedRange blr("block_bwd", SpanCategory::Block);
+  const int B = curB_, T = curT_, C = config_.d_model, NH = config_.heads;
+  const int N = B * T;
+  const auto& p = blockParams_[l];
+  const Comp comp = config_.compression;
+  const bool q8 = comp == Comp::Int8;
+  float* dres = ws_.dres.f32();
+  float* dtmp = ws_.dtmp.f32();
+  // Compressed inputs are expanded into whichever of dfc / dfc2 is free at that point.
+  const float* fcAct = a.fcAct.empty() ? nullptr : a.fcAct.f32();
+  if (q8) {
+    dequantizeRows(ws_.dfc2.f32(), a.fcActQ, a.fcActScale, N, 4 * C);
+    fcAct = ws_.dfc2.f32();
+  } else if (comp == Comp::Sparse) {
+    unpackSparse(ws_.dfc2.f32(), a, int64_t(N) * 4 * C);
+    fcAct = ws_.dfc2.f32();
+  }
+  // MLP branch: out = resid2 + c_proj(act(c_fc(ln_2(resid2)))).
+  linearBackward(ws_.dfc.f32(), dres, fcAct, *p.fcprojw, *p.fcprojb, N, C, 4 * C);
+  {
+    ScopedRange r(config_.relu ? "relu_bwd" : "gelu_bwd", SpanCategory::Elementwise);
+    // relu(x) > 0 exactly when x > 0, so the pre-activation gives the same mask.
+    if (config_.relu)
+      backend_->reluBackward(ws_.dfc2.f32(), comp == Comp::None ? fcAct : a.fcPre.f32(),
+                             ws_.dfc.f32(), int64_t(N) * 4 * C);
+    else
+      backend_->geluBackward(ws_.dfc2.f32(), a.fcPre.f32(), ws_.dfc.f32(), int64_t(N) * 4 * C);
+  }
+  const float* ln2 = q8 ? ws_.dfc.f32() : a.ln2.f32();
+  if (q8) dequantizeRows(ws_.dfc.f32(), a.ln2Q, a.ln2Scale, N, C);
+  linearBackward(dtmp, ws_.dfc2.f32(), ln2, *p.fcw, *p.fcb, N, 4 * C, C);
+  {
+    ScopedRange r("layernorm_bwd", SpanCategory::Norm);
+    backend_->layernormBackward(dres, grad(*p.ln2w), grad(*p.ln2b), dtmp, a.resid2.f32(),
+                                param(*p.ln2w), a.ln2Mean.f32(), a.ln2Rstd.f32(), N, C);
+  }
+  // Attention branch: resid2 = input + c_proj(attn(c_attn(ln_1(input)))).
+  const float* attOut = q8 ? ws_.dfc.f32() : a.attOut.f32();
+  if (q8) dequantizeRows(ws_.dfc.f32(), a.attOutQ, a.attOutScale, N, C);
+  linearBackward(dtmp, dres, attOut, *p.attprojw, *p.attprojb, N, C, C);
+  {
+    ScopedRange r("attention_bwd", SpanCategory::Attention, 8.0 * B * T * T * C);
+    if (config_.flash)
+      backend_->flashAttentionBackward(ws_.dqkv.f32(), dtmp, attOut, a.att.f32(), a.qkv.f32(), B,
+                                       T, C, NH);
+    else
+      backend_->attentionBackward(ws_.dqkv.f32(), ws_.datt.f32(), dtmp, a.qkv.f32(), a.att.f32(),
+                                  B, T, C, NH);
+  }
+  const float* ln1 = q8 ? ws_.dfc.f32() : a.ln1.f32();
+  if (q8) dequantizeRows(ws_.dfc.f32(), a.ln1Q, a.ln1Scale, N, C);
+  linearBackward(dtmp, ws_.dqkv.f32(), ln1, *p.qkvw, *p.qkvb, N, 3 * C, C);
+  {
+    ScopedRange r("layernorm_bwd", SpanCategory::Norm);
+    backend_->layernormBackward(dres, grad(*p.ln1w), grad(*p.ln1b), dtmp, in, param(*p.ln1w),
+                                a.ln1Mean.f32(), a.ln1Rstd.f32(), N, C);
+  }
+}
+
 void Gpt::backward() {
   if (!haveLoss_) throw std::logic_error("backward() needs a forward with targets first");
   ScopedRange br("backward", SpanCategory::Block);
-  const int B = curB_, T = curT_, C = config_.d_model, NH = config_.heads, V = config_.vocab;
+  const int B = curB_, T = curT_, C = config_.d_model, V = config_.vocab, L = config_.layers;
   const int N = B * T;
+  const int k = config_.checkpointEvery;
   float* dres = ws_.dres.f32();
   float* dtmp = ws_.dtmp.f32();
   {
@@ -307,41 +521,25 @@ void Gpt::backward() {
     backend_->layernormBackward(dres, grad(*lnfw_), grad(*lnfb_), dtmp, acts_.residOut.f32(),
                                 param(*lnfw_), acts_.lnfMean.f32(), acts_.lnfRstd.f32(), N, C);
   }
-  for (int l = config_.layers - 1; l >= 0; --l) {
-    ScopedRange blr("block_bwd", SpanCategory::Block);
-    auto& a = acts_.blocks[l];
-    const auto& p = blockParams_[l];
-    // MLP branch: out = resid2 + c_proj(act(c_fc(ln_2(resid2)))).
-    linearBackward(ws_.dfc.f32(), dres, a.fcAct.f32(), *p.fcprojw, *p.fcprojb, N, C, 4 * C);
-    {
-      ScopedRange r(config_.relu ? "relu_bwd" : "gelu_bwd", SpanCategory::Elementwise);
-      if (config_.relu)
-        backend_->reluBackward(ws_.dfc2.f32(), a.fcAct.f32(), ws_.dfc.f32(), int64_t(N) * 4 * C);
-      else
-        backend_->geluBackward(ws_.dfc2.f32(), a.fcPre.f32(), ws_.dfc.f32(), int64_t(N) * 4 * C);
-    }
-    linearBackward(dtmp, ws_.dfc2.f32(), a.ln2.f32(), *p.fcw, *p.fcb, N, 4 * C, C);
-    {
-      ScopedRange r("layernorm_bwd", SpanCategory::Norm);
-      backend_->layernormBackward(dres, grad(*p.ln2w), grad(*p.ln2b), dtmp, a.resid2.f32(),
-                                  param(*p.ln2w), a.ln2Mean.f32(), a.ln2Rstd.f32(), N, C);
-    }
-    // Attention branch: resid2 = input + c_proj(attn(c_attn(ln_1(input)))).
-    linearBackward(dtmp, dres, a.attOut.f32(), *p.attprojw, *p.attprojb, N, C, C);
-    {
-      ScopedRange r("attention_bwd", SpanCategory::Attention, 8.0 * B * T * T * C);
-      if (config_.flash)
-        backend_->flashAttentionBackward(ws_.dqkv.f32(), dtmp, a.attOut.f32(), a.att.f32(),
-                                         a.qkv.f32(), B, T, C, NH);
-      else
-        backend_->attentionBackward(ws_.dqkv.f32(), ws_.datt.f32(), dtmp, a.qkv.f32(), a.att.f32(),
-                                    B, T, C, NH);
-    }
-    linearBackward(dtmp, ws_.dqkv.f32(), a.ln1.f32(), *p.qkvw, *p.qkvb, N, 3 * C, C);
-    {
-      ScopedRange r("layernorm_bwd", SpanCategory::Norm);
-      backend_->layernormBackward(dres, grad(*p.ln1w), grad(*p.ln1b), dtmp, a.input.f32(),
-                                  param(*p.ln1w), a.ln1Mean.f32(), a.ln1Rstd.f32(), N, C);
+  if (k == 0) {
+    for (int l = L - 1; l >= 0; --l) blockBackward(l, acts_.blocks[l], acts_.blocks[l].input.f32());
+  } else {
+    const int segments = (L + k - 1) / k;
+    for (int s = segments - 1; s >= 0; --s) {
+      const int first = s * k, last = std::min(L, first + k) - 1;
+      auto in = [&](int l) {
+        return l == first ? acts_.checkpoints[s].f32() : acts_.blocks[l - first].input.f32();
+      };
+      // The last segment is still in the scratch sets from forward; the others are recomputed
+      // from their checkpoint with the same kernels, hence bitwise the same values. The final
+      // residual add of the segment is skipped: the next checkpoint already holds it.
+      if (s != segments - 1) {
+        ScopedRange r("recompute", SpanCategory::Block);
+        for (int l = first; l <= last; ++l)
+          blockForward(l, acts_.blocks[l - first], in(l),
+                       l < last ? acts_.blocks[l - first + 1].input.f32() : nullptr, true);
+      }
+      for (int l = last; l >= first; --l) blockBackward(l, acts_.blocks[l - first], in(l));
     }
   }
   {

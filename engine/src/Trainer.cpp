@@ -39,11 +39,9 @@ std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
     add("precision.policy", c.precision.policy, "mixed precision " + later + " (use fp32)");
   if (c.optimizer.state_bits != 32)
     add("optimizer.state_bits", c.optimizer.state_bits, "8-bit optimizer state " + later);
-  if (c.memory.checkpointing != "none")
-    add("memory.checkpointing", c.memory.checkpointing, "activation checkpointing " + later);
-  if (c.memory.activation_compression != "none")
+  if (c.memory.activation_compression != "none" && c.device.backend == "cuda")
     add("memory.activation_compression", c.memory.activation_compression,
-        "activation compression " + later);
+        "activation compression runs on the cpu backend only");
   if (c.parallel.ranks != 1)
     add("parallel.ranks", c.parallel.ranks, "multi-rank training " + later);
   if (c.parallel.zero_stage != 0)
@@ -78,8 +76,20 @@ double msSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-nlohmann::json memoryFields(const MemoryTracker& tracker) {
+nlohmann::json memoryFields(const MemoryTracker& tracker, const core::RunConfig& config,
+                            const CompressionStats& st) {
   nlohmann::json j = core::toJson(tracker.report());
+  // Compression of the last forward: ratio = fp32 bytes / stored bytes of the compressed
+  // tensors; sparsity = fraction of ReLU outputs that were zero (sparse only).
+  const std::string& mode = config.memory.activation_compression;
+  if (mode != "none") {
+    nlohmann::json c = {{"mode", mode},
+                        {"raw_bytes", st.rawBytes},
+                        {"stored_bytes", st.storedBytes},
+                        {"ratio", st.storedBytes > 0 ? double(st.rawBytes) / st.storedBytes : 1.0}};
+    if (st.reluValues > 0) c["sparsity"] = double(st.reluZeros) / double(st.reluValues);
+    j["activation_compression"] = std::move(c);
+  }
   j["process"] = {{"rss", processRssBytes()},
                   {"peak_rss", processPeakRssBytes()},
                   {"tracked", tracker.totalCurrent()},
@@ -199,6 +209,8 @@ TrainResult Trainer::run() {
     }
   };
 
+  // Compression numbers of the last training micro-batch (eval forwards would mix in prompts).
+  CompressionStats compStats;
   const int evalB = B;
   auto evaluate = [&]() {
     profiler::ScopedRange r("eval", profiler::SpanCategory::Other);
@@ -271,7 +283,7 @@ TrainResult Trainer::run() {
     }
     if (std::isfinite(bestVal)) ev["best_val_loss"] = bestVal;
     emit(EventType::Eval, ev);
-    emit(EventType::Memory, memoryFields(tracker_));
+    emit(EventType::Memory, memoryFields(tracker_, config_, compStats));
   };
 
   profiler::ProfileController profile(
@@ -361,6 +373,7 @@ TrainResult Trainer::run() {
         lossSum += model->forward(inputs.data() + a * perMicro, targets.data() + a * perMicro, B, T,
                                   dloss, &c);
         count += c;
+        compStats = model->compressionStats();
         model->backward();
       }
     }
@@ -408,7 +421,7 @@ TrainResult Trainer::run() {
     if (auto w = profile.endStep(step - 1)) emitWindow(*w);
     for (auto& w : profile.takeWarnings()) emit(EventType::Warning, {{"message", w}});
 
-    if (step == firstStep + 1) emit(EventType::Memory, memoryFields(tracker_));
+    if (step == firstStep + 1) emit(EventType::Memory, memoryFields(tracker_, config_, compStats));
     const bool last = step >= config_.train.steps;
     if ((config_.train.eval_every > 0 && step % config_.train.eval_every == 0) || last) evaluate();
     drainCommands();

@@ -112,6 +112,7 @@ MainWindow::MainWindow(Options options, QWidget* parent)
 
   dbLabel_ = new QLabel("Database: " + QDir::toNativeSeparators(dbPath_));
   dbLabel_->setToolTip("Set $TRAINSCOPE_DB to use another file");
+  dbLabel_->setMinimumWidth(120);  // the path may shrink; the backends line stays whole
   capsLabel_ = new QLabel("Backends: probing…");
   statusBar()->addWidget(dbLabel_, 1);
   statusBar()->addPermanentWidget(capsLabel_);

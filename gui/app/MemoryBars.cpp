@@ -35,11 +35,12 @@ MemoryBars::MemoryBars(QWidget* parent) : QWidget(parent) {
 void MemoryBars::setReports(std::optional<core::MemoryReport> bars,
                             std::optional<core::MemoryReport> marks, int64_t capacity,
                             bool barsArePredicted) {
+  const int rowsBefore = rowsNeeded() * 16 + extraTierRows();
   bars_ = std::move(bars);
   marks_ = std::move(marks);
   capacity_ = capacity;
   predicted_ = barsArePredicted;
-  updateGeometry();
+  if (rowsNeeded() * 16 + extraTierRows() != rowsBefore) updateGeometry();  // layout only on shape change
   update();
 }
 
@@ -58,9 +59,9 @@ int MemoryBars::extraTierRows() const {
   return n;
 }
 
-QSize MemoryBars::sizeHint() const { return {320, 100 + rowsNeeded() * 58 + extraTierRows() * 26}; }
+QSize MemoryBars::sizeHint() const { return {320, 100 + rowsNeeded() * 76 + extraTierRows() * 26}; }
 QSize MemoryBars::minimumSizeHint() const {
-  return {220, 96 + rowsNeeded() * 58 + extraTierRows() * 26};
+  return {220, 96 + rowsNeeded() * 76 + extraTierRows() * 26};
 }
 
 void MemoryBars::paintEvent(QPaintEvent*) {
@@ -113,6 +114,8 @@ void MemoryBars::paintEvent(QPaintEvent*) {
                  .arg(pct < 1 ? QString::number(pct, 'f', 2) : QString::number(pct, 'f', 0));
     }
     p.drawText(QRect(left, y, barW, fm.height()), Qt::AlignLeft | Qt::AlignVCenter, head);
+    // The figure goes on its own line when both do not fit side by side.
+    if (fm.horizontalAdvance(head) + fm.horizontalAdvance(val) + 12 > barW) y += fm.height();
     p.setPen(capacity_ > 0 && total > capacity_ ? QColor("#b42318") : QColor("#52606d"));
     p.drawText(QRect(left, y, barW, fm.height()), Qt::AlignRight | Qt::AlignVCenter, val);
     y += fm.height() + (marks_ ? 10 : 2);  // room for the prediction ticks

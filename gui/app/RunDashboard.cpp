@@ -44,6 +44,8 @@ RunDashboard::RunDashboard(LiveRun* run, EngineClient* client, QWidget* parent)
   stats_->setObjectName("Muted");
   eta_ = new QLabel;
   eta_->setObjectName("Muted");
+  eta_->setMinimumWidth(140);
+  eta_->setAlignment(Qt::AlignRight | Qt::AlignVCenter);
   progress_ = new QProgressBar;
   progress_->setRange(0, 1000);
   progress_->setTextVisible(true);
@@ -75,11 +77,10 @@ RunDashboard::RunDashboard(LiveRun* run, EngineClient* client, QWidget* parent)
   controls->addWidget(eta_);
 
   auto* head = new QVBoxLayout;
-  auto* titleRow = new QHBoxLayout;
-  titleRow->addWidget(state_);
-  titleRow->addStretch(1);
-  titleRow->addWidget(stats_);
-  head->addLayout(titleRow);
+  // Title and figures on their own lines: long run names or reasons never clip the numbers.
+  state_->setWordWrap(true);
+  head->addWidget(state_);
+  head->addWidget(stats_);
   head->addWidget(progress_);
   head->addLayout(controls);
 

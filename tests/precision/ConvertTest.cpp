@@ -280,8 +280,9 @@ TEST_P(Fp8, ScaledQuantizeAndDequantize) {
     ASSERT_EQ(q[i], want) << "x=" << x[i];
     ASSERT_TRUE(sameFloat(y[i], double(float(refDecode(f, want)) * scaleInv)));
     // Scaled so amax hits the format's max: nothing saturates, normals within half an ulp.
-    if (std::fabs(x[i] * scale) >= std::ldexp(1.0, 1 - f.bias))
+    if (std::fabs(x[i] * scale) >= std::ldexp(1.0, 1 - f.bias)) {
       ASSERT_LE(std::fabs(y[i] - x[i]), std::fabs(x[i]) * relUlp * 1.0001 + 1e-30) << x[i];
+    }
   }
 }
 

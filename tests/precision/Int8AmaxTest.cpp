@@ -18,7 +18,7 @@ TEST(Amax, MatchesFp64ReferenceAndPropagatesInfNaN) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> ud(-5.0f, 5.0f);
   for (int64_t n : {1, 5, 31, 8193, 100000}) {
-    std::vector<float> x(size_t(n));
+    std::vector<float> x(static_cast<size_t>(n));
     for (auto& v : x) v = ud(rng);
     x[size_t(n) / 2] = -7.25f;  // the largest magnitude is negative
     double ref = 0;
@@ -45,7 +45,7 @@ TEST(Int8Rows, QuantizeWithinHalfStepAndDequantizeExactly) {
   x[9 * cols + 3] = kInf;                                    // poisoned rows
   x[10 * cols + 999] = kNaN;
   std::vector<int8_t> q(x.size());
-  std::vector<float> scales(size_t(rows)), y(x.size());
+  std::vector<float> scales(static_cast<size_t>(rows)), y(x.size());
   kc::quantizeInt8Rows(x.data(), q.data(), scales.data(), rows, cols);
   kc::dequantizeInt8Rows(q.data(), scales.data(), y.data(), rows, cols);
   for (int64_t r = 0; r < rows; ++r) {

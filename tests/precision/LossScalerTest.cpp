@@ -165,8 +165,8 @@ TEST(LossScaler, RejectsBadConfigAndStateWithNamedField) {
 
 TEST(HasInfOrNan, FindsEveryPositionAndIgnoresFiniteExtremes) {
   for (int64_t n : {1, 9, 100, 70000}) {
-    std::vector<float> g(size_t(n));
-    std::mt19937 rng(uint32_t(n));
+    std::vector<float> g(static_cast<size_t>(n));
+    std::mt19937 rng(static_cast<uint32_t>(n));
     std::normal_distribution<float> nd;
     for (auto& v : g) v = nd(rng);
     g[0] = std::numeric_limits<float>::max();

@@ -41,10 +41,11 @@ inline double refDecode(const RefFormat& f, uint32_t code) {
   const uint32_t e = (code >> f.M) & ((1u << f.E) - 1u);
   const uint32_t m = code & ((1u << f.M) - 1u);
   const uint32_t eAll = (1u << f.E) - 1u;
+  const double nan = std::copysign(std::numeric_limits<double>::quiet_NaN(), neg ? -1.0 : 1.0);
   double v;
-  if (f.fn && e == eAll && m == (1u << f.M) - 1u) return std::numeric_limits<double>::quiet_NaN();
+  if (f.fn && e == eAll && m == (1u << f.M) - 1u) return nan;
   if (!f.fn && e == eAll) {
-    if (m != 0) return std::numeric_limits<double>::quiet_NaN();
+    if (m != 0) return nan;
     v = std::numeric_limits<double>::infinity();
   } else if (e == 0) {
     v = std::ldexp(double(m), 1 - f.bias - f.M);  // subnormal: 0.m * 2^(1-bias)

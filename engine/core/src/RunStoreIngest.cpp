@@ -70,21 +70,25 @@ void updateRollups(Db& db, int64_t runId, int64_t fromStep, int64_t toStep, bool
     ins.bind(4, floorDiv(fromStep, base) * base).bind(5, floorDiv(toStep, base) * base + base - 1);
     ins.run();
   }
+  // Per column, so every statement is a range on the primary key (run_id, col, level, bucket).
   auto del = db.prepare(
-      "DELETE FROM metric_rollup WHERE run_id=?1 AND level=?2 AND bucket BETWEEN ?3 AND ?4");
+      "DELETE FROM metric_rollup WHERE run_id=?1 AND col=?5 AND level=?2 AND bucket BETWEEN ?3 "
+      "AND ?4");
   auto up = db.prepare(
       "INSERT INTO metric_rollup(run_id,col,level,bucket,mn,mx,sm,n,first_step,last_step) "
-      "SELECT ?1, col, ?2, bucket/16, min(mn), max(mx), sum(sm), sum(n), min(first_step), "
-      "max(last_step) FROM metric_rollup WHERE run_id=?1 AND level=?5 AND bucket BETWEEN ?3 AND "
-      "?4 GROUP BY col, bucket/16");
+      "SELECT ?1, ?6, ?2, bucket/16, min(mn), max(mx), sum(sm), sum(n), min(first_step), "
+      "max(last_step) FROM metric_rollup WHERE run_id=?1 AND col=?6 AND level=?5 AND bucket "
+      "BETWEEN ?3 AND ?4 GROUP BY bucket/16");
   for (size_t i = 1; i < std::size(kRollupLevels); ++i) {
     int64_t level = kRollupLevels[i];
     int64_t lo = floorDiv(fromStep, level), hi = floorDiv(toStep, level);
-    del.bind(1, runId).bind(2, level).bind(3, lo).bind(4, hi);
-    del.run();
-    up.bind(1, runId).bind(2, level).bind(3, lo * 16).bind(4, hi * 16 + 15);
-    up.bind(5, kRollupLevels[i - 1]);
-    up.run();
+    for (auto c : allMetricColumns()) {
+      del.bind(1, runId).bind(2, level).bind(3, lo).bind(4, hi).bind(5, static_cast<int64_t>(c));
+      del.run();
+      up.bind(1, runId).bind(2, level).bind(3, lo * 16).bind(4, hi * 16 + 15);
+      up.bind(5, kRollupLevels[i - 1]).bind(6, static_cast<int64_t>(c));
+      up.run();
+    }
   }
 }
 

@@ -17,7 +17,19 @@ QString toString(RunState s) {
   return {};
 }
 
-LiveRun::LiveRun(QString name, QObject* parent) : QObject(parent), name_(std::move(name)) {}
+// 65,536 samples per curve: past that, neighbours merge (min/max kept), so a redraw scans a
+// bounded number of samples and memory stays flat however long the run.
+constexpr size_t kCurveCapacity = size_t{1} << 16;
+
+LiveRun::LiveRun(QString name, QObject* parent)
+    : QObject(parent),
+      name_(std::move(name)),
+      loss_(kCurveCapacity),
+      lossEma_(kCurveCapacity),
+      evalLoss_(kCurveCapacity),
+      lr_(kCurveCapacity),
+      tps_(kCurveCapacity),
+      lossScale_(kCurveCapacity) {}
 
 bool LiveRun::isActive() const {
   return state_ == RunState::Starting || state_ == RunState::Running ||

@@ -28,7 +28,17 @@ struct GptConfig {
   int vocab = 256;
   bool relu = false;   // activation: GELU (tanh approximation) unless relu
   bool flash = false;  // attention.impl == flash
+  // Activation checkpointing (docs/memory.md): 0 = off; k >= 1 = segments of k blocks, only
+  // each segment's input is kept and backward recomputes the segment (k = 1: "all").
+  int checkpointEvery = 0;
+  // Saved-activation compression: int8 (per-row absmax scales) or sparse (post-ReLU bitmap +
+  // nonzero values; needs relu). CPU backend only (packing runs on host pointers).
+  enum class Compression { None, Int8, Sparse };
+  Compression compression = Compression::None;
 };
+// k for memory.checkpointing (all -> 1, every_k -> checkpoint_every or round(sqrt(L)), capped
+// at L; none -> 0).
+int checkpointSegment(const std::string& mode, int every, int layers);
 // model.* and attention.impl of a run config; `vocab` is the resolved vocabulary size.
 GptConfig gptConfigFrom(const core::RunConfig& config, int vocab);
 
@@ -55,13 +65,32 @@ struct BlockActivations {
   Tensor ln2Rstd;  // (B,T)
   Tensor fcPre;    // (B,T,4C) c_fc output before the activation
   Tensor fcAct;    // (B,T,4C) after the activation (mlp c_proj's input)
+  // int8 compression replaces ln1, attOut, ln2 and fcAct by these (1 byte per value) plus one
+  // fp32 scale per row (absmax / 127).
+  Tensor ln1Q, attOutQ, ln2Q, fcActQ;                  // I8
+  Tensor ln1Scale, attOutScale, ln2Scale, fcActScale;  // (B,T)
+  // sparse compression replaces fcAct by a bitmap (1 bit per value, set = nonzero) and the
+  // nonzero values in order; fcVals is re-allocated by every forward with the exact count.
+  Tensor fcMask;  // I8, ceil(B*T*4C / 8) bytes
+  Tensor fcVals;  // F32 (nnz)
+};
+
+// What compression did in the last forward (blocks computed in forward, not recomputation).
+struct CompressionStats {
+  int64_t rawBytes = 0;     // fp32 bytes of the tensors that were compressed
+  int64_t storedBytes = 0;  // bytes they took compressed (values + scales / bitmap)
+  int64_t reluValues = 0;   // ReLU outputs seen (sparse only)
+  int64_t reluZeros = 0;    // of which exactly zero
 };
 
 struct Activations {
   int B = 0, T = 0;
   Tensor tokens;   // I32 (B,T)
   Tensor targets;  // I32 (B,T)
+  // Without checkpointing: one per layer. With segments of k blocks: k scratch sets (slot 0 has
+  // no `input`: it is the segment's checkpoint), shared by all segments.
   std::vector<BlockActivations> blocks;
+  std::vector<Tensor> checkpoints;  // (B,T,C) input of blocks 0, k, 2k, ... (checkpointing only)
   Tensor residOut;  // (B,T,C) output of the last block
   Tensor lnf;       // (B,T,C)
   Tensor lnfMean;   // (B,T)
@@ -117,6 +146,8 @@ class Gpt {
   // After a forward without targets: logits of row (b, t) copied to host (V floats).
   void logitsRow(int b, int t, float* dst) const;
 
+  const CompressionStats& compressionStats() const { return stats_; }
+
   // Training FLOPs per token (PaLM appendix B: 6*params + 12*L*C*T).
   double flopsPerToken(int T) const;
 
@@ -125,6 +156,14 @@ class Gpt {
                      int OC, int IC);
   void linearBackward(float* dinp, const float* dout, const float* inp, const ParamInfo& w,
                       const ParamInfo& b, int N, int OC, int IC);
+  // One block's forward from `in`; `out` == nullptr skips the final residual add (recompute).
+  void blockForward(int l, BlockActivations& a, const float* in, float* out, bool recompute);
+  void blockBackward(int l, BlockActivations& a, const float* in);
+  void quantizeRows(Tensor& q, Tensor& scale, const float* x, int64_t rows, int64_t cols,
+                    bool count);
+  void dequantizeRows(float* x, const Tensor& q, const Tensor& scale, int64_t rows, int64_t cols);
+  void packSparse(BlockActivations& a, const float* x, int64_t n, bool count);
+  void unpackSparse(float* x, const BlockActivations& a, int64_t n);
   struct BlockParams {
     const ParamInfo *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb,
         *fcprojw, *fcprojb;
@@ -142,6 +181,7 @@ class Gpt {
   Activations acts_;
   Workspace ws_;
   int curB_ = 0, curT_ = 0;
+  CompressionStats stats_;
   bool haveLoss_ = false;
 };
 

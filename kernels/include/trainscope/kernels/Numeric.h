@@ -71,7 +71,7 @@ TS_NUMERIC_HD uint32_t roundMagnitude(uint32_t a) {
   const uint32_t q = m >> s;
   const uint32_t rem = m & ((1u << s) - 1u);
   const uint32_t half = 1u << (s - 1u);
-  const uint32_t sub = q + uint32_t((rem > half) | ((rem == half) & (q & 1u)));
+  const uint32_t sub = q + uint32_t((rem >= half));
   // Sub-normal path only below the format's smallest normal 2^(1-B); guard `s` use above.
   return a < (uint32_t(128 - B) << 23) ? sub : normal;
 }

@@ -216,7 +216,8 @@ class RunStore {
   std::vector<EvalRow> evals(int64_t id);
   std::vector<MemorySampleRow> memorySamples(int64_t id, bool includePlan = true);
   std::vector<KernelSummaryRow> kernelSummaries(int64_t id);
-  // Stored events (all types except step and memory, which live in their own tables), by seq.
+  // Stored events (all types except step, memory and kernel_summary, which live in their own
+  // tables; memory_plan, eval and checkpoint are in both), by seq.
   // `types` empty = all.
   std::vector<EventRow> events(int64_t id, const std::vector<std::string>& types = {},
                                int limit = -1, int offset = 0);
