@@ -54,10 +54,10 @@ int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 60;
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 5;
   const int threads = argc > 3 ? std::atoi(argv[3]) : 1;
-  auto loaded = core::loadConfigWithOverrides(
-      std::string(TRAINSCOPE_PRESET_DIR) + "/default.json",
-      {"train.steps=" + std::to_string(steps), "train.eval_every=0",
-       "device.threads=" + std::to_string(threads)});
+  auto loaded =
+      core::loadConfigWithOverrides(std::string(TRAINSCOPE_PRESET_DIR) + "/default.json",
+                                    {"train.steps=" + std::to_string(steps), "train.eval_every=0",
+                                     "device.threads=" + std::to_string(threads)});
   if (!loaded.ok()) {
     std::fprintf(stderr, "bad preset: %s\n", loaded.issues.front().toString().c_str());
     return 2;

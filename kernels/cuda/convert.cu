@@ -115,7 +115,8 @@ float amax(const float* x, int64_t n) {
   unsigned h = 0;
   try {
     TS_CUDA_CHECK(cudaMemset(d, 0, sizeof(unsigned)));
-    const unsigned grid = gridFor(n, kElementwiseBlock) < 1024 ? gridFor(n, kElementwiseBlock) : 1024;
+    const unsigned grid =
+        gridFor(n, kElementwiseBlock) < 1024 ? gridFor(n, kElementwiseBlock) : 1024;
     amaxK<<<grid, kElementwiseBlock>>>(x, n, d);
     TS_CUDA_LAUNCHED("amax");
     TS_CUDA_CHECK(cudaMemcpy(&h, d, sizeof(unsigned), cudaMemcpyDeviceToHost));

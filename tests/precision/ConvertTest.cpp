@@ -86,13 +86,14 @@ void checkAll16(const RefFormat& f, Decode decode, Encode encode) {
   for (uint32_t c = 0; c < 65536; ++c) {
     const double want = refDecode(f, c);
     const float got = decode(uint16_t(c));
-    ASSERT_TRUE(sameFloat(got, want)) << f.name << " decode " << hex(c) << " = " << got
-                                      << ", reference " << want;
+    ASSERT_TRUE(sameFloat(got, want))
+        << f.name << " decode " << hex(c) << " = " << got << ", reference " << want;
     const uint16_t back = encode(got);
     if (std::isnan(want)) {
       ++nanCount;
       // Still a NaN of the same sign, now quiet (top mantissa bit set).
-      ASSERT_TRUE(std::isnan(refDecode(f, back))) << f.name << " NaN " << hex(c) << " -> " << hex(back);
+      ASSERT_TRUE(std::isnan(refDecode(f, back)))
+          << f.name << " NaN " << hex(c) << " -> " << hex(back);
       ASSERT_EQ(back & 0x8000u, c & 0x8000u);
       ASSERT_NE(back & (1u << (f.M - 1)), 0u) << "NaN not quiet: " << hex(back);
     } else {
@@ -104,13 +105,15 @@ void checkAll16(const RefFormat& f, Decode decode, Encode encode) {
 }
 
 TEST(Bf16, AllPatternsDecodeAndRoundTrip) {
-  checkAll16(kBf16, [](uint16_t b) { return k::bf16ToFloat(b); },
-             [](float x) { return k::floatToBf16(x); });
+  checkAll16(
+      kBf16, [](uint16_t b) { return k::bf16ToFloat(b); },
+      [](float x) { return k::floatToBf16(x); });
 }
 
 TEST(Fp16, AllPatternsDecodeAndRoundTrip) {
-  checkAll16(kFp16, [](uint16_t b) { return k::fp16ToFloat(b); },
-             [](float x) { return k::floatToFp16(x); });
+  checkAll16(
+      kFp16, [](uint16_t b) { return k::fp16ToFloat(b); },
+      [](float x) { return k::floatToFp16(x); });
 }
 
 TEST(Bf16, BulkDecodeAllPatternsMatchesReference) {
@@ -153,9 +156,9 @@ TEST(Fp16, PublishedLimits) {
   EXPECT_EQ(k::floatToFp16(65519.99f), 0x7BFF);
   EXPECT_EQ(k::floatToFp16(65520.0f), 0x7C00);  // tie between 65504 (odd) and 2^16 -> inf
   EXPECT_EQ(k::floatToFp16(-1e6f), 0xFC00);
-  EXPECT_EQ(k::floatToFp16(std::ldexp(1.0f, -25)), 0x0000);                // tie -> even (0)
-  EXPECT_EQ(k::floatToFp16(std::ldexp(1.5f, -25)), 0x0001);                // above tie
-  EXPECT_EQ(k::floatToFp16(std::ldexp(3.0f, -25)), 0x0002);                // 1.5 ulp -> even 2
+  EXPECT_EQ(k::floatToFp16(std::ldexp(1.0f, -25)), 0x0000);  // tie -> even (0)
+  EXPECT_EQ(k::floatToFp16(std::ldexp(1.5f, -25)), 0x0001);  // above tie
+  EXPECT_EQ(k::floatToFp16(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 ulp -> even 2
   EXPECT_EQ(k::floatToFp16(std::ldexp(1.0f, -14) - std::ldexp(1.0f, -25)), 0x0400);  // -> normal
   EXPECT_EQ(k::kFp16Max, 65504.0f);
   EXPECT_EQ(k::kFp16MinNormal, std::ldexp(1.0f, -14));
@@ -167,13 +170,13 @@ TEST(Bf16, PublishedLimits) {
   EXPECT_EQ(k::floatToBf16(std::numeric_limits<float>::max()), 0x7F80);  // rounds past max
   EXPECT_EQ(k::floatToBf16(std::numeric_limits<float>::infinity()), 0x7F80);
   EXPECT_EQ(k::floatToBf16(-std::numeric_limits<float>::infinity()), 0xFF80);
-  EXPECT_EQ(k::floatToBf16(1.0f + std::ldexp(1.0f, -8)), 0x3F80);  // tie -> even 1.0
+  EXPECT_EQ(k::floatToBf16(1.0f + std::ldexp(1.0f, -8)), 0x3F80);      // tie -> even 1.0
   EXPECT_EQ(k::floatToBf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3F82);  // tie -> even
 }
 
 TEST(Bf16Fp16, NaNStaysQuietNaNWithSign) {
-  for (uint32_t nanBits : {0x7FC00000u, 0x7F800001u, 0x7FBFFFFFu, 0xFFC00000u, 0xFF800001u,
-                           0x7FFFFFFFu}) {
+  for (uint32_t nanBits :
+       {0x7FC00000u, 0x7F800001u, 0x7FBFFFFFu, 0xFFC00000u, 0xFF800001u, 0x7FFFFFFFu}) {
     const float x = floatOf(nanBits);
     const uint16_t b = k::floatToBf16(x), h = k::floatToFp16(x);
     EXPECT_TRUE(std::isnan(refDecode(kBf16, b))) << hex(nanBits) << " -> " << hex(b);

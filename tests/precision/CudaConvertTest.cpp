@@ -2,7 +2,9 @@
 // patterns and on random fp32 inputs. Skips with the reason when no GPU is usable.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <memory>
 #include <random>

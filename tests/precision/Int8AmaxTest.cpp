@@ -42,7 +42,7 @@ TEST(Int8Rows, QuantizeWithinHalfStepAndDequantizeExactly) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) x[r * cols + c] = nd(rng) * float(r + 1) * 0.1f;
   for (int64_t c = 0; c < cols; ++c) x[5 * cols + c] = 0.0f;  // all-zero row
-  x[9 * cols + 3] = kInf;                                    // poisoned rows
+  x[9 * cols + 3] = kInf;                                     // poisoned rows
   x[10 * cols + 999] = kNaN;
   std::vector<int8_t> q(x.size());
   std::vector<float> scales(static_cast<size_t>(rows)), y(x.size());

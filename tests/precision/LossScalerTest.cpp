@@ -156,8 +156,9 @@ TEST(LossScaler, RejectsBadConfigAndStateWithNamedField) {
   EXPECT_NE(msg([&] { LossScaler s(c); }).find("growth_interval"), std::string::npos);
   LossScaler s;
   EXPECT_NE(msg([&] { s.loadState({{"scale", 2.0}}); }).find("growth_tracker"), std::string::npos);
-  EXPECT_NE(msg([&] { s.loadState({{"scale", -1.0}, {"growth_tracker", 0}, {"skipped_steps", 0}}); })
-                .find("scale"),
+  EXPECT_NE(msg([&] {
+              s.loadState({{"scale", -1.0}, {"growth_tracker", 0}, {"skipped_steps", 0}});
+            }).find("scale"),
             std::string::npos);
   EXPECT_NE(msg([&] { s.loadState(nlohmann::json::array()); }).find("scale"), std::string::npos);
   EXPECT_EQ(s.scale(), 65536.0f);  // failed loads leave the state alone
@@ -172,9 +173,9 @@ TEST(HasInfOrNan, FindsEveryPositionAndIgnoresFiniteExtremes) {
     g[0] = std::numeric_limits<float>::max();
     g[size_t(n) - 1] = -std::numeric_limits<float>::denorm_min();
     EXPECT_FALSE(ts::engine::hasInfOrNan(g.data(), n));
-    for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                      std::numeric_limits<float>::quiet_NaN(),
-                      std::numeric_limits<float>::signaling_NaN()}) {
+    for (float bad :
+         {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+          std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::signaling_NaN()}) {
       for (size_t pos : {size_t(0), size_t(n) / 3, size_t(n) - 1}) {
         const float keep = g[pos];
         g[pos] = bad;

@@ -14,10 +14,10 @@ namespace ts::test {
 
 struct RefFormat {
   const char* name;
-  int E;      // exponent bits
-  int M;      // mantissa bits
+  int E;  // exponent bits
+  int M;  // mantissa bits
   int bias;
-  bool fn;    // "finite": no inf, the only NaN is S.11..1.11..1 (E4M3fn)
+  bool fn;  // "finite": no inf, the only NaN is S.11..1.11..1 (E4M3fn)
 };
 inline constexpr RefFormat kBf16{"bf16", 8, 7, 127, false};
 inline constexpr RefFormat kFp16{"fp16", 5, 10, 15, false};

@@ -138,9 +138,8 @@ std::string table(const std::vector<Row>& rows) {
     std::snprintf(buf, sizeof buf, "%-3zu %-78s ", i, r.config.c_str());
     os << buf;
     for (auto cat : cats) {
-      const int64_t p = r.predicted.ranks.empty()
-                            ? 0
-                            : r.predicted.ranks[0].at(MemoryTier::Device, cat).peak;
+      const int64_t p =
+          r.predicted.ranks.empty() ? 0 : r.predicted.ranks[0].at(MemoryTier::Device, cat).peak;
       const int64_t m =
           r.measured.ranks.empty() ? 0 : r.measured.ranks[0].at(MemoryTier::Device, cat).peak;
       std::snprintf(buf, sizeof buf, "%10lld/%-10lld ", (long long)p, (long long)m);
@@ -212,10 +211,11 @@ TEST(MemoryGrid, PredictedPeaksMatchMeasuredOnRealRuns) {
                                      std::to_string(m.peak) + "/" + std::to_string(m.current) +
                                      " (must be exact)");
           } else if (std::llabs(p.peak - m.peak) > kRelTolerance * static_cast<double>(m.peak)) {
-            row.failures.push_back(where + ": predicted peak " + std::to_string(p.peak) +
-                                   ", measured " + std::to_string(m.peak) + " (off by " +
-                                   std::to_string(m.peak ? 100.0 * (p.peak - m.peak) / m.peak : 100.0) +
-                                   "%, allowed 5%)");
+            row.failures.push_back(
+                where + ": predicted peak " + std::to_string(p.peak) + ", measured " +
+                std::to_string(m.peak) + " (off by " +
+                std::to_string(m.peak ? 100.0 * (p.peak - m.peak) / m.peak : 100.0) +
+                "%, allowed 5%)");
           }
         }
     }

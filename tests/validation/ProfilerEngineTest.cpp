@@ -22,7 +22,8 @@ using nlohmann::json;
 namespace {
 
 core::RunConfig presetWith(const std::vector<std::string>& sets) {
-  auto r = core::loadConfigWithOverrides(std::string(TRAINSCOPE_PRESET_DIR) + "/default.json", sets);
+  auto r =
+      core::loadConfigWithOverrides(std::string(TRAINSCOPE_PRESET_DIR) + "/default.json", sets);
   EXPECT_TRUE(r.ok()) << (r.issues.empty() ? "" : r.issues.front().toString());
   return r.config.value_or(core::RunConfig{});
 }
@@ -33,7 +34,9 @@ std::vector<double> losses(const Recorded& rec) {
   return out;
 }
 
-bool bitwiseEqual(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+bool bitwiseEqual(double a, double b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
 
 }  // namespace
 
@@ -72,9 +75,9 @@ TEST(ProfilerEngine, ProfilingOnAndOffGiveBitwiseIdenticalTraining) {
 // the streamed spans (same count and total time), spans of every category a step runs, and a
 // Chrome trace with one X event per span.
 TEST(ProfilerEngine, TenStepProfileOfDefaultPresetExportsToChromeTrace) {
-  auto c = presetWith({"train.steps=10", "train.eval_every=0", "profile.enabled=true",
-                       "profile.wait=0", "profile.warmup=0", "profile.active=10",
-                       "profile.repeat=1", "device.threads=1"});
+  auto c =
+      presetWith({"train.steps=10", "train.eval_every=0", "profile.enabled=true", "profile.wait=0",
+                  "profile.warmup=0", "profile.active=10", "profile.repeat=1", "device.threads=1"});
   const fs::path dir = tempDir("profile10");
   Recorded rec;
   auto r = runInProcess(c, rec, dir.string());
@@ -163,8 +166,8 @@ TEST(E2eProfiler, StdinProfileCommandCapturesAWindowMidRun) {
   const fs::path dir = tempDir("stdinprofile");
   Child c = spawn({TRAINSCOPE_ENGINE_BIN, "run", "--set", "train.steps=100000", "--set",
                    "train.eval_every=0", "--set", "train.micro_batch=4", "--set",
-                   "device.threads=1", std::string(TRAINSCOPE_PRESET_DIR) + "/default.json",
-                   "--db", (dir / "runs.db").string(), "--run-dir", (dir / "run").string()});
+                   "device.threads=1", std::string(TRAINSCOPE_PRESET_DIR) + "/default.json", "--db",
+                   (dir / "runs.db").string(), "--run-dir", (dir / "run").string()});
   ASSERT_GT(c.pid, 0);
   auto isStep = [](const std::string& l, int64_t n) {
     auto j = json::parse(l, nullptr, false);
@@ -174,7 +177,9 @@ TEST(E2eProfiler, StdinProfileCommandCapturesAWindowMidRun) {
       << "no step 3 event";
   c.send(R"({"cmd":"profile","steps":2})");
   const bool gotSummary = c.readUntil(
-      [](const std::string& l) { return l.find("\"type\":\"kernel_summary\"") != std::string::npos; },
+      [](const std::string& l) {
+        return l.find("\"type\":\"kernel_summary\"") != std::string::npos;
+      },
       60);
   c.send(R"({"cmd":"stop"})");
   const int code = c.wait(60);

@@ -22,8 +22,8 @@ namespace ts::validation {
 namespace fs = std::filesystem;
 
 inline fs::path tempDir(const std::string& name) {
-  fs::path p =
-      fs::temp_directory_path() / ("trainscope_validation_" + name + "_" + std::to_string(::getpid()));
+  fs::path p = fs::temp_directory_path() /
+               ("trainscope_validation_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
   return p;

@@ -310,9 +310,9 @@ MetricSeries RunStore::metrics(int64_t id, MetricColumn column, int maxPoints,
     int64_t width = (span + maxPoints - 1) / maxPoints;
     int64_t level = 0;
     for (int64_t l : store::kRollupLevels)
-      if (l <= width) level = l;
+      if (l <= 2 * width) level = l;  // coarser is fine: >= maxPoints / 2 buckets, fewer rows
     if (level == 0) {
-      // Narrow buckets: aggregate the raw rows (at most 16 * maxPoints of them).
+      // Narrow buckets: aggregate the raw rows (fewer than 8 * maxPoints of them).
       q = db.prepare(("SELECT min(step), max(step), min(" + col + "), max(" + col + "), avg(" +
                       col + "), count(" + col +
                       ") FROM metrics WHERE run_id=?1 AND step BETWEEN ?2 AND ?3 AND " + col +

@@ -18,7 +18,6 @@ void floatToFp8(const float* x, uint8_t* y, int64_t n, Fp8Format f, float scale 
 void fp8ToFloat(const uint8_t* x, float* y, int64_t n, Fp8Format f, float scaleInv = 1.0f);
 float amax(const float* x, int64_t n);
 void quantizeInt8Rows(const float* x, int8_t* q, float* scales, int64_t rows, int64_t cols);
-void dequantizeInt8Rows(const int8_t* q, const float* scales, float* y, int64_t rows,
-                        int64_t cols);
+void dequantizeInt8Rows(const int8_t* q, const float* scales, float* y, int64_t rows, int64_t cols);
 
 }  // namespace ts::kernels::cuda

@@ -52,6 +52,12 @@ TS_NUMERIC_HD float floatOf(uint32_t u) {
   return x;
 }
 
+// cond ? a : b as bit masks: GCC's vectoriser gives up on some mixed-width selects.
+TS_NUMERIC_HD uint32_t pick(bool cond, uint32_t a, uint32_t b) {
+  const uint32_t mask = 0u - uint32_t(cond);
+  return (a & mask) | (b & ~mask);
+}
+
 // Rounds the finite fp32 magnitude `a` (bits, sign cleared) to a binary format with M
 // mantissa bits and exponent bias B (B <= 127 - 24 so fp32 subnormals are far below its
 // smallest subnormal). Returns exponent<<M | mantissa; results past the format's top are
@@ -68,12 +74,10 @@ TS_NUMERIC_HD uint32_t roundMagnitude(uint32_t a) {
   const uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
   const int32_t sRaw = int32_t(151 - B - M) - int32_t(e);
   const uint32_t s = uint32_t(sRaw > 31 ? 31 : sRaw);  // >= 24-M >= 1 on this path
-  const uint32_t q = m >> s;
-  const uint32_t rem = m & ((1u << s) - 1u);
-  const uint32_t half = 1u << (s - 1u);
-  const uint32_t sub = q + uint32_t((rem >= half));
+  // Same RNE trick as above: add half-1 plus the kept lsb, then shift (m + bias < 2^31).
+  const uint32_t sub = (m + ((1u << (s - 1u)) - 1u) + ((m >> s) & 1u)) >> s;
   // Sub-normal path only below the format's smallest normal 2^(1-B); guard `s` use above.
-  return a < (uint32_t(128 - B) << 23) ? sub : normal;
+  return pick(a < (uint32_t(128 - B) << 23), sub, normal);
 }
 }  // namespace numeric_detail
 
@@ -95,8 +99,9 @@ TS_NUMERIC_HD uint16_t floatToFp16(float x) {
   const uint32_t a = u & 0x7FFFFFFFu;
   const uint32_t nan = 0x7E00u | ((a >> 13) & 0x3FFu);
   // 0x477FF000 = 65520, the midpoint between 65504 and 65536 (rounds to even = inf).
-  const uint32_t finite = a >= 0x477FF000u ? 0x7C00u : numeric_detail::roundMagnitude<10, 15>(a);
-  return uint16_t(sign | (a > 0x7F800000u ? nan : finite));
+  const uint32_t finite =
+      numeric_detail::pick(a >= 0x477FF000u, 0x7C00u, numeric_detail::roundMagnitude<10, 15>(a));
+  return uint16_t(sign | numeric_detail::pick(a > 0x7F800000u, nan, finite));
 }
 TS_NUMERIC_HD float fp16ToFloat(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
@@ -115,8 +120,9 @@ TS_NUMERIC_HD uint8_t floatToE4M3(float x, bool saturate = true) {
   const uint32_t a = u & 0x7FFFFFFFu;
   // 0x43E80000 = 464, the midpoint between 448 and the (non-existent) 480: ties go to 448.
   const uint32_t over = saturate ? 0x7Eu : 0x7Fu;
-  const uint32_t finite = a > 0x43E80000u ? over : numeric_detail::roundMagnitude<3, 7>(a);
-  return uint8_t(sign | (a > 0x7F800000u ? 0x7Fu : finite));
+  const uint32_t finite =
+      numeric_detail::pick(a > 0x43E80000u, over, numeric_detail::roundMagnitude<3, 7>(a));
+  return uint8_t(sign | numeric_detail::pick(a > 0x7F800000u, 0x7Fu, finite));
 }
 TS_NUMERIC_HD float e4m3ToFloat(uint8_t v) {
   const uint32_t sign = uint32_t(v & 0x80u) << 24;
@@ -135,8 +141,9 @@ TS_NUMERIC_HD uint8_t floatToE5M2(float x, bool saturate = true) {
   const uint32_t a = u & 0x7FFFFFFFu;
   // 0x47700000 = 61440, the midpoint between 57344 and 65536 (ties to even = inf).
   const uint32_t over = saturate ? 0x7Bu : 0x7Cu;
-  const uint32_t finite = a >= 0x47700000u ? over : numeric_detail::roundMagnitude<2, 15>(a);
-  return uint8_t(sign | (a > 0x7F800000u ? 0x7Fu : finite));
+  const uint32_t finite =
+      numeric_detail::pick(a >= 0x47700000u, over, numeric_detail::roundMagnitude<2, 15>(a));
+  return uint8_t(sign | numeric_detail::pick(a > 0x7F800000u, 0x7Fu, finite));
 }
 TS_NUMERIC_HD float e5m2ToFloat(uint8_t v) {
   // E5M2 is the top byte of fp16 (same exponent, 2 of fp16's 10 mantissa bits).
@@ -176,7 +183,6 @@ float amax(const float* x, int64_t n);
 // scale NaN and q 0, so it dequantises to NaN instead of hiding the overflow.
 void quantizeInt8Rows(const float* x, int8_t* q, float* scales, int64_t rows, int64_t cols);
 // y = q * scales[row].
-void dequantizeInt8Rows(const int8_t* q, const float* scales, float* y, int64_t rows,
-                        int64_t cols);
+void dequantizeInt8Rows(const int8_t* q, const float* scales, float* y, int64_t rows, int64_t cols);
 }  // namespace ts::kernels::cpu
 #endif

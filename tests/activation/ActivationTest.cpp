@@ -1,0 +1,388 @@
+// Activation memory techniques: checkpointing (all / every_k) and activation compression
+// (int8 / sparse), alone and combined with gradient accumulation and flash attention. Lossless
+// variants must give bitwise the plain path's gradients; the tracker must equal docs/memory.md.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+#include "trainscope/engine/Gpt.h"
+#include "trainscope/engine/Trainer.h"
+
+using namespace ts::engine;
+using ts::core::EventType;
+using ts::core::MemoryCategory;
+using ts::core::MemoryTier;
+using Comp = GptConfig::Compression;
+
+namespace {
+
+struct Variant {
+  std::string name;
+  int k = 0;  // checkpoint segment (0 = off, 1 = all)
+  Comp comp = Comp::None;
+  int accum = 1;
+  bool flash = false;
+  bool relu = false;
+  int L = 3;
+};
+
+GptConfig configOf(const Variant& v) {
+  GptConfig c;
+  c.layers = v.L;
+  c.heads = 2;
+  c.d_model = 16;
+  c.seq_len = 9;  // odd on purpose
+  c.vocab = 23;
+  c.relu = v.relu;
+  c.flash = v.flash;
+  c.checkpointEvery = v.k;
+  c.compression = v.comp;
+  return c;
+}
+
+struct Run {
+  std::vector<float> grads;
+  double loss = 0;
+  int64_t actPeak = 0;
+  int64_t actCurrent = 0;
+};
+
+// One step on 4 sequences: `accum` micro-batches of 4/accum, loss normalised by all tokens.
+Run runStep(const Variant& v, ts::kernels::Backend* backend) {
+  MemoryTracker tracker;
+  const GptConfig cfg = configOf(v);
+  Gpt model(cfg, backend, &tracker);
+  model.initWeights(42);
+  const int total = 4, B = total / v.accum, T = cfg.seq_len;
+  model.allocate(B);
+  std::vector<int32_t> tok(total * T), tgt(total * T);
+  for (int i = 0; i < total * T; ++i) {
+    tok[i] = (i * 7 + 3) % cfg.vocab;
+    tgt[i] = i % 5 == 0 ? -1 : (i * 11 + 1) % cfg.vocab;
+  }
+  int64_t n = 0;
+  for (int32_t t : tgt) n += t >= 0;
+  model.zeroGrad();
+  Run r;
+  for (int a = 0; a < v.accum; ++a) {
+    r.loss += model.forward(tok.data() + a * B * T, tgt.data() + a * B * T, B, T, 1.f / n);
+    model.backward();
+  }
+  r.loss /= n;
+  r.grads.resize(model.numParams());
+  std::memcpy(r.grads.data(), model.gradBuffer().data(), model.gradBuffer().bytes());
+  r.actPeak = tracker.peak(MemoryTier::Device, MemoryCategory::Activations);
+  r.actCurrent = tracker.current(MemoryTier::Device, MemoryCategory::Activations);
+  return r;
+}
+
+double relErr(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+bool bitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// docs/memory.md, "Activation checkpointing and compression": bytes of one block's saved set
+// (without its input when `withInput` is false), and the total activations.
+int64_t blockBytes(const GptConfig& c, int64_t B, Comp comp, int64_t nnz, bool withInput) {
+  const int64_t T = c.seq_len, C = c.d_model, NH = c.heads, N = B * T;
+  const int64_t A = c.flash ? B * NH * T : B * NH * T * T;
+  int64_t bytes = 0;
+  switch (comp) {
+    case Comp::None: bytes = 4 * (16 * N * C + 4 * N + A); break;
+    case Comp::Int8: bytes = 4 * (9 * N * C + 8 * N + A) + 7 * N * C; break;
+    case Comp::Sparse: bytes = 4 * (12 * N * C + 4 * N + A) + (4 * N * C + 7) / 8 + 4 * nnz; break;
+  }
+  return withInput ? bytes : bytes - 4 * N * C;
+}
+
+// `nnz` holds the nonzero ReLU outputs of every block set alive (sparse only).
+int64_t activationFormula(const GptConfig& c, int64_t B, const std::vector<int64_t>& nnz) {
+  const int64_t T = c.seq_len, C = c.d_model, V = c.vocab, N = B * T, L = c.layers;
+  const int64_t k = c.checkpointEvery;
+  auto nz = [&](size_t i) { return i < nnz.size() ? nnz[i] : 0; };
+  int64_t blocks = 0;
+  if (k == 0) {
+    for (int64_t l = 0; l < L; ++l) blocks += blockBytes(c, B, c.compression, nz(l), true);
+  } else {
+    blocks = ((L + k - 1) / k) * 4 * N * C;
+    for (int64_t i = 0; i < k; ++i) blocks += blockBytes(c, B, c.compression, nz(i), i > 0);
+  }
+  return 4 * (2 * N + 2 * N * C + 3 * N + N * V) + blocks;
+}
+
+class Checkpointing : public ::testing::TestWithParam<Variant> {};
+
+}  // namespace
+
+// Recomputation runs the same kernels on the same inputs with the same thread count, so the
+// gradients are the plain path's bit for bit.
+TEST_P(Checkpointing, GradientsBitwiseEqualPlain) {
+  auto backend = ts::kernels::makeCpuBackend();
+  Variant v = GetParam();
+  Variant plain = v;
+  plain.k = 0;
+  const Run a = runStep(plain, backend.get());
+  const Run b = runStep(v, backend.get());
+  EXPECT_TRUE(bitwiseEqual(a.grads, b.grads)) << "relative error " << relErr(b.grads, a.grads);
+  EXPECT_EQ(a.loss, b.loss);
+  EXPECT_LT(b.actPeak, a.actPeak);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, Checkpointing,
+    ::testing::Values(Variant{"all", 1}, Variant{"k2_uneven", 2, Comp::None, 1, false, false, 5},
+                      Variant{"k3_flash_relu", 3, Comp::None, 1, true, true, 6},
+                      Variant{"all_gelu_flash", 1, Comp::None, 1, true, false, 4}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(Checkpointing, SegmentFromConfig) {
+  EXPECT_EQ(checkpointSegment("none", 3, 12), 0);
+  EXPECT_EQ(checkpointSegment("all", 0, 12), 1);
+  EXPECT_EQ(checkpointSegment("every_k", 0, 12), 3);  // round(sqrt(12)) = round(3.46)
+  EXPECT_EQ(checkpointSegment("every_k", 0, 7), 3);   // round(2.65)
+  EXPECT_EQ(checkpointSegment("every_k", 0, 1), 1);
+  EXPECT_EQ(checkpointSegment("every_k", 4, 12), 4);
+  EXPECT_EQ(checkpointSegment("every_k", 20, 12), 12);
+}
+
+// L = 8: the activation peak with `all` is well under half of the plain path's (it keeps one
+// input per block + one block recomputed at a time: 8 x 16NC -> 8 x NC + 15NC + ...).
+TEST(Checkpointing, AllHalvesTheActivationPeak) {
+  auto backend = ts::kernels::makeCpuBackend();
+  Variant plain{"plain", 0, Comp::None, 1, false, false, 8};
+  Variant all = plain;
+  all.k = 1;
+  const Run a = runStep(plain, backend.get());
+  const Run b = runStep(all, backend.get());
+  std::printf("activation peak L=8 (B=4,T=9,C=16): plain %lld B, checkpointing all %lld B\n",
+              static_cast<long long>(a.actPeak), static_cast<long long>(b.actPeak));
+  EXPECT_LT(b.actPeak * 2, a.actPeak);
+  EXPECT_EQ(a.actPeak, activationFormula(configOf(plain), 4, {}));
+  EXPECT_EQ(b.actPeak, activationFormula(configOf(all), 4, {}));
+}
+
+// Tracker == docs/memory.md byte for byte for checkpointing and int8 (allocated once, so after
+// a step current == peak == formula).
+TEST(ActivationFormula, TrackerMatchesFormulaForCheckpointingAndInt8) {
+  auto backend = ts::kernels::makeCpuBackend();
+  for (int k : {0, 1, 2, 5})
+    for (Comp comp : {Comp::None, Comp::Int8})
+      for (bool flash : {false, true}) {
+        Variant v{"f", k, comp, 1, flash, false, 5};
+        const Run r = runStep(v, backend.get());
+        const int64_t want = activationFormula(configOf(v), 4, {});
+        EXPECT_EQ(r.actPeak, want) << "k=" << k << " int8=" << (comp == Comp::Int8)
+                                   << " flash=" << flash;
+        EXPECT_EQ(r.actCurrent, want);
+      }
+}
+
+// Sparse is lossless (bitwise gradients) and stores bitmap + exactly the nonzeros, counted here
+// independently from the plain model's saved ReLU outputs.
+TEST(SparseCompression, LosslessAndStorageFollowsNonzeroCount) {
+  auto backend = ts::kernels::makeCpuBackend();
+  Variant plain{"plain", 0, Comp::None, 1, false, true, 3};
+  Variant sparse = plain;
+  sparse.comp = Comp::Sparse;
+  const Run a = runStep(plain, backend.get());
+  const Run b = runStep(sparse, backend.get());
+  EXPECT_TRUE(bitwiseEqual(a.grads, b.grads)) << "relative error " << relErr(b.grads, a.grads);
+  EXPECT_EQ(a.loss, b.loss);
+
+  // Nonzeros per block, from a plain model's fp32 fcAct after the same forward.
+  MemoryTracker tp, trk;
+  Gpt mp(configOf(plain), backend.get(), &tp), msp(configOf(sparse), backend.get(), &trk);
+  mp.initWeights(42);
+  msp.initWeights(42);
+  mp.allocate(4);
+  msp.allocate(4);
+  const int T = 9, N = 4 * T;
+  std::vector<int32_t> tok(N), tgt(N);
+  for (int i = 0; i < N; ++i) tok[i] = (i * 5 + 2) % 23, tgt[i] = (i * 3) % 23;
+  mp.forward(tok.data(), tgt.data(), 4, T, 1.f / N);
+  msp.forward(tok.data(), tgt.data(), 4, T, 1.f / N);
+  std::vector<int64_t> nnz;
+  int64_t zeros = 0, values = 0;
+  for (const auto& blk : mp.activations().blocks) {
+    int64_t c = 0;
+    for (int64_t i = 0; i < blk.fcAct.numel(); ++i) c += blk.fcAct.f32()[i] != 0.f;
+    nnz.push_back(c);
+    zeros += blk.fcAct.numel() - c;
+    values += blk.fcAct.numel();
+  }
+  const int64_t want = activationFormula(configOf(sparse), 4, nnz);
+  EXPECT_EQ(trk.current(MemoryTier::Device, MemoryCategory::Activations), want);
+  const int64_t plainBytes = tp.current(MemoryTier::Device, MemoryCategory::Activations);
+  std::printf("sparse: %lld of %lld ReLU outputs zero; activations %lld B vs plain %lld B\n",
+              static_cast<long long>(zeros), static_cast<long long>(values),
+              static_cast<long long>(want), static_cast<long long>(plainBytes));
+  EXPECT_LT(want, plainBytes);
+  const auto& st = msp.compressionStats();
+  EXPECT_EQ(st.reluZeros, zeros);
+  EXPECT_EQ(st.reluValues, values);
+}
+
+// int8 gradients stay close to fp32: relative L2 error of the whole gradient vector < 3%
+// (per-row absmax int8 has a relative rounding error of at most 1/254 of the row's maximum).
+TEST(Int8Compression, GradientsCloseToPlain) {
+  auto backend = ts::kernels::makeCpuBackend();
+  for (bool relu : {false, true}) {
+    Variant plain{"plain", 0, Comp::None, 1, false, relu, 3};
+    Variant q = plain;
+    q.comp = Comp::Int8;
+    const Run a = runStep(plain, backend.get());
+    const Run b = runStep(q, backend.get());
+    const double e = relErr(b.grads, a.grads);
+    std::printf("int8 (relu=%d): gradient relative error %.4g\n", relu, e);
+    EXPECT_LT(e, 0.03);
+    EXPECT_GT(e, 0.0);  // it really is compressed
+    EXPECT_EQ(a.loss, b.loss);  // the forward itself runs in fp32
+  }
+}
+
+// Every pairing of {checkpointing, compression, accumulation, flash}: against the same settings
+// without checkpointing/compression (bitwise unless int8: 3%), and against the plain naive
+// single-batch step (fp32 rounding: 1e-4 relative; 3% with int8).
+namespace {
+class Pairings : public ::testing::TestWithParam<Variant> {};
+}  // namespace
+
+TEST_P(Pairings, MatchPlainPath) {
+  auto backend = ts::kernels::makeCpuBackend();
+  const Variant v = GetParam();
+  Variant same = v;
+  same.k = 0;
+  same.comp = Comp::None;
+  Variant plain{"plain", 0, Comp::None, 1, false, v.relu, v.L};
+  const Run r = runStep(v, backend.get());
+  const Run s = runStep(same, backend.get());
+  const Run p = runStep(plain, backend.get());
+  const bool lossy = v.comp == Comp::Int8;
+  if (lossy)
+    EXPECT_LT(relErr(r.grads, s.grads), 0.03);
+  else
+    EXPECT_TRUE(bitwiseEqual(r.grads, s.grads)) << relErr(r.grads, s.grads);
+  EXPECT_LT(relErr(r.grads, p.grads), lossy ? 0.03 : 1e-4);
+  EXPECT_NEAR(r.loss, p.loss, 1e-5 * std::fabs(p.loss));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, Pairings,
+    ::testing::Values(Variant{"ckpt_int8", 1, Comp::Int8},
+                      Variant{"ckpt_sparse", 2, Comp::Sparse, 1, false, true, 4},
+                      Variant{"ckpt_accum", 1, Comp::None, 2},
+                      Variant{"ckpt_flash", 2, Comp::None, 1, true, false, 4},
+                      Variant{"int8_accum", 0, Comp::Int8, 2},
+                      Variant{"int8_flash", 0, Comp::Int8, 1, true},
+                      Variant{"sparse_accum", 0, Comp::Sparse, 4, false, true},
+                      Variant{"sparse_flash", 0, Comp::Sparse, 1, true, true},
+                      Variant{"accum_flash", 0, Comp::None, 2, true},
+                      Variant{"all_four_int8", 2, Comp::Int8, 2, true, false, 3},
+                      Variant{"all_four_sparse", 1, Comp::Sparse, 2, true, true, 3}),
+    [](const auto& info) { return info.param.name; });
+
+// ---- Through the Trainer: the config keys run, and the memory event reports compression. ----
+namespace {
+
+ts::core::RunConfig additionConfig() {
+  ts::core::RunConfig c;
+  c.model.layers = 2;
+  c.model.heads = 4;
+  c.model.d_model = 64;
+  c.model.seq_len = 16;
+  c.data.source = "synthetic";
+  c.data.task = "addition";
+  c.data.digits = 2;
+  c.train.steps = 600;
+  c.train.micro_batch = 32;
+  c.train.grad_accum = 1;
+  c.train.eval_every = 600;
+  c.train.checkpoint_every = 0;
+  c.optimizer.lr = 3e-3;
+  c.optimizer.weight_decay = 0.0;
+  c.schedule.type = "cosine";
+  c.schedule.warmup_steps = 20;
+  c.schedule.min_lr = 3e-4;
+  c.device.threads = 1;
+  return c;
+}
+
+std::vector<nlohmann::json> train(const ts::core::RunConfig& c, TrainResult& result,
+                                  EventType want) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("trainscope_activation_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto backend = ts::kernels::makeCpuBackend();
+  backend->setThreads(c.device.threads);
+  std::vector<nlohmann::json> events;
+  TrainerOptions o;
+  o.runDir = dir.string();
+  o.exactMatchSamples = 64;
+  o.emit = [&](EventType t, nlohmann::json f, bool) {
+    if (t == want) events.push_back(std::move(f));
+  };
+  Trainer trainer(c, backend.get(), o);
+  result = trainer.run();
+  fs::remove_all(dir);
+  return events;
+}
+
+}  // namespace
+
+// The plain learning test's target (tests/engine TrainerTest: >= 90% exact match on 2-digit
+// addition after 600 steps) holds with int8-compressed activations (+ checkpointing).
+TEST(Int8Compression, TrainsAdditionToPlainAccuracyTarget) {
+  auto c = additionConfig();
+  c.memory.activation_compression = "int8";
+  c.memory.checkpointing = "all";
+  TrainResult r;
+  auto evals = train(c, r, EventType::Eval);
+  ASSERT_EQ(r.status, "completed") << r.reason;
+  ASSERT_FALSE(evals.empty());
+  EXPECT_GE(evals.back()["accuracy"].get<double>(), 0.9) << evals.back().dump();
+}
+
+TEST(MemoryEvent, ReportsCompressionRatioAndSparsity) {
+  auto c = additionConfig();
+  c.train.steps = 2;
+  c.train.eval_every = 0;
+  c.memory.activation_compression = "int8";
+  TrainResult r;
+  auto mem = train(c, r, EventType::Memory);
+  ASSERT_EQ(r.status, "completed") << r.reason;
+  ASSERT_FALSE(mem.empty());
+  ASSERT_TRUE(mem[0].contains("activation_compression")) << mem[0].dump();
+  EXPECT_TRUE(mem[0].contains("ranks"));  // existing fields kept
+  const auto& ci = mem[0]["activation_compression"];
+  EXPECT_EQ(ci["mode"], "int8");
+  // Per block: 3 (N,C) + 1 (N,4C) tensors, 4 bytes -> 1 byte + a 4-byte scale per row.
+  const double C = 64;
+  EXPECT_NEAR(ci["ratio"].get<double>(), 28 * C / (7 * C + 16), 1e-12);
+  EXPECT_FALSE(ci.contains("sparsity"));
+
+  c.model.activation = "relu";
+  c.memory.activation_compression = "sparse";
+  c.memory.checkpointing = "every_k";
+  mem = train(c, r, EventType::Memory);
+  ASSERT_EQ(r.status, "completed") << r.reason;
+  const auto& cs = mem[0]["activation_compression"];
+  EXPECT_EQ(cs["mode"], "sparse");
+  const double sp = cs["sparsity"].get<double>();
+  EXPECT_GT(sp, 0.2);
+  EXPECT_LT(sp, 0.8);
+  // 4n bytes -> n/8 bitmap + 4 bytes per nonzero (n is a multiple of 8 here).
+  EXPECT_NEAR(cs["ratio"].get<double>(), 32.0 / (1.0 + 32.0 * (1.0 - sp)), 1e-9);
+}
