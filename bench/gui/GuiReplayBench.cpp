@@ -121,8 +121,9 @@ int main(int argc, char** argv) {
   std::printf("events replayed        %lld\n", static_cast<long long>(run->lastStep()));
   std::printf("wall time              %.2f s (%.0f events/s; engine-side encoding %.2f s)\n", wall,
               total / wall, encodeS);
-  std::printf("event-loop gap max     %.2f ms (p99 %.2f ms; includes %.2f ms of encoding per chunk)\n",
-              maxGap, p99, perChunkEncodeMs);
+  std::printf(
+      "event-loop gap max     %.2f ms (p99 %.2f ms; includes %.2f ms of encoding per chunk)\n",
+      maxGap, p99, perChunkEncodeMs);
   std::printf("dashboard redraw max   %.2f ms (%llu redraws)\n", maxRedrawMs,
               static_cast<unsigned long long>(dash.redraws()));
   std::printf("points in loss chart   %d (raw curve), %zu stored samples\n",

@@ -10,8 +10,8 @@
 #include <QLegendMarker>
 #include <QLineSeries>
 #include <QScatterSeries>
-#include <QValueAxis>
 #include <QVBoxLayout>
+#include <QValueAxis>
 
 namespace ts::gui {
 
@@ -108,7 +108,9 @@ void ChartView::setAxisTitles(const QString& x, const QString& y) {
   ay_->setTitleText(y);
 }
 
-void ChartView::setYLabelFormat(const QString& fmt) { ay_->setLabelFormat(fmt); }
+void ChartView::setYLabelFormat(const QString& fmt) {
+  ay_->setLabelFormat(fmt);
+}
 
 void ChartView::setXRange(double x0, double x1) {
   fixedX_ = true;
@@ -117,7 +119,9 @@ void ChartView::setXRange(double x0, double x1) {
   ax_->setRange(x0_, x1_);
 }
 
-void ChartView::setLegendVisible(bool v) { chart_->legend()->setVisible(v); }
+void ChartView::setLegendVisible(bool v) {
+  chart_->legend()->setVisible(v);
+}
 
 int ChartView::plotPixels() const {
   const int w = static_cast<int>(chart_->plotArea().width());
@@ -129,7 +133,9 @@ int ChartView::pointCount(int series) const {
   return static_cast<int>(series_[series]->count());
 }
 
-QString ChartView::title() const { return chart_->title(); }
+QString ChartView::title() const {
+  return chart_->title();
+}
 
 void ChartView::rescale() {
   double xmin = std::numeric_limits<double>::infinity(), xmax = -xmin;

@@ -31,7 +31,10 @@ class ChartView : public QWidget {
   void setYLabelFormat(const QString& fmt);  // printf-style, e.g. "%.2g"
   // Fixed x range (e.g. 0..total steps); otherwise the data's range.
   void setXRange(double x0, double x1);
-  void setYFloor(double y0) { yFloor_ = y0; haveFloor_ = true; }
+  void setYFloor(double y0) {
+    yFloor_ = y0;
+    haveFloor_ = true;
+  }
   void setLegendVisible(bool v);
   // Pixels available for the plot area: the reduction target for minMaxEnvelope.
   int plotPixels() const;

@@ -72,9 +72,8 @@ QComboBox* ConfigBinder::choice(const char* path, const QList<QPair<QString, QSt
   };
   refresh();
   refreshers_.push_back(refresh);
-  connect(w, &QComboBox::currentIndexChanged, this, [this, w, p](int) {
-    doc_->setValue(p, w->currentData().toString().toStdString());
-  });
+  connect(w, &QComboBox::currentIndexChanged, this,
+          [this, w, p](int) { doc_->setValue(p, w->currentData().toString().toStdString()); });
   return w;
 }
 

@@ -93,9 +93,11 @@ MainWindow::MainWindow(Options options, QWidget* parent)
   side_->setObjectName("SideBar");
   side_->setFixedWidth(150);
   side_->setIconSize(QSize(18, 18));
-  side_->addItem(new QListWidgetItem(style()->standardIcon(QStyle::SP_FileDialogNewFolder), "New run"));
+  side_->addItem(
+      new QListWidgetItem(style()->standardIcon(QStyle::SP_FileDialogNewFolder), "New run"));
   side_->addItem(new QListWidgetItem(style()->standardIcon(QStyle::SP_MediaPlay), "Live"));
-  side_->addItem(new QListWidgetItem(style()->standardIcon(QStyle::SP_FileDialogDetailedView), "Runs"));
+  side_->addItem(
+      new QListWidgetItem(style()->standardIcon(QStyle::SP_FileDialogDetailedView), "Runs"));
   connect(side_, &QListWidget::currentRowChanged, pages_, &QStackedWidget::setCurrentIndex);
   connect(side_, &QListWidget::currentRowChanged, this, [this](int r) {
     if (r == 2) refreshRuns();
@@ -136,7 +138,9 @@ RunDashboard* MainWindow::dashboard(int i) const {
   return qobject_cast<RunDashboard*>(live_->widget(i));
 }
 
-void MainWindow::showSection(int i) { side_->setCurrentRow(i); }
+void MainWindow::showSection(int i) {
+  side_->setCurrentRow(i);
+}
 
 RunDashboard* MainWindow::addDashboard(LiveRun* run, EngineClient* client) {
   auto* d = new RunDashboard(run, client);
@@ -197,14 +201,15 @@ QWidget* MainWindow::buildRunsPage() {
   auto* t = new QLabel("Runs");
   t->setObjectName("PageTitle");
   v->addWidget(t);
-  auto* hint = new QLabel("Every run recorded in the database. Double-click to clone its "
-                          "configuration into the wizard; running runs can be followed live.");
+  auto* hint = new QLabel(
+      "Every run recorded in the database. Double-click to clone its "
+      "configuration into the wizard; running runs can be followed live.");
   hint->setObjectName("PageHint");
   hint->setWordWrap(true);
   v->addWidget(hint);
   runs_ = new QTableWidget(0, 8);
-  runs_->setHorizontalHeaderLabels({"#", "Name", "Status", "Started", "Steps", "Last loss",
-                                    "Best eval loss", "Throughput"});
+  runs_->setHorizontalHeaderLabels(
+      {"#", "Name", "Status", "Started", "Steps", "Last loss", "Best eval loss", "Throughput"});
   runs_->horizontalHeader()->setSectionResizeMode(1, QHeaderView::Stretch);
   runs_->verticalHeader()->setVisible(false);
   runs_->setSelectionBehavior(QAbstractItemView::SelectRows);
@@ -232,7 +237,9 @@ QWidget* MainWindow::buildRunsPage() {
     QString err;
     auto run = repo_.getRun(id, &err);
     if (!run || run->config.is_null()) {
-      if (showDialogs_) QMessageBox::information(this, "Clone", err.isEmpty() ? "That run has no recorded config." : err);
+      if (showDialogs_)
+        QMessageBox::information(this, "Clone",
+                                 err.isEmpty() ? "That run has no recorded config." : err);
       return;
     }
     auto cfg = run->config;
@@ -274,11 +281,18 @@ void MainWindow::refreshRuns() {
     runs_->setItem(i, 0, cell(QString::number(r.id)));
     runs_->setItem(i, 1, cell(QString::fromStdString(r.name)));
     runs_->setItem(i, 2, cell(QString::fromStdString(r.status)));
-    runs_->setItem(i, 3, cell(r.started > 0 ? QDateTime::fromSecsSinceEpoch(static_cast<qint64>(r.started)).toString("yyyy-MM-dd HH:mm") : QString()));
+    runs_->setItem(
+        i, 3,
+        cell(r.started > 0 ? QDateTime::fromSecsSinceEpoch(static_cast<qint64>(r.started))
+                                 .toString("yyyy-MM-dd HH:mm")
+                           : QString()));
     runs_->setItem(i, 4, cell(QString::number(r.lastStep >= 0 ? r.lastStep : 0)));
     runs_->setItem(i, 5, cell(r.lastLoss ? QString::number(*r.lastLoss, 'f', 4) : QString("—")));
-    runs_->setItem(i, 6, cell(r.bestEvalLoss ? QString::number(*r.bestEvalLoss, 'f', 4) : QString("—")));
-    runs_->setItem(i, 7, cell(r.tokensPerS ? QString::number(*r.tokensPerS, 'f', 0) + " tokens/s" : QString("—")));
+    runs_->setItem(i, 6,
+                   cell(r.bestEvalLoss ? QString::number(*r.bestEvalLoss, 'f', 4) : QString("—")));
+    runs_->setItem(
+        i, 7,
+        cell(r.tokensPerS ? QString::number(*r.tokensPerS, 'f', 0) + " tokens/s" : QString("—")));
   }
   if (!err.isEmpty()) statusBar()->showMessage("Database: " + err, 8000);
   wizard_->refreshPastRuns();

@@ -25,9 +25,9 @@ class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
   struct Options {
-    QString presetFile;   // --preset
-    QString dbPath;       // empty = $TRAINSCOPE_DB / default location
-    QString enginePath;   // empty = EngineLocator
+    QString presetFile;    // --preset
+    QString dbPath;        // empty = $TRAINSCOPE_DB / default location
+    QString enginePath;    // empty = EngineLocator
     bool reattach = true;  // follow runs still `running` in the database
     bool askOnClose = true;
   };

@@ -40,7 +40,8 @@ void MemoryBars::setReports(std::optional<core::MemoryReport> bars,
   marks_ = std::move(marks);
   capacity_ = capacity;
   predicted_ = barsArePredicted;
-  if (rowsNeeded() * 16 + extraTierRows() != rowsBefore) updateGeometry();  // layout only on shape change
+  if (rowsNeeded() * 16 + extraTierRows() != rowsBefore)
+    updateGeometry();  // layout only on shape change
   update();
 }
 
@@ -59,7 +60,9 @@ int MemoryBars::extraTierRows() const {
   return n;
 }
 
-QSize MemoryBars::sizeHint() const { return {320, 100 + rowsNeeded() * 76 + extraTierRows() * 26}; }
+QSize MemoryBars::sizeHint() const {
+  return {320, 100 + rowsNeeded() * 76 + extraTierRows() * 26};
+}
 QSize MemoryBars::minimumSizeHint() const {
   return {220, 96 + rowsNeeded() * 76 + extraTierRows() * 26};
 }
@@ -95,8 +98,9 @@ void MemoryBars::paintEvent(QPaintEvent*) {
   // Against the capacity when that shows something; a run using a sliver of a big device is
   // drawn to its own scale (the text still says how much of the device it uses).
   const bool capScale = capacity_ > 0 && maxDevice >= 0.25 * static_cast<double>(capacity_);
-  const double scale = capScale ? std::max<double>({maxDevice, static_cast<double>(capacity_), 1.0}) * 1.02
-                                : std::max(maxDevice, 1.0) * 1.04;
+  const double scale =
+      capScale ? std::max<double>({maxDevice, static_cast<double>(capacity_), 1.0}) * 1.02
+               : std::max(maxDevice, 1.0) * 1.04;
   const int barW = right - left;
 
   const int rows = rowsNeeded();
@@ -163,9 +167,8 @@ void MemoryBars::paintEvent(QPaintEvent*) {
       if (t <= 0) continue;
       p.setFont(small);
       p.setPen(QColor("#52606d"));
-      const QString label = QStringLiteral("%1: %2")
-                                .arg(tier == core::MemoryTier::Host ? "host RAM" : "NVMe",
-                                     formatBytes(t));
+      const QString label = QStringLiteral("%1: %2").arg(
+          tier == core::MemoryTier::Host ? "host RAM" : "NVMe", formatBytes(t));
       p.drawText(QRect(left, y, barW, sfm.height()), Qt::AlignLeft | Qt::AlignVCenter, label);
       y += sfm.height();
       double hx = left;
@@ -210,8 +213,10 @@ void MemoryBars::paintEvent(QPaintEvent*) {
   p.setPen(QColor("#7b8794"));
   QString foot = predicted_ ? "Estimated peak per rank" : "Measured peak per rank";
   if (marks_) foot += " · ▼ predicted";
-  if (capScale) foot += " · dashed line: device capacity";
-  else if (capacity_ > 0) foot += " · drawn to scale of the largest rank";
+  if (capScale)
+    foot += " · dashed line: device capacity";
+  else if (capacity_ > 0)
+    foot += " · drawn to scale of the largest rank";
   p.drawText(QRect(left, y, barW, sfm.height() * 2), Qt::AlignLeft | Qt::TextWordWrap, foot);
 }
 

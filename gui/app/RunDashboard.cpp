@@ -116,8 +116,9 @@ RunDashboard::RunDashboard(LiveRun* run, EngineClient* client, QWidget* parent)
   smoothing_ = new QSlider(Qt::Horizontal);
   smoothing_->setRange(0, 99);
   smoothing_->setValue(static_cast<int>(run_->smoothing() * 100 + 0.5));
-  smoothing_->setToolTip("Debiased exponential moving average of the training loss; the raw "
-                         "curve stays faint behind it");
+  smoothing_->setToolTip(
+      "Debiased exponential moving average of the training loss; the raw "
+      "curve stays faint behind it");
   smoothingValue_ = new QLabel;
   smoothingValue_->setObjectName("Muted");
   smoothingValue_->setText(QString::number(smoothing_->value() / 100.0, 'f', 2));
@@ -190,7 +191,8 @@ RunDashboard::RunDashboard(LiveRun* run, EngineClient* client, QWidget* parent)
   });
   connect(profile_, &QPushButton::clicked, this, [this, send] {
     send(core::CommandType::Profile, profileSteps_->value());
-    run_->addLog("info", QStringLiteral("profiling of %1 steps requested").arg(profileSteps_->value()));
+    run_->addLog("info",
+                 QStringLiteral("profiling of %1 steps requested").arg(profileSteps_->value()));
   });
   connect(run_, &LiveRun::stateChanged, this, [this] { updateControls(); });
 
@@ -228,18 +230,22 @@ void RunDashboard::refresh() {
   // Header.
   const RunState s = run_->state();
   QString st = QStringLiteral("%1 — %2").arg(run_->name(), toString(s));
-  if (!run_->finishReason().isEmpty() && !run_->isActive()) st += ": " + run_->finishReason().left(160);
+  if (!run_->finishReason().isEmpty() && !run_->isActive())
+    st += ": " + run_->finishReason().left(160);
   state_->setText(st);
-  const QString backend = run_->hello().is_object()
-                              ? QString::fromStdString(run_->hello().value("backend", std::string()))
-                              : QString();
-  stats_->setText(QStringLiteral("step %1%2 · loss %3 · %4%5%6")
-                      .arg(run_->lastStep())
-                      .arg(run_->totalSteps() > 0 ? QStringLiteral(" / %1").arg(run_->totalSteps()) : QString())
-                      .arg(run_->lastLoss(), 0, 'f', 4)
-                      .arg(rate(run_->lastTokensPerS()))
-                      .arg(run_->skippedSteps() > 0 ? QStringLiteral(" · %1 skipped").arg(run_->skippedSteps()) : QString())
-                      .arg(backend.isEmpty() ? QString() : " · " + backend));
+  const QString backend =
+      run_->hello().is_object()
+          ? QString::fromStdString(run_->hello().value("backend", std::string()))
+          : QString();
+  stats_->setText(
+      QStringLiteral("step %1%2 · loss %3 · %4%5%6")
+          .arg(run_->lastStep())
+          .arg(run_->totalSteps() > 0 ? QStringLiteral(" / %1").arg(run_->totalSteps()) : QString())
+          .arg(run_->lastLoss(), 0, 'f', 4)
+          .arg(rate(run_->lastTokensPerS()))
+          .arg(run_->skippedSteps() > 0 ? QStringLiteral(" · %1 skipped").arg(run_->skippedSteps())
+                                        : QString())
+          .arg(backend.isEmpty() ? QString() : " · " + backend));
   progress_->setValue(static_cast<int>(run_->progress() * 1000));
   progress_->setFormat(QStringLiteral("%1%").arg(run_->progress() * 100, 0, 'f', 1));
   if (run_->isActive()) {
@@ -251,8 +257,8 @@ void RunDashboard::refresh() {
 
   // Charts: x spans the whole run when known, so the curve grows into its frame.
   const double x0 = 0;
-  const double x1 = std::max<double>({1.0, static_cast<double>(run_->totalSteps()),
-                                      static_cast<double>(run_->lastStep())});
+  const double x1 = std::max<double>(
+      {1.0, static_cast<double>(run_->totalSteps()), static_cast<double>(run_->lastStep())});
   for (ChartView* c : {loss_, lr_, tps_, scale_, memTime_}) c->setXRange(x0, x1);
   const int px = loss_->plotPixels();
   loss_->setPoints(lossRaw_, minMaxEnvelope(run_->loss(), x0, x1, px));
@@ -267,7 +273,8 @@ void RunDashboard::refresh() {
   const auto& mem = run_->memoryOverTime();
   while (memTimeS_.size() < mem.size()) {
     const int r = static_cast<int>(memTimeS_.size());
-    memTimeS_.push_back(memTime_->addSeries(QStringLiteral("rank %1").arg(r), categoryColor(r % 5)));
+    memTimeS_.push_back(
+        memTime_->addSeries(QStringLiteral("rank %1").arg(r), categoryColor(r % 5)));
   }
   memTime_->setLegendVisible(mem.size() > 1);
   for (size_t r = 0; r < mem.size(); ++r) {
@@ -288,8 +295,11 @@ void RunDashboard::refresh() {
   if (fresh > log.size()) fresh = log.size();
   for (size_t i = log.size() - fresh; i < log.size(); ++i) {
     const auto& l = log[i];
-    const QString color = l.level == "error" ? "#b42318" : l.level == "warning" ? "#9a6700" : "#323f4b";
-    log_->appendHtml(QStringLiteral("<span style='color:%1'>%2</span>").arg(color, l.text.toHtmlEscaped()));
+    const QString color = l.level == "error"     ? "#b42318"
+                          : l.level == "warning" ? "#9a6700"
+                                                 : "#323f4b";
+    log_->appendHtml(
+        QStringLiteral("<span style='color:%1'>%2</span>").arg(color, l.text.toHtmlEscaped()));
   }
   logShown_ = total;
   updateControls();

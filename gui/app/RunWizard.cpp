@@ -76,12 +76,14 @@ RunWizard::RunWizard(ConfigDocument* doc, const RunRepository* repo, QWidget* pa
   addPage("Start", buildStartPage(), {"name"});
   addPage("Model & data", buildModelPage(), {"model", "data"});
   addPage("Precision", buildPrecisionPage(), {"precision"});
-  addPage("Memory", buildMemoryPage(), {"memory", "attention", "train.micro_batch", "train.grad_accum"});
+  addPage("Memory", buildMemoryPage(),
+          {"memory", "attention", "train.micro_batch", "train.grad_accum"});
   addPage("Parallelism", buildParallelPage(), {"parallel", "device"});
   addPage("Optimizer & schedule", buildOptimizerPage(),
           {"optimizer", "schedule", "curriculum", "train.steps", "train.grad_clip"});
   addPage("Fine-tuning", buildFinetunePage(), {"finetune", "distill"});
-  addPage("Profiling", buildProfilingPage(), {"profile", "train.eval_every", "train.checkpoint_every", "train.seed"});
+  addPage("Profiling", buildProfilingPage(),
+          {"profile", "train.eval_every", "train.checkpoint_every", "train.seed"});
   addPage("Review", buildReviewPage(), {});
   for (int i = 0; i < stack_->count(); ++i) {
     nav_->item(i)->setText(QStringLiteral("%1.  %2").arg(i + 1).arg(nav_->item(i)->text()));
@@ -163,8 +165,12 @@ QLabel* RunWizard::issueLabel(QStringList sections) {
   return l;
 }
 
-int RunWizard::pageCount() const { return stack_->count(); }
-int RunWizard::currentPage() const { return stack_->currentIndex(); }
+int RunWizard::pageCount() const {
+  return stack_->count();
+}
+int RunWizard::currentPage() const {
+  return stack_->currentIndex();
+}
 QString RunWizard::pageTitle(int i) const {
   return i >= 0 && i < nav_->count() ? nav_->item(i)->text() : QString();
 }
@@ -206,7 +212,8 @@ QWidget* RunWizard::buildStartPage() {
                     &v);
   QFormLayout* f;
   auto* nameBox = group("Run", &f);
-  f->addRow("Name", binder_->text("name", "run name", "Shown in the run list and the dashboard tab"));
+  f->addRow("Name",
+            binder_->text("name", "run name", "Shown in the run list and the dashboard tab"));
   v->addWidget(nameBox);
 
   auto* pg = new QGroupBox("Built-in presets");
@@ -260,7 +267,8 @@ QWidget* RunWizard::buildStartPage() {
     auto cfg = run->config;
     cfg["name"] = run->name + "-clone";
     doc_->reset(cfg);
-    startStatus_->setText(QStringLiteral("Cloned run #%1 (%2).").arg(run->id).arg(QString::fromStdString(run->name)));
+    startStatus_->setText(
+        QStringLiteral("Cloned run #%1 (%2).").arg(run->id).arg(QString::fromStdString(run->name)));
   });
 
   auto* ig = new QGroupBox("Import a config file");
@@ -296,7 +304,8 @@ void RunWizard::applyPreset(int index) {
 
 QString RunWizard::importFile(const QString& path) {
   QFile f(path);
-  if (!f.open(QIODevice::ReadOnly)) return QStringLiteral("Cannot open %1: %2").arg(path, f.errorString());
+  if (!f.open(QIODevice::ReadOnly))
+    return QStringLiteral("Cannot open %1: %2").arg(path, f.errorString());
   const std::string err = doc_->importText(f.readAll().toStdString());
   if (!err.empty()) return QStringLiteral("%1: %2").arg(path, QString::fromStdString(err));
   if (startStatus_) startStatus_->setText("Imported " + QFileInfo(path).fileName() + ".");
@@ -309,11 +318,11 @@ void RunWizard::refreshPastRuns() {
   QString err;
   auto runs = repo_ ? repo_->listRuns(&err) : std::vector<core::RunSummary>{};
   for (const auto& r : runs) {
-    auto* it = new QListWidgetItem(QStringLiteral("#%1  %2  ·  %3  ·  %4 steps")
-                                       .arg(r.id)
-                                       .arg(QString::fromStdString(r.name),
-                                            QString::fromStdString(r.status))
-                                       .arg(r.steps));
+    auto* it = new QListWidgetItem(
+        QStringLiteral("#%1  %2  ·  %3  ·  %4 steps")
+            .arg(r.id)
+            .arg(QString::fromStdString(r.name), QString::fromStdString(r.status))
+            .arg(r.steps));
     it->setData(Qt::UserRole, QVariant::fromValue<qlonglong>(r.id));
     pastRuns_->addItem(it);
   }
@@ -336,29 +345,44 @@ void RunWizard::refreshPastRuns() {
 // ---- Model & data ------------------------------------------------------------------------
 QWidget* RunWizard::buildModelPage() {
   QVBoxLayout* v;
-  QWidget* w = page("Model and data",
-                    "A GPT-style decoder. Bigger models learn more and need more memory and time.",
-                    &v);
+  QWidget* w =
+      page("Model and data",
+           "A GPT-style decoder. Bigger models learn more and need more memory and time.", &v);
   QFormLayout* f;
   auto* mg = group("Model", &f);
-  f->addRow("Layers", binder_->intSpin("model.layers", 1, 256,
-            "Transformer blocks. Each adds parameters, activations and compute linearly."));
-  f->addRow("Attention heads", binder_->intSpin("model.heads", 1, 256,
-            "Heads per block; d_model must divide evenly. More heads: finer attention, "
-            "smaller per-head width."));
-  f->addRow("Width (d_model)", binder_->intSpin("model.d_model", 8, 16384,
-            "Hidden size. Parameters grow with its square; activations linearly.", 8));
-  f->addRow("Sequence length", binder_->intSpin("model.seq_len", 4, 131072,
-            "Tokens per sample. Activations grow linearly (quadratically with naive attention).", 8));
-  auto* vocab = binder_->intSpin("model.vocab", 0, 1000000,
-            "0 = taken from the data's tokenizer. Embedding and output layer grow with it.");
+  f->addRow("Layers",
+            binder_->intSpin(
+                "model.layers", 1, 256,
+                "Transformer blocks. Each adds parameters, activations and compute linearly."));
+  f->addRow(
+      "Attention heads",
+      binder_->intSpin("model.heads", 1, 256,
+                       "Heads per block; d_model must divide evenly. More heads: finer attention, "
+                       "smaller per-head width."));
+  f->addRow(
+      "Width (d_model)",
+      binder_->intSpin("model.d_model", 8, 16384,
+                       "Hidden size. Parameters grow with its square; activations linearly.", 8));
+  f->addRow(
+      "Sequence length",
+      binder_->intSpin(
+          "model.seq_len", 4, 131072,
+          "Tokens per sample. Activations grow linearly (quadratically with naive attention).", 8));
+  auto* vocab = binder_->intSpin(
+      "model.vocab", 0, 1000000,
+      "0 = taken from the data's tokenizer. Embedding and output layer grow with it.");
   vocab->setSpecialValueText("from the data");
   f->addRow("Vocabulary", vocab);
-  f->addRow("Activation", binder_->choice("model.activation", {{"GELU", "gelu"}, {"ReLU", "relu"}},
-            "GELU is the GPT-2 default; ReLU makes activations sparse (enables sparse "
-            "activation compression)."));
-  f->addRow("Dropout", binder_->doubleSpin("model.dropout", 0.0, 0.9, 2,
-            "Regularization; costs a mask per activation and slows convergence on small data.", 0.05));
+  f->addRow(
+      "Activation",
+      binder_->choice("model.activation", {{"GELU", "gelu"}, {"ReLU", "relu"}},
+                      "GELU is the GPT-2 default; ReLU makes activations sparse (enables sparse "
+                      "activation compression)."));
+  f->addRow("Dropout",
+            binder_->doubleSpin(
+                "model.dropout", 0.0, 0.9, 2,
+                "Regularization; costs a mask per activation and slows convergence on small data.",
+                0.05));
   paramCount_ = new QLabel;
   paramCount_->setObjectName("BigNumber");
   paramCount_->setToolTip("Counted by the engine's estimator from the shape above");
@@ -366,21 +390,28 @@ QWidget* RunWizard::buildModelPage() {
   v->addWidget(mg);
 
   auto* dg = group("Data", &f);
-  f->addRow("Source", binder_->choice("data.source",
-            {{"Synthetic (generated, no files)", "synthetic"}, {"Text file (bytes)", "text"},
-             {"Token file (uint16)", "tokens"}},
-            "Synthetic tasks need no download and show learning within minutes; files train on "
-            "your own corpus."));
-  f->addRow("Synthetic task", binder_->choice("data.task",
-            {{"Addition (a+b=reversed sum)", "addition"}, {"Grammar (agreement)", "grammar"}},
-            "Addition learns fast and its accuracy is unambiguous; grammar tests longer-range "
-            "agreement."));
-  f->addRow("Digits", binder_->intSpin("data.digits", 1, 18,
-            "Addition difficulty: operand length. Longer needs longer sequences."));
+  f->addRow("Source",
+            binder_->choice(
+                "data.source",
+                {{"Synthetic (generated, no files)", "synthetic"},
+                 {"Text file (bytes)", "text"},
+                 {"Token file (uint16)", "tokens"}},
+                "Synthetic tasks need no download and show learning within minutes; files train on "
+                "your own corpus."));
+  f->addRow("Synthetic task",
+            binder_->choice(
+                "data.task",
+                {{"Addition (a+b=reversed sum)", "addition"}, {"Grammar (agreement)", "grammar"}},
+                "Addition learns fast and its accuracy is unambiguous; grammar tests longer-range "
+                "agreement."));
+  f->addRow("Digits", binder_->intSpin(
+                          "data.digits", 1, 18,
+                          "Addition difficulty: operand length. Longer needs longer sequences."));
   auto* pathRow = new QHBoxLayout;
-  auto* pathEdit = binder_->text("data.path", "path to a text or token file",
-                                 "Text: UTF-8, byte-level tokens (vocab 256). Tokens: little-endian "
-                                 "uint16 ids.");
+  auto* pathEdit =
+      binder_->text("data.path", "path to a text or token file",
+                    "Text: UTF-8, byte-level tokens (vocab 256). Tokens: little-endian "
+                    "uint16 ids.");
   auto* browse = new QPushButton("Browse…");
   pathRow->addWidget(pathEdit, 1);
   pathRow->addWidget(browse);
@@ -389,8 +420,11 @@ QWidget* RunWizard::buildModelPage() {
     const QString fn = QFileDialog::getOpenFileName(this, "Training data");
     if (!fn.isEmpty()) doc_->setValue("data.path", fn.toStdString());
   });
-  f->addRow("Validation share", binder_->doubleSpin("data.val_fraction", 0.0, 0.5, 2,
-            "Held out for eval loss; more gives a steadier eval curve and less training data.", 0.05));
+  f->addRow("Validation share",
+            binder_->doubleSpin(
+                "data.val_fraction", 0.0, 0.5, 2,
+                "Held out for eval loss; more gives a steadier eval curve and less training data.",
+                0.05));
   v->addWidget(dg);
   auto* pv = new QGroupBox("Preview: first samples");
   auto* pvl = new QVBoxLayout(pv);
@@ -406,7 +440,8 @@ QWidget* RunWizard::buildModelPage() {
     if (const auto& e = doc_->estimate()) {
       QString t = humanCount(static_cast<double>(e->params.total));
       if (e->params.frozen > 0)
-        t += QStringLiteral("  (trainable %1)").arg(humanCount(static_cast<double>(e->params.trainable)));
+        t += QStringLiteral("  (trainable %1)")
+                 .arg(humanCount(static_cast<double>(e->params.trainable)));
       paramCount_->setText(t);
     } else {
       paramCount_->setText("— (fix the problems below)");
@@ -421,27 +456,35 @@ void RunWizard::updateDataPreview() {
   const std::string source = doc_->value("data.source").get<std::string>();
   QString text;
   if (source == "synthetic") {
-    const std::string task = doc_->value("data.task").is_string() ? doc_->value("data.task").get<std::string>() : "addition";
+    const std::string task = doc_->value("data.task").is_string()
+                                 ? doc_->value("data.task").get<std::string>()
+                                 : "addition";
     if (task == "addition") {
-      const int d = std::clamp(doc_->value("data.digits").is_number() ? doc_->value("data.digits").get<int>() : 3, 1, 9);
-      std::mt19937_64 rng(doc_->value("train.seed").is_number() ? doc_->value("train.seed").get<uint64_t>() : 1);
+      const int d = std::clamp(
+          doc_->value("data.digits").is_number() ? doc_->value("data.digits").get<int>() : 3, 1, 9);
+      std::mt19937_64 rng(
+          doc_->value("train.seed").is_number() ? doc_->value("train.seed").get<uint64_t>() : 1);
       int64_t lim = 1;
       for (int i = 0; i < d; ++i) lim *= 10;
       std::uniform_int_distribution<int64_t> U(0, lim - 1);
-      text = "Generated by the engine: operands zero-padded, the sum written reversed "
-             "(least significant digit first). Examples of the format:\n";
+      text =
+          "Generated by the engine: operands zero-padded, the sum written reversed "
+          "(least significant digit first). Examples of the format:\n";
       for (int i = 0; i < 4; ++i) {
         const int64_t a = U(rng), b = U(rng);
         QString s = QString::number(a + b).rightJustified(d + 1, '0');
         std::reverse(s.begin(), s.end());
-        text += QStringLiteral("%1+%2=%3\n").arg(a, d, 10, QChar('0')).arg(b, d, 10, QChar('0')).arg(s);
+        text +=
+            QStringLiteral("%1+%2=%3\n").arg(a, d, 10, QChar('0')).arg(b, d, 10, QChar('0')).arg(s);
       }
     } else {
-      text = "Generated by the engine: sentences from a small grammar with subject-verb "
-             "agreement, e.g.\nthe cats near a red fox chase every dog .";
+      text =
+          "Generated by the engine: sentences from a small grammar with subject-verb "
+          "agreement, e.g.\nthe cats near a red fox chase every dog .";
     }
   } else {
-    const QString path = QString::fromStdString(doc_->value("data.path").is_string() ? doc_->value("data.path").get<std::string>() : "");
+    const QString path = QString::fromStdString(
+        doc_->value("data.path").is_string() ? doc_->value("data.path").get<std::string>() : "");
     QFile f(path);
     if (path.isEmpty()) {
       text = "Pick a file to see its first samples.";
@@ -449,13 +492,15 @@ void RunWizard::updateDataPreview() {
       text = QStringLiteral("Cannot open %1: %2").arg(path, f.errorString());
     } else if (source == "text") {
       const QByteArray head = f.read(600);
-      text = QStringLiteral("%1 · %2\n").arg(QFileInfo(path).fileName(), formatBytes(static_cast<double>(f.size()))) +
+      text = QStringLiteral("%1 · %2\n")
+                 .arg(QFileInfo(path).fileName(), formatBytes(static_cast<double>(f.size()))) +
              QString::fromUtf8(head);
     } else {
       const QByteArray head = f.read(64);
       QStringList ids;
       for (int i = 0; i + 1 < head.size(); i += 2)
-        ids << QString::number(static_cast<uint8_t>(head[i]) | (static_cast<uint8_t>(head[i + 1]) << 8));
+        ids << QString::number(static_cast<uint8_t>(head[i]) |
+                               (static_cast<uint8_t>(head[i + 1]) << 8));
       text = QStringLiteral("%1 · %2 tokens\nfirst ids: %3")
                  .arg(QFileInfo(path).fileName())
                  .arg(f.size() / 2)
@@ -475,35 +520,50 @@ QWidget* RunWizard::buildPrecisionPage() {
                     &v);
   QFormLayout* f;
   auto* g = group("Number format", &f);
-  f->addRow("Policy", binder_->choice("precision.policy",
-            {{"fp32 (reference)", "fp32"}, {"bf16 mixed (fp32 master weights)", "bf16"},
-             {"fp16 mixed + loss scaling", "fp16"}, {"fp8 (E4M3/E5M2, scaled)", "fp8"},
-             {"pure bf16 (no fp32 master)", "pure_bf16"}},
-            "fp32: 4 bytes, exact reference. bf16: 2-byte activations, fp32 master copy. fp16: "
-            "more mantissa, less range, needs loss scaling. fp8: 1 byte, scaled per tensor. "
-            "pure bf16: smallest, may stall on tiny updates."));
+  f->addRow("Policy",
+            binder_->choice(
+                "precision.policy",
+                {{"fp32 (reference)", "fp32"},
+                 {"bf16 mixed (fp32 master weights)", "bf16"},
+                 {"fp16 mixed + loss scaling", "fp16"},
+                 {"fp8 (E4M3/E5M2, scaled)", "fp8"},
+                 {"pure bf16 (no fp32 master)", "pure_bf16"}},
+                "fp32: 4 bytes, exact reference. bf16: 2-byte activations, fp32 master copy. fp16: "
+                "more mantissa, less range, needs loss scaling. fp8: 1 byte, scaled per tensor. "
+                "pure bf16: smallest, may stall on tiny updates."));
   v->addWidget(g);
   auto* ls = group("Loss scaling (fp16)", &f);
-  f->addRow("Mode", binder_->choice("precision.loss_scale.mode",
-            {{"Dynamic (grow / back off)", "dynamic"}, {"Static", "static"}},
-            "Dynamic raises the scale until an overflow, then halves it and skips that step."));
-  f->addRow("Initial scale", binder_->doubleSpin("precision.loss_scale.init", 1, 16777216, 0,
-            "Start high: the first overflows back it off quickly.", 1024));
-  f->addRow("Growth interval", binder_->intSpin("precision.loss_scale.growth_interval", 1, 1000000,
-            "Steps without overflow before the scale doubles. Short: more skipped steps.", 100));
+  f->addRow("Mode",
+            binder_->choice(
+                "precision.loss_scale.mode",
+                {{"Dynamic (grow / back off)", "dynamic"}, {"Static", "static"}},
+                "Dynamic raises the scale until an overflow, then halves it and skips that step."));
+  f->addRow("Initial scale",
+            binder_->doubleSpin("precision.loss_scale.init", 1, 16777216, 0,
+                                "Start high: the first overflows back it off quickly.", 1024));
+  f->addRow(
+      "Growth interval",
+      binder_->intSpin(
+          "precision.loss_scale.growth_interval", 1, 1000000,
+          "Steps without overflow before the scale doubles. Short: more skipped steps.", 100));
   f->addRow("Static scale", binder_->doubleSpin("precision.loss_scale.static_scale", 1, 16777216, 0,
-            "Used only in static mode.", 128));
+                                                "Used only in static mode.", 128));
   v->addWidget(ls);
   auto* f8 = group("fp8", &f);
-  f->addRow("Scaling recipe", binder_->choice("precision.fp8.recipe",
-            {{"Delayed (amax history)", "delayed"}, {"Blockwise", "blockwise"}},
-            "Delayed uses past maxima (cheap, one step stale); blockwise scales each block "
-            "(more accurate, more scale storage)."));
-  f->addRow("Format", binder_->choice("precision.fp8.format",
-            {{"Hybrid: E4M3 forward, E5M2 gradients", "hybrid"}, {"E4M3 everywhere", "e4m3"}},
-            "E5M2 has the range gradients need; E4M3 the precision activations need."));
-  f->addRow("amax history", binder_->intSpin("precision.fp8.amax_history", 1, 100000,
-            "Steps of maxima the delayed recipe looks back over."));
+  f->addRow("Scaling recipe",
+            binder_->choice(
+                "precision.fp8.recipe",
+                {{"Delayed (amax history)", "delayed"}, {"Blockwise", "blockwise"}},
+                "Delayed uses past maxima (cheap, one step stale); blockwise scales each block "
+                "(more accurate, more scale storage)."));
+  f->addRow("Format",
+            binder_->choice(
+                "precision.fp8.format",
+                {{"Hybrid: E4M3 forward, E5M2 gradients", "hybrid"}, {"E4M3 everywhere", "e4m3"}},
+                "E5M2 has the range gradients need; E4M3 the precision activations need."));
+  f->addRow("amax history",
+            binder_->intSpin("precision.fp8.amax_history", 1, 100000,
+                             "Steps of maxima the delayed recipe looks back over."));
   v->addWidget(f8);
   v->addWidget(issueLabel({"precision"}));
   v->addStretch(1);
@@ -524,29 +584,40 @@ QWidget* RunWizard::buildMemoryPage() {
                     &v);
   QFormLayout* f;
   auto* g = group("Activations", &f);
-  f->addRow("Checkpointing", binder_->choice("memory.checkpointing",
-            {{"None", "none"}, {"Every block", "all"}, {"Every k-th block", "every_k"}},
-            "Keeps only block inputs and recomputes the rest in backward: far less activation "
-            "memory for about one extra forward pass."));
-  auto* k = binder_->intSpin("memory.checkpoint_every", 0, 1024,
-            "Checkpoint one block in k; 0 = sqrt(layers). Larger k: less recompute, more memory.");
+  f->addRow("Checkpointing",
+            binder_->choice(
+                "memory.checkpointing",
+                {{"None", "none"}, {"Every block", "all"}, {"Every k-th block", "every_k"}},
+                "Keeps only block inputs and recomputes the rest in backward: far less activation "
+                "memory for about one extra forward pass."));
+  auto* k = binder_->intSpin(
+      "memory.checkpoint_every", 0, 1024,
+      "Checkpoint one block in k; 0 = sqrt(layers). Larger k: less recompute, more memory.");
   k->setSpecialValueText("√layers");
   f->addRow("k (every_k)", k);
-  f->addRow("Compression", binder_->choice("memory.activation_compression",
-            {{"None", "none"}, {"int8 (scaled)", "int8"}, {"Sparse (after ReLU)", "sparse"}},
-            "Saved activations stored as int8 (4x smaller than fp32, small rounding error) or as "
-            "bitmap + nonzeros (needs ReLU). Costs a (de)compression pass."));
-  f->addRow("Attention", binder_->choice("attention.impl",
-            {{"Naive (T×T scores)", "naive"}, {"Flash (tiled, O(T) memory)", "flash"}},
-            "Flash never stores the T×T score matrix: memory linear in sequence length, "
-            "recomputes scores in backward."));
+  f->addRow(
+      "Compression",
+      binder_->choice(
+          "memory.activation_compression",
+          {{"None", "none"}, {"int8 (scaled)", "int8"}, {"Sparse (after ReLU)", "sparse"}},
+          "Saved activations stored as int8 (4x smaller than fp32, small rounding error) or as "
+          "bitmap + nonzeros (needs ReLU). Costs a (de)compression pass."));
+  f->addRow(
+      "Attention",
+      binder_->choice("attention.impl",
+                      {{"Naive (T×T scores)", "naive"}, {"Flash (tiled, O(T) memory)", "flash"}},
+                      "Flash never stores the T×T score matrix: memory linear in sequence length, "
+                      "recomputes scores in backward."));
   v->addWidget(g);
   auto* b = group("Batch", &f);
-  f->addRow("Micro-batch", binder_->intSpin("train.micro_batch", 1, 65536,
-            "Sequences per forward/backward. Activation memory grows with it."));
-  f->addRow("Accumulation steps", binder_->intSpin("train.grad_accum", 1, 65536,
-            "Micro-batches summed before each optimizer step: a bigger effective batch at the "
-            "memory of one micro-batch, more time per step."));
+  f->addRow("Micro-batch",
+            binder_->intSpin("train.micro_batch", 1, 65536,
+                             "Sequences per forward/backward. Activation memory grows with it."));
+  f->addRow("Accumulation steps",
+            binder_->intSpin(
+                "train.grad_accum", 1, 65536,
+                "Micro-batches summed before each optimizer step: a bigger effective batch at the "
+                "memory of one micro-batch, more time per step."));
   effBatch_ = new QLabel;
   effBatch_->setObjectName("BigNumber");
   effBatch_->setToolTip("micro-batch × accumulation steps × ranks");
@@ -574,31 +645,42 @@ QWidget* RunWizard::buildParallelPage() {
                     &v);
   QFormLayout* f;
   auto* g = group("Ranks and ZeRO", &f);
-  f->addRow("Ranks", binder_->intSpin("parallel.ranks", 1, 4096,
-            "Processes (devices). More ranks: more throughput, communication every step."));
-  f->addRow("ZeRO stage", binder_->intChoice("parallel.zero_stage",
-            {{"0: replicate everything", 0}, {"1: shard optimizer state", 1},
-             {"2: + shard gradients", 2}, {"3: + shard parameters", 3}},
-            "Each stage divides one more model state by the rank count, at the price of more "
-            "communication (stage 3 gathers parameters every forward and backward)."));
+  f->addRow("Ranks",
+            binder_->intSpin(
+                "parallel.ranks", 1, 4096,
+                "Processes (devices). More ranks: more throughput, communication every step."));
+  f->addRow("ZeRO stage",
+            binder_->intChoice(
+                "parallel.zero_stage",
+                {{"0: replicate everything", 0},
+                 {"1: shard optimizer state", 1},
+                 {"2: + shard gradients", 2},
+                 {"3: + shard parameters", 3}},
+                "Each stage divides one more model state by the rank count, at the price of more "
+                "communication (stage 3 gathers parameters every forward and backward)."));
   v->addWidget(g);
   auto* o = group("Offload", &f);
-  f->addRow("Optimizer state", binder_->choice("parallel.offload_optimizer",
-            {{"On device", "none"}, {"Host RAM", "cpu"}, {"NVMe file", "nvme"}},
-            "Moves optimizer state (the largest model state with Adam) off the device; the "
-            "update then runs on the CPU and crosses the bus every step."));
-  f->addRow("Parameters", binder_->choice("parallel.offload_params",
-            {{"On device", "none"}, {"Host RAM", "cpu"}, {"NVMe file", "nvme"}},
-            "Parameters fetched per layer (ZeRO-3). Slowest, smallest device footprint."));
+  f->addRow("Optimizer state",
+            binder_->choice(
+                "parallel.offload_optimizer",
+                {{"On device", "none"}, {"Host RAM", "cpu"}, {"NVMe file", "nvme"}},
+                "Moves optimizer state (the largest model state with Adam) off the device; the "
+                "update then runs on the CPU and crosses the bus every step."));
+  f->addRow("Parameters",
+            binder_->choice(
+                "parallel.offload_params",
+                {{"On device", "none"}, {"Host RAM", "cpu"}, {"NVMe file", "nvme"}},
+                "Parameters fetched per layer (ZeRO-3). Slowest, smallest device footprint."));
   f->addRow("NVMe path", binder_->text("parallel.nvme_path", "/mnt/nvme/trainscope",
-            "Folder for NVMe offload files; use a fast local disk."));
+                                       "Folder for NVMe offload files; use a fast local disk."));
   v->addWidget(o);
   auto* d = group("Device", &f);
-  f->addRow("Backend", binder_->choice("device.backend",
-            {{"Automatic", "auto"}, {"CPU", "cpu"}, {"CUDA GPU", "cuda"}},
-            "Automatic picks a GPU when the engine finds one, else the CPU."));
+  f->addRow("Backend",
+            binder_->choice("device.backend",
+                            {{"Automatic", "auto"}, {"CPU", "cpu"}, {"CUDA GPU", "cuda"}},
+                            "Automatic picks a GPU when the engine finds one, else the CPU."));
   auto* threads = binder_->intSpin("device.threads", 0, 1024,
-            "0 = all cores. Fewer leaves room for other work.");
+                                   "0 = all cores. Fewer leaves room for other work.");
   threads->setSpecialValueText("all cores");
   f->addRow("CPU threads", threads);
   v->addWidget(d);
@@ -613,32 +695,46 @@ QWidget* RunWizard::buildOptimizerPage() {
   QWidget* w = page("Optimizer and schedule", "", &v);
   QFormLayout* f;
   auto* g = group("Optimizer", &f);
-  f->addRow("Type", binder_->choice("optimizer.type", {{"AdamW", "adamw"}, {"SGD + momentum", "sgd"}},
-            "AdamW: two state values per parameter, robust. SGD: one (momentum), needs more tuning."));
-  f->addRow("Peak learning rate", binder_->doubleSpin("optimizer.lr", 0.0, 10.0, 6,
-            "Too high diverges, too low crawls. Reached after warmup.", 0.0001));
-  f->addRow("Weight decay", binder_->doubleSpin("optimizer.weight_decay", 0.0, 1.0, 3,
-            "Decoupled L2 pull towards zero; regularizes.", 0.01));
+  f->addRow("Type",
+            binder_->choice("optimizer.type", {{"AdamW", "adamw"}, {"SGD + momentum", "sgd"}},
+                            "AdamW: two state values per parameter, robust. SGD: one (momentum), "
+                            "needs more tuning."));
+  f->addRow(
+      "Peak learning rate",
+      binder_->doubleSpin("optimizer.lr", 0.0, 10.0, 6,
+                          "Too high diverges, too low crawls. Reached after warmup.", 0.0001));
+  f->addRow("Weight decay",
+            binder_->doubleSpin("optimizer.weight_decay", 0.0, 1.0, 3,
+                                "Decoupled L2 pull towards zero; regularizes.", 0.01));
   f->addRow("Adam β1", binder_->doubleSpin("optimizer.betas.0", 0.0, 0.9999, 4,
-            "Momentum of the gradient average.", 0.01));
-  f->addRow("Adam β2", binder_->doubleSpin("optimizer.betas.1", 0.0, 0.99999, 5,
-            "Memory of the squared-gradient average; lower reacts faster to spikes.", 0.001));
-  f->addRow("State precision", binder_->intChoice("optimizer.state_bits",
-            {{"32-bit", 32}, {"8-bit blockwise", 8}},
-            "8-bit Adam state: 4x smaller optimizer state, quantization noise in the moments."));
-  f->addRow("Gradient clipping", binder_->doubleSpin("train.grad_clip", 0.0, 1000.0, 2,
-            "Caps the global gradient norm (0 = off); guards against loss spikes.", 0.1));
+                                           "Momentum of the gradient average.", 0.01));
+  f->addRow("Adam β2",
+            binder_->doubleSpin(
+                "optimizer.betas.1", 0.0, 0.99999, 5,
+                "Memory of the squared-gradient average; lower reacts faster to spikes.", 0.001));
+  f->addRow(
+      "State precision",
+      binder_->intChoice(
+          "optimizer.state_bits", {{"32-bit", 32}, {"8-bit blockwise", 8}},
+          "8-bit Adam state: 4x smaller optimizer state, quantization noise in the moments."));
+  f->addRow("Gradient clipping",
+            binder_->doubleSpin(
+                "train.grad_clip", 0.0, 1000.0, 2,
+                "Caps the global gradient norm (0 = off); guards against loss spikes.", 0.1));
   v->addWidget(g);
   auto* s = group("Schedule", &f);
-  f->addRow("Steps", binder_->intSpin("train.steps", 1, 100000000,
-            "Optimizer steps in the run.", 100));
-  f->addRow("Shape", binder_->choice("schedule.type",
-            {{"Cosine decay", "cosine"}, {"Linear decay", "linear"}, {"Constant", "constant"}},
-            "Decay lets the model settle at the end; constant is simplest for short tests."));
-  f->addRow("Warmup steps", binder_->intSpin("schedule.warmup_steps", 0, 100000000,
-            "Linear ramp from 0: avoids early instability, delays learning.", 10));
-  f->addRow("Final learning rate", binder_->doubleSpin("schedule.min_lr", 0.0, 10.0, 6,
-            "Floor of the decay.", 0.00001));
+  f->addRow("Steps",
+            binder_->intSpin("train.steps", 1, 100000000, "Optimizer steps in the run.", 100));
+  f->addRow("Shape",
+            binder_->choice(
+                "schedule.type",
+                {{"Cosine decay", "cosine"}, {"Linear decay", "linear"}, {"Constant", "constant"}},
+                "Decay lets the model settle at the end; constant is simplest for short tests."));
+  f->addRow("Warmup steps",
+            binder_->intSpin("schedule.warmup_steps", 0, 100000000,
+                             "Linear ramp from 0: avoids early instability, delays learning.", 10));
+  f->addRow("Final learning rate",
+            binder_->doubleSpin("schedule.min_lr", 0.0, 10.0, 6, "Floor of the decay.", 0.00001));
   v->addWidget(s);
   lrChart_ = new ChartView("Learning rate over the run");
   lrChart_->setAxisTitles("step", "learning rate");
@@ -649,14 +745,20 @@ QWidget* RunWizard::buildOptimizerPage() {
   lrChart_->setYFloor(0);
   v->addWidget(lrChart_);
   auto* c = group("Curriculum", &f);
-  f->addRow("Ordering", binder_->choice("curriculum.type",
-            {{"None (shuffled)", "none"}, {"Short to long", "length"}, {"Easy to hard", "difficulty"}},
-            "Starts on easier samples; can speed up early learning, may bias the start."));
-  f->addRow("Pacing", binder_->choice("curriculum.pacing",
-            {{"Linear", "linear"}, {"Square root", "root"}, {"Four stages", "step"}},
-            "How fast the difficulty grows to the full data."));
-  f->addRow("Full data at", binder_->doubleSpin("curriculum.full_at", 0.0, 1.0, 2,
-            "Fraction of the run after which all data is in use.", 0.05));
+  f->addRow("Ordering",
+            binder_->choice(
+                "curriculum.type",
+                {{"None (shuffled)", "none"},
+                 {"Short to long", "length"},
+                 {"Easy to hard", "difficulty"}},
+                "Starts on easier samples; can speed up early learning, may bias the start."));
+  f->addRow("Pacing", binder_->choice(
+                          "curriculum.pacing",
+                          {{"Linear", "linear"}, {"Square root", "root"}, {"Four stages", "step"}},
+                          "How fast the difficulty grows to the full data."));
+  f->addRow("Full data at",
+            binder_->doubleSpin("curriculum.full_at", 0.0, 1.0, 2,
+                                "Fraction of the run after which all data is in use.", 0.05));
   v->addWidget(c);
   curriculumChart_ = new ChartView("Curriculum: share of full difficulty");
   curriculumChart_->setAxisTitles("step", "fraction");
@@ -666,7 +768,8 @@ QWidget* RunWizard::buildOptimizerPage() {
   curriculumSeries_ = curriculumChart_->addSeries("difficulty", QColor("#10b981"));
   curriculumChart_->setYFloor(0);
   v->addWidget(curriculumChart_);
-  v->addWidget(issueLabel({"optimizer", "schedule", "curriculum", "train.steps", "train.grad_clip"}));
+  v->addWidget(
+      issueLabel({"optimizer", "schedule", "curriculum", "train.steps", "train.grad_clip"}));
   v->addStretch(1);
   onChange_.push_back([this] { updateSchedulePreview(); });
   return w;
@@ -712,27 +815,32 @@ QWidget* RunWizard::buildFinetunePage() {
     if (!fn.isEmpty()) doc_->setValue("finetune.base_checkpoint", fn.toStdString());
   });
   f->addRow("Checkpoint", baseRow);
-  f->addRow("Base weights", binder_->choice("finetune.base_quant",
-            {{"Full precision", "none"}, {"NF4 4-bit (QLoRA)", "nf4"}},
-            "NF4 stores the frozen base in half a byte per weight (needs LoRA): 8x smaller than "
-            "fp32, small quantization error."));
+  f->addRow(
+      "Base weights",
+      binder_->choice(
+          "finetune.base_quant", {{"Full precision", "none"}, {"NF4 4-bit (QLoRA)", "nf4"}},
+          "NF4 stores the frozen base in half a byte per weight (needs LoRA): 8x smaller than "
+          "fp32, small quantization error."));
   v->addWidget(g);
   auto* l = group("LoRA adapters", &f);
-  f->addRow("Rank r", binder_->intSpin("finetune.lora.r", 0, 1024,
-            "0 = off. Adapter size grows with r; the base stays frozen (no gradients, no "
-            "optimizer state)."));
+  f->addRow("Rank r",
+            binder_->intSpin(
+                "finetune.lora.r", 0, 1024,
+                "0 = off. Adapter size grows with r; the base stays frozen (no gradients, no "
+                "optimizer state)."));
   f->addRow("Alpha", binder_->doubleSpin("finetune.lora.alpha", 0.0, 1024.0, 1,
-            "Scale of the adapter update (alpha / r).", 1));
+                                         "Scale of the adapter update (alpha / r).", 1));
   f->addRow("Dropout", binder_->doubleSpin("finetune.lora.dropout", 0.0, 0.9, 2,
-            "Dropout on the adapter input.", 0.05));
+                                           "Dropout on the adapter input.", 0.05));
   auto* targets = new QWidget;
   auto* th = new QHBoxLayout(targets);
   th->setContentsMargins(0, 0, 0, 0);
   std::vector<QCheckBox*> boxes;
   for (const char* t : {"q", "k", "v", "o", "fc", "proj"}) {
     auto* cb = new QCheckBox(t);
-    cb->setToolTip("Adapt this projection. More targets: more adapter parameters, usually "
-                   "better quality.");
+    cb->setToolTip(
+        "Adapt this projection. More targets: more adapter parameters, usually "
+        "better quality.");
     cb->setProperty("loraTarget", t);
     th->addWidget(cb);
     boxes.push_back(cb);
@@ -751,31 +859,39 @@ QWidget* RunWizard::buildFinetunePage() {
       QSignalBlocker b(c);
       bool on = false;
       if (t.is_array())
-        for (const auto& x : t) on |= x.is_string() && x.get<std::string>() == c->property("loraTarget").toString().toStdString();
+        for (const auto& x : t)
+          on |= x.is_string() &&
+                x.get<std::string>() == c->property("loraTarget").toString().toStdString();
       c->setChecked(on);
     }
   });
   v->addWidget(l);
   auto* d = group("Distillation", &f);
   teacherPick_ = new QComboBox;
-  teacherPick_->setToolTip("A checkpoint from a past run. The teacher runs forward only: its "
-                           "weights cost memory, no gradients.");
+  teacherPick_->setToolTip(
+      "A checkpoint from a past run. The teacher runs forward only: its "
+      "weights cost memory, no gradients.");
   auto* teacherRow = new QHBoxLayout;
   teacherRow->addWidget(teacherPick_, 1);
   auto* tb = new QPushButton("Browse…");
   teacherRow->addWidget(tb);
   f->addRow("Teacher", teacherRow);
   connect(teacherPick_, &QComboBox::activated, this, [this](int) {
-    doc_->setValue("distill.teacher_checkpoint", teacherPick_->currentData().toString().toStdString());
+    doc_->setValue("distill.teacher_checkpoint",
+                   teacherPick_->currentData().toString().toStdString());
   });
   connect(tb, &QPushButton::clicked, this, [this] {
     const QString fn = QFileDialog::getOpenFileName(this, "Teacher checkpoint");
     if (!fn.isEmpty()) doc_->setValue("distill.teacher_checkpoint", fn.toStdString());
   });
-  f->addRow("Temperature", binder_->doubleSpin("distill.temperature", 0.1, 100.0, 2,
-            "Softens both distributions; higher passes more of the teacher's ranking.", 0.5));
-  f->addRow("KL weight α", binder_->doubleSpin("distill.alpha", 0.0, 1.0, 2,
-            "Mix of teacher KL (α) and hard-label cross-entropy (1 − α).", 0.05));
+  f->addRow("Temperature",
+            binder_->doubleSpin(
+                "distill.temperature", 0.1, 100.0, 2,
+                "Softens both distributions; higher passes more of the teacher's ranking.", 0.5));
+  f->addRow(
+      "KL weight α",
+      binder_->doubleSpin("distill.alpha", 0.0, 1.0, 2,
+                          "Mix of teacher KL (α) and hard-label cross-entropy (1 − α).", 0.05));
   auto* teacherNow = new QLabel;
   teacherNow->setObjectName("Muted");
   teacherNow->setWordWrap(true);
@@ -797,23 +913,34 @@ QWidget* RunWizard::buildProfilingPage() {
   QWidget* w = page("Profiling, evaluation and checkpoints", "", &v);
   QFormLayout* f;
   auto* g = group("Profiler", &f);
-  f->addRow("", binder_->check("profile.enabled", "Record a kernel timeline",
-            "Host ranges on CPU, CUPTI kernels on GPU. Adds a little overhead in the profiled "
-            "steps only."));
-  f->addRow("Wait steps", binder_->intSpin("profile.wait", 0, 1000000, "Steps skipped before profiling."));
-  f->addRow("Warmup steps", binder_->intSpin("profile.warmup", 0, 1000000,
-            "Traced but discarded: first-iteration effects (allocations, caches) stay out."));
-  f->addRow("Active steps", binder_->intSpin("profile.active", 1, 1000000,
-            "Steps recorded per window. More: a richer timeline, larger traces."));
+  f->addRow("",
+            binder_->check(
+                "profile.enabled", "Record a kernel timeline",
+                "Host ranges on CPU, CUPTI kernels on GPU. Adds a little overhead in the profiled "
+                "steps only."));
+  f->addRow("Wait steps",
+            binder_->intSpin("profile.wait", 0, 1000000, "Steps skipped before profiling."));
+  f->addRow("Warmup steps",
+            binder_->intSpin(
+                "profile.warmup", 0, 1000000,
+                "Traced but discarded: first-iteration effects (allocations, caches) stay out."));
+  f->addRow("Active steps",
+            binder_->intSpin("profile.active", 1, 1000000,
+                             "Steps recorded per window. More: a richer timeline, larger traces."));
   auto* repeat = binder_->intSpin("profile.repeat", 0, 1000000, "Windows (0 = until the end).");
   repeat->setSpecialValueText("until the end");
   f->addRow("Repeat", repeat);
   v->addWidget(g);
   auto* e = group("Evaluation and checkpoints", &f);
-  f->addRow("Eval every", binder_->intSpin("train.eval_every", 0, 100000000,
-            "Steps between validation passes (0 = off). Frequent evals cost time.", 10));
-  f->addRow("Checkpoint every", binder_->intSpin("train.checkpoint_every", 0, 100000000,
-            "Steps between checkpoints (0 = only at the end). Disk space and a pause per save.", 10));
+  f->addRow(
+      "Eval every",
+      binder_->intSpin("train.eval_every", 0, 100000000,
+                       "Steps between validation passes (0 = off). Frequent evals cost time.", 10));
+  f->addRow(
+      "Checkpoint every",
+      binder_->intSpin(
+          "train.checkpoint_every", 0, 100000000,
+          "Steps between checkpoints (0 = only at the end). Disk space and a pause per save.", 10));
   f->addRow("Seed", binder_->intSpin("train.seed", 0, 2147483647, "Same seed, same run."));
   v->addWidget(e);
   v->addWidget(issueLabel({"profile", "train.eval_every", "train.checkpoint_every", "train.seed"}));
@@ -860,8 +987,9 @@ QWidget* RunWizard::buildSidePanel() {
   row->addWidget(new QLabel("Device"));
   capacityPick_ = new QComboBox;
   capacityPick_->setToolTip("The device capacity the bars are compared with");
-  capacityPick_->addItem(QStringLiteral("This machine (%1)").arg(formatBytes(static_cast<double>(caps_.deviceMemory))),
-                         QVariant::fromValue<qlonglong>(caps_.deviceMemory));
+  capacityPick_->addItem(
+      QStringLiteral("This machine (%1)").arg(formatBytes(static_cast<double>(caps_.deviceMemory))),
+      QVariant::fromValue<qlonglong>(caps_.deviceMemory));
   for (int g : {8, 16, 24, 40, 80, 141})
     capacityPick_->addItem(QStringLiteral("%1 GiB GPU").arg(g),
                            QVariant::fromValue<qlonglong>(static_cast<qlonglong>(g) << 30));
@@ -902,8 +1030,8 @@ void RunWizard::onDocumentChanged() {
       const QString p = issuePath(i);
       for (const QString& s : sections)
         if (p == s || p.startsWith(s + '.') || p.startsWith(s + '[')) {
-          lines << QStringLiteral("<b>%1</b>: %2").arg(p.toHtmlEscaped(),
-                                                      QString::fromStdString(i.message).toHtmlEscaped());
+          lines << QStringLiteral("<b>%1</b>: %2")
+                       .arg(p.toHtmlEscaped(), QString::fromStdString(i.message).toHtmlEscaped());
           break;
         }
     }
@@ -914,32 +1042,37 @@ void RunWizard::onDocumentChanged() {
   launch_->setEnabled(blockers.isEmpty());
   launch_->setToolTip(blockers.isEmpty() ? "Start trainscope-engine with this configuration"
                                          : "Fix first:\n" + blockers.join('\n'));
-  blockers_->setText(blockers.isEmpty()
-                         ? QString()
-                         : QStringLiteral("Launch is disabled: %1 problem%2 — %3")
-                               .arg(blockers.size())
-                               .arg(blockers.size() == 1 ? "" : "s")
-                               .arg(blockers.first()));
+  blockers_->setText(blockers.isEmpty() ? QString()
+                                        : QStringLiteral("Launch is disabled: %1 problem%2 — %3")
+                                              .arg(blockers.size())
+                                              .arg(blockers.size() == 1 ? "" : "s")
+                                              .arg(blockers.first()));
   // Memory panel.
   const auto& est = doc_->estimate();
   const int64_t cap = capacity();
-  if (bars_) bars_->setReports(est ? std::optional(est->report) : std::nullopt, std::nullopt, cap, true);
+  if (bars_)
+    bars_->setReports(est ? std::optional(est->report) : std::nullopt, std::nullopt, cap, true);
   if (memSummary_) {
     if (est) {
       const bool fits = cap <= 0 || est->peak_device <= cap;
       QString s = QStringLiteral("<b style='color:%1'>%2</b> — peak %3 on rank 0")
                       .arg(fits ? "#0f7b3f" : "#b42318", fits ? "Fits" : "Does not fit",
                            formatBytes(static_cast<double>(est->peak_device)));
-      if (est->peak_host > 0) s += QStringLiteral(", host %1").arg(formatBytes(static_cast<double>(est->peak_host)));
-      if (est->peak_nvme > 0) s += QStringLiteral(", NVMe %1").arg(formatBytes(static_cast<double>(est->peak_nvme)));
-      s += QStringLiteral("<br><span style='color:#52606d'>%1 parameters (%2 trainable) · %3 bytes/param for model states · effective batch %4</span>")
+      if (est->peak_host > 0)
+        s += QStringLiteral(", host %1").arg(formatBytes(static_cast<double>(est->peak_host)));
+      if (est->peak_nvme > 0)
+        s += QStringLiteral(", NVMe %1").arg(formatBytes(static_cast<double>(est->peak_nvme)));
+      s += QStringLiteral(
+               "<br><span style='color:#52606d'>%1 parameters (%2 trainable) · %3 bytes/param for "
+               "model states · effective batch %4</span>")
                .arg(humanCount(static_cast<double>(est->params.total)),
                     humanCount(static_cast<double>(est->params.trainable)))
                .arg(est->bytes_per_param, 0, 'f', 1)
                .arg(est->effective_batch);
       memSummary_->setText(s);
     } else {
-      memSummary_->setText("<span style='color:#b42318'>No estimate while the configuration has problems.</span>");
+      memSummary_->setText(
+          "<span style='color:#b42318'>No estimate while the configuration has problems.</span>");
     }
   }
   // Review page.
@@ -950,7 +1083,8 @@ void RunWizard::onDocumentChanged() {
   if (reviewIssues_) {
     QStringList l;
     for (const auto& b : blockers) l << b.toHtmlEscaped();
-    reviewIssues_->setText(l.isEmpty() ? QString() : "<b>Problems (Launch is disabled):</b><br>" + l.join("<br>"));
+    reviewIssues_->setText(
+        l.isEmpty() ? QString() : "<b>Problems (Launch is disabled):</b><br>" + l.join("<br>"));
     reviewIssues_->setVisible(!l.isEmpty());
     QStringList wl;
     for (const auto& wmsg : doc_->warnings(cap)) wl << QString::fromStdString(wmsg).toHtmlEscaped();

@@ -15,8 +15,10 @@ int main(int argc, char** argv) {
   parser.addHelpOption();
   parser.addVersionOption();
   QCommandLineOption preset("preset", "Start the wizard from this config file.", "FILE");
-  QCommandLineOption db("db", "Run database (default: $TRAINSCOPE_DB, else the user data dir).", "FILE");
-  QCommandLineOption engine("engine", "trainscope-engine binary (default: found next to the app).", "FILE");
+  QCommandLineOption db("db", "Run database (default: $TRAINSCOPE_DB, else the user data dir).",
+                        "FILE");
+  QCommandLineOption engine("engine", "trainscope-engine binary (default: found next to the app).",
+                            "FILE");
   parser.addOptions({preset, db, engine});
   parser.process(app);
 

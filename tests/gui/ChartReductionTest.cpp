@@ -19,7 +19,10 @@ TEST(ChartReduction, EnvelopeKeepsASingleSpike) {
   ASSERT_LE(pts.size(), 800);
   double maxY = -1e9, minY = 1e9, xAtMax = -1;
   for (const auto& p : pts) {
-    if (p.y() > maxY) { maxY = p.y(); xAtMax = p.x(); }
+    if (p.y() > maxY) {
+      maxY = p.y();
+      xAtMax = p.x();
+    }
     minY = std::min(minY, p.y());
   }
   EXPECT_DOUBLE_EQ(maxY, 50.0);
@@ -39,7 +42,10 @@ TEST(ChartReduction, ShortSeriesPassesThroughUnchanged) {
 
 TEST(ChartReduction, EnvelopeRespectsRangeAndOrder) {
   std::vector<double> x, y;
-  for (int i = 0; i < 10000; ++i) { x.push_back(i); y.push_back(i % 7); }
+  for (int i = 0; i < 10000; ++i) {
+    x.push_back(i);
+    y.push_back(i % 7);
+  }
   const auto pts = minMaxEnvelope(x, y, 2000, 3000, 50);
   ASSERT_FALSE(pts.isEmpty());
   for (int i = 0; i < pts.size(); ++i) {

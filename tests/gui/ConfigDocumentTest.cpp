@@ -1,7 +1,7 @@
 #include <fstream>
 
-#include <QSignalSpy>
 #include <gtest/gtest.h>
+#include <QSignalSpy>
 
 #include "trainscope/core/Config.h"
 #include "trainscope/gui/ConfigDocument.h"
@@ -42,8 +42,9 @@ TEST(ConfigDocument, InvalidCombinationIsReportedWithItsPath) {
   d.setValue("parallel.ranks", 1);
   ASSERT_FALSE(d.isValid());
   bool found = false;
-  for (const auto& i : d.issues()) found |= i.path.find("zero_stage") != std::string::npos ||
-                                            i.path.find("ranks") != std::string::npos;
+  for (const auto& i : d.issues())
+    found |=
+        i.path.find("zero_stage") != std::string::npos || i.path.find("ranks") != std::string::npos;
   EXPECT_TRUE(found);
   EXPECT_FALSE(d.estimate().has_value());
   d.setValue("parallel.ranks", 2);

@@ -1,17 +1,17 @@
 // End to end: the GUI's engine client starts the real trainscope-engine on the default preset,
 // receives step events, the dashboard's charts hold points, and the run is in the database
 // as finished.
+#include <gtest/gtest.h>
 #include <QDir>
 #include <QElapsedTimer>
 #include <QFileInfo>
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QTest>
-#include <gtest/gtest.h>
 
+#include "ChartView.h"
 #include "MainWindow.h"
 #include "RunDashboard.h"
-#include "ChartView.h"
 #include "trainscope/core/RunStore.h"
 #include "trainscope/gui/EngineClient.h"
 #include "trainscope/gui/PresetLibrary.h"
@@ -60,18 +60,22 @@ TEST(EngineE2e, DefaultPresetRunsToCompletion) {
   ASSERT_NE(d, nullptr) << win.lastError().toStdString();
   LiveRun* run = d->run();
   bool shot = false;
-  ASSERT_TRUE(waitFor([&] {
-    if (!shot && run->lastStep() >= 10) {  // mid-run picture for the README
-      d->refresh();
-      QString dir = qEnvironmentVariable("TRAINSCOPE_SCREENSHOT_DIR");
-      if (dir.isEmpty()) dir = TRAINSCOPE_SCREENSHOT_DEFAULT;
-      QDir().mkpath(dir);
-      win.grab().save(QDir(dir).filePath("dashboard-e2e.png"));
-      shot = true;
-    }
-    return !run->isActive();
-  }, 240000)) << "the run did not finish in time; last step " << run->lastStep();
-  for (const auto& l : run->log()) std::cerr << l.level.toStdString() << ": " << l.text.toStdString() << "\n";
+  ASSERT_TRUE(waitFor(
+      [&] {
+        if (!shot && run->lastStep() >= 10) {  // mid-run picture for the README
+          d->refresh();
+          QString dir = qEnvironmentVariable("TRAINSCOPE_SCREENSHOT_DIR");
+          if (dir.isEmpty()) dir = TRAINSCOPE_SCREENSHOT_DEFAULT;
+          QDir().mkpath(dir);
+          win.grab().save(QDir(dir).filePath("dashboard-e2e.png"));
+          shot = true;
+        }
+        return !run->isActive();
+      },
+      240000))
+      << "the run did not finish in time; last step " << run->lastStep();
+  for (const auto& l : run->log())
+    std::cerr << l.level.toStdString() << ": " << l.text.toStdString() << "\n";
   EXPECT_EQ(run->state(), RunState::Completed) << run->finishReason().toStdString();
   EXPECT_EQ(run->lastStep(), 20);
   EXPECT_GE(run->loss().size(), 10u);

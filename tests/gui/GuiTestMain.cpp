@@ -1,7 +1,7 @@
 // GoogleTest main with a QApplication (widgets need one); offscreen unless told otherwise.
+#include <gtest/gtest.h>
 #include <QApplication>
 #include <QFile>
-#include <gtest/gtest.h>
 
 #include "AppStyle.h"
 

@@ -1,5 +1,5 @@
-#include <QCoreApplication>
 #include <gtest/gtest.h>
+#include <QCoreApplication>
 
 #include "trainscope/core/Protocol.h"
 #include "trainscope/gui/EngineClient.h"
@@ -33,7 +33,8 @@ TEST(LiveRun, EventsFromTheStreamFillTheModel) {
   rep.ranks.resize(1);
   rep.ranks[0].at(core::MemoryTier::Device, core::MemoryCategory::Parameters) = {1000, 1200};
   stream += QByteArray::fromStdString(enc.encode(core::EventType::Memory, core::toJson(rep)));
-  stream += QByteArray::fromStdString(enc.encode(core::EventType::Eval, {{"step", 10}, {"loss", 4.2}}));
+  stream +=
+      QByteArray::fromStdString(enc.encode(core::EventType::Eval, {{"step", 10}, {"loss", 4.2}}));
   // Deliver in awkward chunks: lines split across reads must still decode.
   for (int i = 0; i < stream.size(); i += 37) client.feed(stream.mid(i, 37));
 
@@ -44,7 +45,9 @@ TEST(LiveRun, EventsFromTheStreamFillTheModel) {
   EXPECT_DOUBLE_EQ(run.loss().lastY(), 4.0);
   EXPECT_EQ(run.evalLoss().size(), 1u);
   ASSERT_TRUE(run.measured().has_value());
-  EXPECT_EQ(run.measured()->ranks[0].at(core::MemoryTier::Device, core::MemoryCategory::Parameters).peak, 1200);
+  EXPECT_EQ(
+      run.measured()->ranks[0].at(core::MemoryTier::Device, core::MemoryCategory::Parameters).peak,
+      1200);
   ASSERT_EQ(run.memoryOverTime().size(), 1u);
   EXPECT_DOUBLE_EQ(run.memoryOverTime()[0].lastY(), 1000.0);
   EXPECT_NEAR(run.progress(), 0.10, 1e-12);
@@ -106,12 +109,13 @@ TEST(EngineClient, MissingEngineFailsFastWithAClearMessage) {
 TEST(EngineClient, SeveralRanksUseMpirun) {
   LaunchOptions o;
   o.dbPath = "/tmp/x.db";
-  auto [prog, args] = EngineClient::commandLine("/e/trainscope-engine", "/usr/bin/mpirun", 4,
-                                                "/r/run.json", o);
+  auto [prog, args] =
+      EngineClient::commandLine("/e/trainscope-engine", "/usr/bin/mpirun", 4, "/r/run.json", o);
   EXPECT_EQ(prog, "/usr/bin/mpirun");
   EXPECT_EQ(args.mid(0, 2), QStringList({"-np", "4"}));
   EXPECT_TRUE(args.contains("/e/trainscope-engine"));
-  EXPECT_EQ(args.mid(args.indexOf("run"), 4), QStringList({"run", "/r/run.json", "--db", "/tmp/x.db"}));
+  EXPECT_EQ(args.mid(args.indexOf("run"), 4),
+            QStringList({"run", "/r/run.json", "--db", "/tmp/x.db"}));
   auto [p1, a1] = EngineClient::commandLine("/e/trainscope-engine", "", 1, "/r/run.json", {});
   EXPECT_EQ(p1, "/e/trainscope-engine");
   EXPECT_EQ(a1, QStringList({"run", "/r/run.json"}));

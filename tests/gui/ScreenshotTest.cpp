@@ -4,11 +4,11 @@
 #include <cmath>
 #include <random>
 
+#include <gtest/gtest.h>
 #include <QDir>
 #include <QImage>
 #include <QTemporaryDir>
 #include <QTest>
-#include <gtest/gtest.h>
 
 #include "ChartView.h"
 #include "MainWindow.h"
@@ -50,12 +50,14 @@ void feedMidRun(EngineClient& client, const nlohmann::json& config, int steps, i
   std::mt19937 rng(7);
   std::normal_distribution<double> noise(0.0, 1.0);
   QByteArray s;
-  s += QByteArray::fromStdString(enc.encode(core::EventType::Hello,
-      {{"protocol", core::kProtocolVersion}, {"backend", "cpu"}, {"ranks", 1}}));
+  s += QByteArray::fromStdString(
+      enc.encode(core::EventType::Hello,
+                 {{"protocol", core::kProtocolVersion}, {"backend", "cpu"}, {"ranks", 1}}));
   s += QByteArray::fromStdString(enc.encode(core::EventType::Config, {{"config", config}}));
   auto parsed = core::parseConfigJson(config);
   if (parsed.ok())
-    s += QByteArray::fromStdString(enc.encode(core::EventType::MemoryPlan, core::memoryPlanJson(*parsed.config)));
+    s += QByteArray::fromStdString(
+        enc.encode(core::EventType::MemoryPlan, core::memoryPlanJson(*parsed.config)));
   for (int i = 1; i <= steps; ++i) {
     core::StepEvent e;
     e.step = i;
@@ -66,8 +68,8 @@ void feedMidRun(EngineClient& client, const nlohmann::json& config, int steps, i
     e.step_ms = 110;
     s += QByteArray::fromStdString(enc.encode(core::EventType::Step, core::toJson(e)));
     if (i % 50 == 0)
-      s += QByteArray::fromStdString(enc.encode(core::EventType::Eval,
-          {{"step", i}, {"loss", 0.42 + 2.3 * std::exp(-i / 65.0)}}));
+      s += QByteArray::fromStdString(enc.encode(
+          core::EventType::Eval, {{"step", i}, {"loss", 0.42 + 2.3 * std::exp(-i / 65.0)}}));
     if (i % 10 == 0 && parsed.ok()) {
       // Measured: the plan, with activations that breathe a little.
       auto rep = core::predictMemoryReport(*parsed.config);
@@ -81,8 +83,9 @@ void feedMidRun(EngineClient& client, const nlohmann::json& config, int steps, i
       s += QByteArray::fromStdString(enc.encode(core::EventType::Memory, j));
     }
     if (i == 100)
-      s += QByteArray::fromStdString(enc.encode(core::EventType::Log,
-          {{"level", "info"}, {"message", "step 100: eval loss 0.88, 9.1 K tokens/s"}}));
+      s += QByteArray::fromStdString(
+          enc.encode(core::EventType::Log,
+                     {{"level", "info"}, {"message", "step 100: eval loss 0.88, 9.1 K tokens/s"}}));
   }
   client.feed(s);
 }

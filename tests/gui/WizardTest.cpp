@@ -2,6 +2,7 @@
 // page, change options through the widgets, and check the document Launch would send.
 #include <fstream>
 
+#include <gtest/gtest.h>
 #include <QComboBox>
 #include <QListWidget>
 #include <QPushButton>
@@ -9,7 +10,6 @@
 #include <QSpinBox>
 #include <QTemporaryDir>
 #include <QTest>
-#include <gtest/gtest.h>
 
 #include "MainWindow.h"
 #include "RunWizard.h"
@@ -70,7 +70,9 @@ struct WizardTest : ::testing::Test {
 
 }  // namespace
 
-TEST_F(WizardTest, WindowIsTitledTrainscope) { EXPECT_EQ(win->windowTitle(), "Trainscope"); }
+TEST_F(WizardTest, WindowIsTitledTrainscope) {
+  EXPECT_EQ(win->windowTitle(), "Trainscope");
+}
 
 TEST_F(WizardTest, DefaultPresetToLaunch) {
   RunWizard* wiz = win->wizard();

@@ -51,7 +51,9 @@ int64_t hostMemoryBytes() {
   return pages > 0 && size > 0 ? static_cast<int64_t>(pages) * size : 0;
 }
 
-static QString gib(int64_t b) { return QString::number(b / double(int64_t{1} << 30), 'f', 1) + " GiB"; }
+static QString gib(int64_t b) {
+  return QString::number(b / double(int64_t{1} << 30), 'f', 1) + " GiB";
+}
 
 CapabilitySummary summarizeCapabilities(const nlohmann::json& caps) {
   CapabilitySummary s;
@@ -60,19 +62,23 @@ CapabilitySummary summarizeCapabilities(const nlohmann::json& caps) {
   s.known = true;
   QStringList parts;
   // CPU: features and threads, wherever the engine puts them.
-  const nlohmann::json cpu = caps.contains("cpu") && caps["cpu"].is_object() ? caps["cpu"]
-                                                                              : nlohmann::json::object();
+  const nlohmann::json cpu =
+      caps.contains("cpu") && caps["cpu"].is_object() ? caps["cpu"] : nlohmann::json::object();
   QStringList feats;
   auto addFeatures = [&](const nlohmann::json& f) {
     if (f.is_array()) {
-      for (const auto& x : f) if (x.is_string()) feats << QString::fromStdString(x.get<std::string>()).toUpper();
+      for (const auto& x : f)
+        if (x.is_string()) feats << QString::fromStdString(x.get<std::string>()).toUpper();
     } else if (f.is_object()) {
       for (auto it = f.begin(); it != f.end(); ++it)
-        if (it.value().is_boolean() && it.value().get<bool>()) feats << QString::fromStdString(it.key()).toUpper();
+        if (it.value().is_boolean() && it.value().get<bool>())
+          feats << QString::fromStdString(it.key()).toUpper();
     }
   };
-  if (cpu.contains("features")) addFeatures(cpu["features"]);
-  else if (caps.contains("cpu_features")) addFeatures(caps["cpu_features"]);
+  if (cpu.contains("features"))
+    addFeatures(cpu["features"]);
+  else if (caps.contains("cpu_features"))
+    addFeatures(caps["cpu_features"]);
   QString cpuText = "CPU";
   if (!feats.isEmpty()) cpuText += " (" + feats.join(", ") + ")";
   int threads = cpu.value("threads", cpu.value("cores", 0));
@@ -120,8 +126,9 @@ CapabilityProbe::CapabilityProbe(QObject* parent) : QObject(parent) {
       summary_ = summarizeCapabilities(nlohmann::json::parse(out.toStdString()));
     } catch (const std::exception&) {
       summary_ = {};
-      summary_.text = code == 0 ? "engine capabilities unreadable"
-                                : QStringLiteral("engine capabilities unavailable (exit %1)").arg(code);
+      summary_.text = code == 0
+                          ? "engine capabilities unreadable"
+                          : QStringLiteral("engine capabilities unavailable (exit %1)").arg(code);
       summary_.deviceMemory = hostMemoryBytes();
     }
     emit ready(summary_);

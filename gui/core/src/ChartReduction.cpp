@@ -15,7 +15,10 @@ QVector<QPointF> envelope(size_t n, X xAt, Lo loAt, Hi hiAt, double x0, double x
   size_t lo = 0, hi = n;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
-    if (xAt(mid) < x0) lo = mid + 1; else hi = mid;
+    if (xAt(mid) < x0)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   const size_t begin = lo;
   if (begin >= n) return out;
@@ -31,8 +34,14 @@ QVector<QPointF> envelope(size_t n, X xAt, Lo loAt, Hi hiAt, double x0, double x
     while (j + 1 < n && xAt(j + 1) <= x1 &&
            std::min(pixels - 1, static_cast<int>((xAt(j + 1) - x0) / width * pixels)) == col) {
       ++j;
-      if (loAt(j) < vMin) { vMin = loAt(j); iMin = j; }
-      if (hiAt(j) > vMax) { vMax = hiAt(j); iMax = j; }
+      if (loAt(j) < vMin) {
+        vMin = loAt(j);
+        iMin = j;
+      }
+      if (hiAt(j) > vMax) {
+        vMax = hiAt(j);
+        iMax = j;
+      }
     }
     if (i == j && loAt(i) == hiAt(i)) {
       out.append(QPointF(xAt(i), loAt(i)));

@@ -109,16 +109,19 @@ int64_t ConfigDocument::effectiveBatch() const {
 
 bool ConfigDocument::looksLikeDeepSpeed(const nlohmann::json& j) {
   if (!j.is_object()) return false;
-  static const char* keys[] = {"train_batch_size", "train_micro_batch_size_per_gpu",
-                               "gradient_accumulation_steps", "zero_optimization", "bf16", "fp16",
-                               "optimizer", "scheduler"};
-  return std::any_of(std::begin(keys), std::end(keys), [&](const char* k) {
-    return j.contains(k) && !j.contains("model");
-  });
+  static const char* keys[] = {"train_batch_size",
+                               "train_micro_batch_size_per_gpu",
+                               "gradient_accumulation_steps",
+                               "zero_optimization",
+                               "bf16",
+                               "fp16",
+                               "optimizer",
+                               "scheduler"};
+  return std::any_of(std::begin(keys), std::end(keys),
+                     [&](const char* k) { return j.contains(k) && !j.contains("model"); });
 }
 
-nlohmann::json ConfigDocument::fromDeepSpeed(const nlohmann::json& ds,
-                                             const nlohmann::json& base) {
+nlohmann::json ConfigDocument::fromDeepSpeed(const nlohmann::json& ds, const nlohmann::json& base) {
   nlohmann::json d = base.is_object() ? base : nlohmann::json::object();
   auto getInt = [&](const nlohmann::json& o, const char* k) -> std::optional<int64_t> {
     if (o.contains(k) && o[k].is_number_integer()) return o[k].get<int64_t>();
@@ -135,13 +138,15 @@ nlohmann::json ConfigDocument::fromDeepSpeed(const nlohmann::json& ds,
   if (enabled("fp16")) {
     d["precision"]["policy"] = "fp16";
     const auto& f = ds["fp16"];
-    if (f.contains("loss_scale") && f["loss_scale"].is_number() && f["loss_scale"].get<double>() > 0) {
+    if (f.contains("loss_scale") && f["loss_scale"].is_number() &&
+        f["loss_scale"].get<double>() > 0) {
       d["precision"]["loss_scale"]["mode"] = "static";
       d["precision"]["loss_scale"]["static_scale"] = f["loss_scale"];
     }
     if (auto p = getInt(f, "initial_scale_power"))
       d["precision"]["loss_scale"]["init"] = static_cast<double>(int64_t{1} << *p);
-    if (auto w = getInt(f, "loss_scale_window")) d["precision"]["loss_scale"]["growth_interval"] = *w;
+    if (auto w = getInt(f, "loss_scale_window"))
+      d["precision"]["loss_scale"]["growth_interval"] = *w;
   }
   if (ds.contains("zero_optimization") && ds["zero_optimization"].is_object()) {
     const auto& z = ds["zero_optimization"];

@@ -1,7 +1,7 @@
 #include "trainscope/gui/EngineClient.h"
 
-#include <csignal>
 #include <unistd.h>
+#include <csignal>
 
 #include <QCoreApplication>
 #include <QDir>
@@ -16,10 +16,10 @@ namespace ts::gui {
 QString EngineLocator::findEngine() {
   const QString env = qEnvironmentVariable("TRAINSCOPE_ENGINE");
   if (!env.isEmpty()) return QFileInfo(env).isExecutable() ? env : QString();
-  const QString appDir = QCoreApplication::instance() ? QCoreApplication::applicationDirPath()
-                                                      : QDir::currentPath();
-  for (const QString& rel : {"../engine/trainscope-engine", "trainscope-engine",
-                             "../../engine/trainscope-engine"}) {
+  const QString appDir =
+      QCoreApplication::instance() ? QCoreApplication::applicationDirPath() : QDir::currentPath();
+  for (const QString& rel :
+       {"../engine/trainscope-engine", "trainscope-engine", "../../engine/trainscope-engine"}) {
     const QFileInfo fi(QDir(appDir).filePath(rel));
     if (fi.isFile() && fi.isExecutable()) return fi.canonicalFilePath();
   }
@@ -70,8 +70,8 @@ std::pair<QString, QStringList> EngineClient::commandLine(const QString& engine,
 
 bool EngineClient::start(const nlohmann::json& config, const LaunchOptions& options) {
   error_.clear();
-  const QString engine = options.enginePath.isEmpty() ? EngineLocator::findEngine()
-                                                      : options.enginePath;
+  const QString engine =
+      options.enginePath.isEmpty() ? EngineLocator::findEngine() : options.enginePath;
   if (engine.isEmpty() || !QFileInfo(engine).isExecutable()) {
     error_ = QStringLiteral(
                  "The training engine (trainscope-engine) was not found%1.\n\nBuild it with "
@@ -111,7 +111,8 @@ bool EngineClient::start(const nlohmann::json& config, const LaunchOptions& opti
   configPath_ = QDir(dir).filePath("run.json");
   QFile f(configPath_);
   if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate)) {
-    error_ = QStringLiteral("Cannot write the run config to %1: %2").arg(configPath_, f.errorString());
+    error_ =
+        QStringLiteral("Cannot write the run config to %1: %2").arg(configPath_, f.errorString());
     run_->setState(RunState::Failed, error_);
     emit startFailed(error_);
     return false;
@@ -143,7 +144,8 @@ bool EngineClient::start(const nlohmann::json& config, const LaunchOptions& opti
   connect(process_, &QProcess::finished, this, &EngineClient::onFinished);
   connect(process_, &QProcess::errorOccurred, this, [this](QProcess::ProcessError err) {
     if (err != QProcess::FailedToStart) return;
-    error_ = QStringLiteral("Could not start %1: %2").arg(process_->program(), process_->errorString());
+    error_ =
+        QStringLiteral("Could not start %1: %2").arg(process_->program(), process_->errorString());
     run_->setState(RunState::Failed, error_);
     emit startFailed(error_);
   });

@@ -6,13 +6,20 @@ namespace ts::gui {
 
 QString toString(RunState s) {
   switch (s) {
-    case RunState::Starting: return QStringLiteral("starting");
-    case RunState::Running: return QStringLiteral("running");
-    case RunState::Paused: return QStringLiteral("paused");
-    case RunState::Completed: return QStringLiteral("completed");
-    case RunState::Stopped: return QStringLiteral("stopped");
-    case RunState::Failed: return QStringLiteral("failed");
-    case RunState::Detached: return QStringLiteral("running (followed from the database)");
+    case RunState::Starting:
+      return QStringLiteral("starting");
+    case RunState::Running:
+      return QStringLiteral("running");
+    case RunState::Paused:
+      return QStringLiteral("paused");
+    case RunState::Completed:
+      return QStringLiteral("completed");
+    case RunState::Stopped:
+      return QStringLiteral("stopped");
+    case RunState::Failed:
+      return QStringLiteral("failed");
+    case RunState::Detached:
+      return QStringLiteral("running (followed from the database)");
   }
   return {};
 }
@@ -108,8 +115,8 @@ void LiveRun::apply(const core::Event& e) {
         break;
       case EventType::Memory: {
         measured_ = core::memoryReportFromJson(e.body);
-        if (memTime_.size() < measured_->ranks.size()) memTime_.resize(measured_->ranks.size(),
-                                                                        SeriesBuffer(1 << 16));
+        if (memTime_.size() < measured_->ranks.size())
+          memTime_.resize(measured_->ranks.size(), SeriesBuffer(1 << 16));
         for (size_t r = 0; r < measured_->ranks.size(); ++r) {
           int64_t total = 0;
           for (const auto& entry : measured_->ranks[r].tiers[0]) total += entry.current;

@@ -36,8 +36,10 @@ std::vector<Preset> PresetLibrary::builtIn(const QString& dir) {
   const auto files = QDir(dir).entryList({"*.json"}, QDir::Files, QDir::Name);
   for (const QString& name : files) {
     if (auto p = load(QDir(dir).filePath(name))) {
-      if (p->id == "default") out.insert(out.begin(), std::move(*p));
-      else out.push_back(std::move(*p));
+      if (p->id == "default")
+        out.insert(out.begin(), std::move(*p));
+      else
+        out.push_back(std::move(*p));
     }
   }
   return out;

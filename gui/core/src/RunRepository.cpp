@@ -64,7 +64,9 @@ RunRepository::MemoryState RunRepository::memory(int64_t id, QString* error) con
   auto rows = guarded(error, [&] { return store->memorySamples(id, true); });
   // Keep the latest sample seq for measured and for planned; build reports from those rows.
   int64_t lastMeasured = -1, lastPlanned = -1;
-  for (const auto& r : rows) (r.planned ? lastPlanned : lastMeasured) = std::max(r.planned ? lastPlanned : lastMeasured, r.seq);
+  for (const auto& r : rows)
+    (r.planned ? lastPlanned : lastMeasured) =
+        std::max(r.planned ? lastPlanned : lastMeasured, r.seq);
   auto build = [&](bool planned, int64_t seq) -> std::optional<core::MemoryReport> {
     if (seq < 0) return std::nullopt;
     std::map<int, core::RankMemory> ranks;
@@ -92,7 +94,8 @@ std::vector<RunRepository::CheckpointRef> RunRepository::checkpoints(QString* er
   if (!store) return out;
   guarded(error, [&] {
     for (const auto& run : store->listRuns()) {
-      for (const auto& c : store->checkpoints(run.id)) out.push_back({run.id, run.name, c.step, c.path});
+      for (const auto& c : store->checkpoints(run.id))
+        out.push_back({run.id, run.name, c.step, c.path});
     }
     return 0;
   });
@@ -107,8 +110,7 @@ struct DatabaseFollower::Delta {
   QString error;
 };
 
-DatabaseFollower::DatabaseFollower(RunRepository repo, int64_t runId, LiveRun* run,
-                                   QObject* parent)
+DatabaseFollower::DatabaseFollower(RunRepository repo, int64_t runId, LiveRun* run, QObject* parent)
     : QObject(parent), repo_(std::move(repo)), runId_(runId), run_(run) {
   run_->setRunId(runId);
   timer_.setInterval(1000);

@@ -4,7 +4,8 @@
 
 namespace ts::gui {
 
-SeriesBuffer::SeriesBuffer(size_t capacity) : capacity_(std::max<size_t>(capacity, 16) & ~size_t{1}) {}
+SeriesBuffer::SeriesBuffer(size_t capacity)
+    : capacity_(std::max<size_t>(capacity, 16) & ~size_t{1}) {}
 
 void SeriesBuffer::clear() {
   x_.clear();

@@ -14,7 +14,7 @@ namespace ts::gui {
 
 struct CapabilitySummary {
   bool known = false;
-  QString text;              // one line for the status bar ("CPU (AVX2, 2 threads) · no GPU")
+  QString text;  // one line for the status bar ("CPU (AVX2, 2 threads) · no GPU")
   bool cudaAvailable = false;
   int64_t deviceMemory = 0;  // bytes of the first device (GPU memory, else host RAM)
   nlohmann::json raw;

@@ -24,10 +24,10 @@ struct EngineLocator {
 };
 
 struct LaunchOptions {
-  QString enginePath;   // empty = EngineLocator::findEngine()
-  QString mpirunPath;   // empty = EngineLocator::findMpirun() (only used when ranks > 1)
-  QString dbPath;       // passed as --db when set
-  QString runDir;       // where run.json is written (and --run-dir); empty = a temp dir
+  QString enginePath;     // empty = EngineLocator::findEngine()
+  QString mpirunPath;     // empty = EngineLocator::findMpirun() (only used when ranks > 1)
+  QString dbPath;         // passed as --db when set
+  QString runDir;         // where run.json is written (and --run-dir); empty = a temp dir
   QStringList extraArgs;  // e.g. {"--set", "train.steps=20"}
 };
 

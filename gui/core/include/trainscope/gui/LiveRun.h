@@ -41,7 +41,10 @@ class LiveRun : public QObject {
   void setState(RunState s, const QString& reason = {});
   void setTotalSteps(int64_t steps) { totalSteps_ = steps; }
   void setRunId(int64_t id) { runId_ = id; }
-  void setPredicted(const core::MemoryReport& r) { predicted_ = r; dirty_ = true; }
+  void setPredicted(const core::MemoryReport& r) {
+    predicted_ = r;
+    dirty_ = true;
+  }
 
   // Smoothing weight for the EMA of the training loss (recomputed over the stored curve).
   void setSmoothing(double weight);
