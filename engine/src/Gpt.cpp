@@ -257,7 +257,8 @@ void Gpt::quantizeRows(Tensor& q, Tensor& scale, const float* x, int64_t rows, i
     sd[i] = s;
     const float inv = s > 0.f ? 1.f / s : 0.f;
     for (int64_t j = 0; j < cols; ++j)
-      qd[i * cols + j] = static_cast<int8_t>(std::clamp(std::nearbyint(xr[j] * inv), -127.f, 127.f));
+      qd[i * cols + j] =
+          static_cast<int8_t>(std::clamp(std::nearbyint(xr[j] * inv), -127.f, 127.f));
   }
   if (count) {
     stats_.rawBytes += 4 * rows * cols;
@@ -398,8 +399,7 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   };
   {
     ScopedRange r("embedding_fwd", SpanCategory::Elementwise);
-    backend_->embeddingForward(inputOf(0), acts_.tokens.i32(), param(*wte_), param(*wpe_), B, T,
-                               C);
+    backend_->embeddingForward(inputOf(0), acts_.tokens.i32(), param(*wte_), param(*wpe_), B, T, C);
   }
   for (int l = 0; l < L; ++l) {
     auto& a = acts_.blocks[k == 0 ? l : l % k];
@@ -484,11 +484,11 @@ void Gpt::blockBackward(int l, BlockActivations& a, const float* in) {
   {
     ScopedRange r("attention_bwd", SpanCategory::Attention, 8.0 * B * T * T * C);
     if (config_.flash)
-      backend_->flashAttentionBackward(ws_.dqkv.f32(), dtmp, attOut, a.att.f32(), a.qkv.f32(), B,
-                                       T, C, NH);
+      backend_->flashAttentionBackward(ws_.dqkv.f32(), dtmp, attOut, a.att.f32(), a.qkv.f32(), B, T,
+                                       C, NH);
     else
-      backend_->attentionBackward(ws_.dqkv.f32(), ws_.datt.f32(), dtmp, a.qkv.f32(), a.att.f32(),
-                                  B, T, C, NH);
+      backend_->attentionBackward(ws_.dqkv.f32(), ws_.datt.f32(), dtmp, a.qkv.f32(), a.att.f32(), B,
+                                  T, C, NH);
   }
   const float* ln1 = q8 ? ws_.dfc.f32() : a.ln1.f32();
   if (q8) dequantizeRows(ws_.dfc.f32(), a.ln1Q, a.ln1Scale, N, C);

@@ -199,29 +199,37 @@ ActBytes engineActivations(const Shape& s, int64_t B, const RunConfig& cfg, doub
   const std::string comp = lower(cfg.memory.activation_compression);
   const bool relu = lower(cfg.model.activation) == "relu";
   const double att = flash ? B * NH * T * 4.0 : B * NH * T * T * ab;
-  // A tensor of `rows` x `cols` as it is saved: int8 keeps one byte per value + an fp32 scale
-  // per row; sparse keeps ReLU outputs as a bitmap + the nonzeros (assumed half).
-  auto saved = [&](double rows, double cols, bool reluOut) {
-    if (comp == "int8") return rows * cols + rows * 4.0;
-    if (comp == "sparse" && reluOut) return rows * cols / 8.0 + 0.5 * rows * cols * ab;
-    return rows * cols * ab;
-  };
-  const double stats = 2 * 2 * BT * 4.0;  // mean + rstd of ln_1 and ln_2
-  const double blockFull = BT * C * ab /*input*/ + saved(BT, C, false) /*ln1*/ +
-                           saved(BT, 3 * C, false) + att + saved(BT, C, false) /*attOut*/ +
-                           BT * C * ab /*resid2*/ + saved(BT, C, false) /*ln2*/ +
-                           saved(BT, F, false) /*fcPre*/ + saved(BT, F, relu) /*fcAct*/ + stats;
-  const double blockInput = BT * C * ab;
+  // docs/memory.md "Activation checkpointing and compression". int8 stores the four matmul
+  // inputs (ln_1, attention output, ln_2, MLP activation) as 1 byte per value + one fp32 scale
+  // per row; sparse stores the ReLU output as a bitmap + its nonzeros, ASSUMED 50% here (the
+  // engine measures the real count; the memory event reports it).
+  const bool int8 = comp == "int8";
+  const bool sparse = comp == "sparse" && relu;
+  const double NC = BT * C, NF = BT * F;  // F = 4C in the engine
+  double blockFull =
+      (5 * NC + NF) * ab /*input, qkv, resid2, fcPre*/ + 4 * BT * 4.0 /*LN stats*/ + att;
+  if (int8) {
+    blockFull += 3 * NC + NF /*int8 values*/ + 4 * BT * 4.0 /*row scales*/;
+  } else {
+    blockFull += 3 * NC * ab /*ln1, attOut, ln2*/;
+    blockFull += sparse ? std::ceil(NF / 8.0) + 0.5 * NF * ab /*assumed 50% nonzero*/
+                        : NF * ab /*fcAct*/;
+  }
+  const double blockInput = NC * ab;
   const std::string ck = lower(cfg.memory.checkpointing);
   double blocks = 0;
+  int64_t k = 0;
   if (ck == "all") {
-    blocks = s.L * blockInput + blockFull;  // inputs kept, one block recomputed at a time
+    k = 1;
   } else if (ck == "every_k") {
-    int64_t k = cfg.memory.checkpoint_every > 0
-                    ? cfg.memory.checkpoint_every
-                    : std::max<int64_t>(1, std::llround(std::sqrt(static_cast<double>(s.L))));
+    k = cfg.memory.checkpoint_every > 0
+            ? cfg.memory.checkpoint_every
+            : std::max<int64_t>(1, std::llround(std::sqrt(static_cast<double>(s.L))));
     k = std::min<int64_t>(k, std::max<int64_t>(1, s.L));
-    blocks = ceilDiv(s.L, k) * blockInput + k * blockFull;  // Chen et al. segments
+  }
+  if (k > 0) {
+    // One input per segment of k blocks + k scratch block sets (the first without an input).
+    blocks = ceilDiv(s.L, k) * blockInput + k * blockFull - blockInput;
   } else {
     blocks = s.L * blockFull;
   }

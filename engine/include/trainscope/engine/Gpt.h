@@ -91,12 +91,12 @@ struct Activations {
   // no `input`: it is the segment's checkpoint), shared by all segments.
   std::vector<BlockActivations> blocks;
   std::vector<Tensor> checkpoints;  // (B,T,C) input of blocks 0, k, 2k, ... (checkpointing only)
-  Tensor residOut;  // (B,T,C) output of the last block
-  Tensor lnf;       // (B,T,C)
-  Tensor lnfMean;   // (B,T)
-  Tensor lnfRstd;   // (B,T)
-  Tensor logits;    // (B,T,V); after a loss forward it holds dlogits
-  Tensor losses;    // (B,T)
+  Tensor residOut;                  // (B,T,C) output of the last block
+  Tensor lnf;                       // (B,T,C)
+  Tensor lnfMean;                   // (B,T)
+  Tensor lnfRstd;                   // (B,T)
+  Tensor logits;                    // (B,T,V); after a loss forward it holds dlogits
+  Tensor losses;                    // (B,T)
 };
 
 // Backward scratch (category workspace), reused by every block.
