@@ -92,12 +92,14 @@ std::vector<core::RunConfig> techniqueGrid() {
       c.memory.checkpointing = ck;
       c.memory.checkpoint_every = 0;
       c.memory.activation_compression = comp;
+      if (std::string(comp) == "sparse") c.model.activation = "relu";  // keeps relu's zeros
       out.push_back(c);
       ++k;
     }
   for (const char* comp : compression) {
     core::RunConfig c = base[(k * 5) % base.size()];
     c.memory.activation_compression = comp;
+    if (std::string(comp) == "sparse") c.model.activation = "relu";
     out.push_back(c);
     ++k;
   }
