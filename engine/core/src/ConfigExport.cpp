@@ -156,7 +156,9 @@ HuggingFaceExport toHuggingFace(const RunConfig& c, const std::string& deepspeed
   a["gradient_accumulation_steps"] = c.train.grad_accum;
   a["gradient_checkpointing"] = c.memory.checkpointing != "none";
   if (c.memory.checkpointing == "every_k") {
-    e.notes.push_back("checkpointing every k blocks: Trainer checkpoints every block");
+    e.notes.push_back(
+        "memory.checkpointing every_k: HF gradient_checkpointing has no every-k option; it "
+        "recomputes every block");
   }
   if (c.memory.activation_compression != "none") {
     e.notes.push_back("activation compression has no Trainer equivalent");
