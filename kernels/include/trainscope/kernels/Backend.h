@@ -16,16 +16,29 @@ const char* dtypeName(DType d);
 int dtypeBits(DType d);
 
 enum class Op {
-  Matmul, MatmulBF16, LayerNorm, Gelu, Relu, Attention, FlashAttention, CrossEntropy,
-  Embedding, Residual, AdamW, SgdMomentum, GradNorm, Scale, Convert
+  Matmul,
+  MatmulBF16,
+  LayerNorm,
+  Gelu,
+  Relu,
+  Attention,
+  FlashAttention,
+  CrossEntropy,
+  Embedding,
+  Residual,
+  AdamW,
+  SgdMomentum,
+  GradNorm,
+  Scale,
+  Convert
 };
 
 enum class DeviceKind { Cpu, Cuda };
 
 struct DeviceInfo {
   DeviceKind kind = DeviceKind::Cpu;
-  std::string name;            // "AMD EPYC ...", "NVIDIA H200"
-  int64_t memory_bytes = 0;    // total memory of the device
+  std::string name;                   // "AMD EPYC ...", "NVIDIA H200"
+  int64_t memory_bytes = 0;           // total memory of the device
   std::vector<std::string> features;  // "avx2", "avx512f", "amx_bf16", "sm_90", ...
 };
 
@@ -48,8 +61,8 @@ class Backend {
 
   // C[M,N] = alpha * op(A) * op(B) + beta * C. op(A) is MxK, op(B) is KxN; with transA, A is
   // stored KxM; with transB, B is stored NxK. Row-major, tightly packed.
-  virtual void matmul(float* C, const float* A, const float* B, int M, int N, int K,
-                      bool transA, bool transB, float alpha, float beta) = 0;
+  virtual void matmul(float* C, const float* A, const float* B, int M, int N, int K, bool transA,
+                      bool transB, float alpha, float beta) = 0;
 
   // LayerNorm over the last dim C for N rows. mean/rstd (N each) are saved for backward.
   virtual void layernormForward(float* out, float* mean, float* rstd, const float* inp,
@@ -75,8 +88,8 @@ class Backend {
                                  const float* att, int B, int T, int C, int NH) = 0;
 
   // Flash attention: lse (B, NH, T) is the only thing saved. Backward recomputes P.
-  virtual void flashAttentionForward(float* out, float* lse, const float* qkv, int B, int T,
-                                     int C, int NH) = 0;
+  virtual void flashAttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C,
+                                     int NH) = 0;
   virtual void flashAttentionBackward(float* dqkv, const float* dout, const float* out,
                                       const float* lse, const float* qkv, int B, int T, int C,
                                       int NH) = 0;
@@ -85,14 +98,13 @@ class Backend {
   // dlogits = (softmax - onehot) * dloss (dloss per row, e.g. 1/num_target_tokens; targets < 0
   // are ignored: loss 0, gradient 0). dlogits may alias logits.
   virtual void crossEntropyForwardBackward(float* losses, float* dlogits, const float* logits,
-                                           const int32_t* targets, int N, int V,
-                                           float dloss) = 0;
+                                           const int32_t* targets, int N, int V, float dloss) = 0;
 
   // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; backward accumulates (+=) into dwte, dwpe.
   virtual void embeddingForward(float* out, const int32_t* tokens, const float* wte,
                                 const float* wpe, int B, int T, int C) = 0;
-  virtual void embeddingBackward(float* dwte, float* dwpe, const float* dout,
-                                 const int32_t* tokens, int B, int T, int C) = 0;
+  virtual void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                                 int B, int T, int C) = 0;
 
   // out = a + b (out may alias a or b).
   virtual void residualForward(float* out, const float* a, const float* b, int64_t n) = 0;
@@ -102,8 +114,8 @@ class Backend {
   virtual void scale(float* x, int64_t n, float s) = 0;
 
   // AdamW with decoupled weight decay (PyTorch semantics, bias-corrected with `step` >= 1).
-  virtual void adamwUpdate(float* param, const float* grad, float* m, float* v, int64_t n,
-                           float lr, float beta1, float beta2, float eps, float weight_decay,
+  virtual void adamwUpdate(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
+                           float beta1, float beta2, float eps, float weight_decay,
                            int64_t step) = 0;
   // SGD with momentum (PyTorch semantics: buf = mu*buf + g (+wd*p); p -= lr*buf).
   virtual void sgdUpdate(float* param, const float* grad, float* buf, int64_t n, float lr,

@@ -16,7 +16,7 @@ struct ModelConfig {
   int heads = 4;
   int d_model = 64;
   int seq_len = 32;
-  int vocab = 0;  // 0 = take it from the data source's tokenizer
+  int vocab = 0;                    // 0 = take it from the data source's tokenizer
   std::string activation = "gelu";  // gelu | relu
   double dropout = 0.0;
   // Extra shapes only the estimator uses (LLaMA-style): mlp (gelu|swiglu), norm, kv_heads.
@@ -28,7 +28,7 @@ struct ModelConfig {
 
 struct DataConfig {
   std::string source = "synthetic";  // synthetic | text | tokens
-  std::string task = "addition";    // addition | grammar (synthetic only)
+  std::string task = "addition";     // addition | grammar (synthetic only)
   std::string path;                  // text or tokens file
   int digits = 3;                    // addition difficulty
   double val_fraction = 0.1;
@@ -83,8 +83,8 @@ struct PrecisionConfig {
 };
 
 struct MemoryConfig {
-  std::string checkpointing = "none";  // none | all | every_k
-  int checkpoint_every = 0;            // k for every_k; 0 = sqrt(layers)
+  std::string checkpointing = "none";           // none | all | every_k
+  int checkpoint_every = 0;                     // k for every_k; 0 = sqrt(layers)
   std::string activation_compression = "none";  // none | int8 | sparse
 };
 
@@ -120,7 +120,7 @@ struct DistillConfig {
 };
 
 struct CurriculumConfig {
-  std::string type = "none";     // none | length | difficulty
+  std::string type = "none";      // none | length | difficulty
   std::string pacing = "linear";  // linear | root | step
   double full_at = 0.5;           // fraction of steps at which the full data is in use
 };

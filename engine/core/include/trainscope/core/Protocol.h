@@ -17,10 +17,22 @@ namespace ts::core {
 inline constexpr int kProtocolVersion = 1;
 
 enum class EventType {
-  Hello, Config, MemoryPlan, Step, Memory, Eval, Kernels, KernelSummary,
-  Checkpoint, Log, Warning, Error, Finished, Unknown
+  Hello,
+  Config,
+  MemoryPlan,
+  Step,
+  Memory,
+  Eval,
+  Kernels,
+  KernelSummary,
+  Checkpoint,
+  Log,
+  Warning,
+  Error,
+  Finished,
+  Unknown
 };
-std::string_view toString(EventType t);  // "hello", "memory_plan", "kernel_summary", ...
+std::string_view toString(EventType t);             // "hello", "memory_plan", "kernel_summary", ...
 EventType eventTypeFromString(std::string_view s);  // Unknown for anything else
 
 // A decoded event: type, seq and time are lifted out; body is the whole object.
@@ -28,7 +40,7 @@ struct Event {
   EventType type = EventType::Unknown;
   std::string typeName;  // as received (kept for unknown types)
   int64_t seq = 0;
-  double time = 0.0;     // seconds since the Unix epoch
+  double time = 0.0;  // seconds since the Unix epoch
   nlohmann::json body;
 };
 
@@ -39,7 +51,7 @@ struct StepEvent {
   double tokens_per_s = 0, step_ms = 0, loss_scale = 1.0;
   bool skipped = false;
 };
-nlohmann::json toJson(const StepEvent& e);  // fields only (no type/seq/time)
+nlohmann::json toJson(const StepEvent& e);             // fields only (no type/seq/time)
 StepEvent stepEventFromJson(const nlohmann::json& j);  // throws std::invalid_argument
 
 struct FinishedEvent {

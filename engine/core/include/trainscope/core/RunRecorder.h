@@ -16,15 +16,15 @@ std::string defaultDatabasePath();
 class RunRecorder {
  public:
   struct Options {
-    std::string dbPath;     // empty = defaultDatabasePath()
-    std::string runDir;     // events.ndjson goes here (created if missing)
+    std::string dbPath;  // empty = defaultDatabasePath()
+    std::string runDir;  // events.ndjson goes here (created if missing)
     std::string name;
     std::string backend;
     int ranks = 1;
-    int64_t parentRun = 0;  // resume
-    int64_t teacherRun = 0; // distillation
-    int busyTimeoutMs = 5000;     // how long a commit waits for another writer's lock
-    int64_t maxDatabasePages = 0; // 0 = no cap; else PRAGMA max_page_count (tests: a full disk)
+    int64_t parentRun = 0;         // resume
+    int64_t teacherRun = 0;        // distillation
+    int busyTimeoutMs = 5000;      // how long a commit waits for another writer's lock
+    int64_t maxDatabasePages = 0;  // 0 = no cap; else PRAGMA max_page_count (tests: a full disk)
   };
   // Never throws: an unusable database becomes a warning and recording continues to the file.
   explicit RunRecorder(Options options);
