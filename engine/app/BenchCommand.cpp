@@ -11,18 +11,23 @@ namespace ts::app {
 void addBenchCommand(CLI::App& app, int& exitCode) {
   auto opts = std::make_shared<engine::BenchOptions>();
   auto json = std::make_shared<bool>(false);
+  auto precision = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand("bench", "Benchmark training throughput against the GEMM peak");
   cmd->add_option("--threads", opts->threads, "Thread counts to run (default 1 2)");
   cmd->add_option("--steps", opts->steps, "Timed steps per shape (best is reported)");
   cmd->add_flag("--quick", opts->quick, "Only the smallest shape");
+  cmd->add_flag("--precision", *precision,
+                "Only the precision policies side by side (fp32, bf16, fp16): tokens/s and peak "
+                "memory on one shape");
   cmd->add_flag("--json", *json, "Print the results as JSON after the table");
-  cmd->callback([opts, json, &exitCode] {
+  cmd->callback([opts, json, precision, &exitCode] {
     engine::ensurePassiveOmpWaitPolicy();
     auto caps = engine::capabilitiesJson();
     std::cout << "CPU: " << caps["cpu"]["model"].get<std::string>() << " features:";
     for (const auto& f : caps["cpu"]["features"]) std::cout << " " << f.get<std::string>();
     std::cout << "\nGFLOP/s counts 6*params + 12*L*C*T per token (fwd+bwd, PaLM appendix B).\n";
-    auto results = engine::runBench(*opts, std::cout);
+    auto results = *precision ? engine::runPrecisionBench(*opts, std::cout)
+                              : engine::runBench(*opts, std::cout);
     if (*json) std::cout << results.dump(2) << "\n";
     exitCode = kExitOk;
   });

@@ -146,4 +146,81 @@ nlohmann::json runBench(const BenchOptions& options, std::ostream& out) {
   return results;
 }
 
+nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out) {
+  nlohmann::json results = nlohmann::json::array();
+  const auto shapes = defaultBenchShapes();
+  const BenchShape s = options.quick ? shapes[0] : shapes[1];
+  const int threads = options.threads.empty() ? 1 : options.threads.front();
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "\n== precision policies: %s L=%d C=%d T=%d V=%d B=%d, %d thread%s, AdamW\n"
+                "%-6s %10s %8s %10s %10s %10s %10s %10s\n",
+                s.name.c_str(), s.layers, s.d_model, s.seq_len, s.vocab, s.batch, threads,
+                threads == 1 ? "" : "s", "policy", "tok/s", "vs fp32", "params", "grads",
+                "opt_state", "workspace", "peak MiB");
+  out << buf;
+  double base = 0;
+  for (const char* policy : {"fp32", "bf16", "fp16"}) {
+    auto backend = kernels::makeCpuBackend();
+    backend->setThreads(threads);
+    MemoryTracker tracker;
+    GptConfig gc;
+    gc.layers = s.layers;
+    gc.heads = s.heads;
+    gc.d_model = s.d_model;
+    gc.seq_len = s.seq_len;
+    gc.vocab = s.vocab;
+    const std::string pol = policy;
+    gc.working = pol == "bf16" ? DType::BF16 : pol == "fp16" ? DType::F16 : DType::F32;
+    Gpt model(gc, backend.get(), &tracker);
+    model.initWeights(1);
+    model.allocate(s.batch);
+    auto opt = makeOptimizer(core::OptimizerConfig{}, model, backend.get(), &tracker);
+    const int N = s.batch * s.seq_len;
+    std::vector<int32_t> tok(N), tgt(N);
+    for (int i = 0; i < N; ++i) tok[i] = (i * 31 + 7) % s.vocab, tgt[i] = (i * 17 + 3) % s.vocab;
+    // The trainer's step for the policy (fp16: a fixed scale of 1024, unscaled in fp32).
+    const float scale = pol == "fp16" ? 1024.f : 1.f;
+    auto step = [&] {
+      model.zeroGrad();
+      model.forward(tok.data(), tgt.data(), s.batch, s.seq_len, scale / N);
+      model.backward();
+      model.roundGrads();
+      if (scale != 1.f) backend->scale(model.gradBuffer().f32(), model.numParams(), 1.f / scale);
+      clipGradNorm(model, backend.get(), 1.0);
+      opt->step(1e-4f);
+    };
+    for (int i = 0; i < options.warmupSteps; ++i) step();
+    double bestS = 1e30;
+    for (int i = 0; i < options.steps; ++i) {
+      const auto t0 = Clock::now();
+      step();
+      bestS = std::min(bestS, std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    const double tokPerS = N / bestS;
+    if (base == 0) base = tokPerS;
+    auto mib = [&](core::MemoryCategory c) {
+      return tracker.peak(core::MemoryTier::Device, c) / 1048576.0;
+    };
+    std::snprintf(buf, sizeof buf, "%-6s %10.0f %7.2fx %10.2f %10.2f %10.2f %10.2f %10.2f\n",
+                  policy, tokPerS, tokPerS / base, mib(core::MemoryCategory::Parameters),
+                  mib(core::MemoryCategory::Gradients), mib(core::MemoryCategory::OptimizerState),
+                  mib(core::MemoryCategory::Workspace), tracker.totalPeak() / 1048576.0);
+    out << buf;
+    results.push_back(
+        {{"policy", policy},
+         {"tokens_per_s", tokPerS},
+         {"step_ms", bestS * 1000},
+         {"peak_bytes", tracker.totalPeak()},
+         {"parameters", tracker.peak(core::MemoryTier::Device, core::MemoryCategory::Parameters)},
+         {"gradients", tracker.peak(core::MemoryTier::Device, core::MemoryCategory::Gradients)},
+         {"optimizer_state",
+          tracker.peak(core::MemoryTier::Device, core::MemoryCategory::OptimizerState)}});
+    out.flush();
+  }
+  out << "bf16/fp16 store 2-byte weights and gradients; this CPU has no bf16/fp16 arithmetic "
+         "(no AVX512-BF16/AMX), so GEMMs run in fp32 on upcast copies (workspace).\n";
+  return results;
+}
+
 }  // namespace ts::engine

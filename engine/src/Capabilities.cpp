@@ -127,8 +127,9 @@ nlohmann::json capabilitiesJson() {
     return c;
   };
   j["precisions"] = {{"fp32", cap(true)},
-                     {"bf16", cap(false, later)},
-                     {"fp16", cap(false, later)},
+                     // cpu backend: 16-bit stored weights/grads, fp32 compute copies
+                     {"bf16", cap(true)},
+                     {"fp16", cap(true)},
                      {"fp8", cap(false, later)},
                      {"pure_bf16", cap(false, later)}};
   j["techniques"] = {
@@ -138,7 +139,7 @@ nlohmann::json capabilitiesJson() {
       {"curriculum", cap(true)},
       {"profiling", cap(true)},
       {"checkpoint_resume", cap(true)},
-      {"mixed_precision", cap(false, later)},
+      {"mixed_precision", cap(true)},
       {"activation_checkpointing", cap(true)},
       {"activation_compression", cap(true)},
       {"zero", cap(false, later)},

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "trainscope/kernels/Numeric.h"
 #include "trainscope/profiler/Tracer.h"
 
 namespace ts::engine {
@@ -46,6 +47,8 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab) {
   g.compression = comp == "int8"     ? GptConfig::Compression::Int8
                   : comp == "sparse" ? GptConfig::Compression::Sparse
                                      : GptConfig::Compression::None;
+  const auto& pol = config.precision.policy;
+  g.working = pol == "bf16" ? DType::BF16 : pol == "fp16" ? DType::F16 : DType::F32;
   return g;
 }
 
@@ -110,10 +113,47 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   }
   lnfw_ = &params_[params_.size() - 2];
   lnfb_ = &params_[params_.size() - 1];
-  paramBuf_ = Tensor(backend_, tracker_, MemoryCategory::Parameters, DType::F32, {numParams_});
-  gradBuf_ = Tensor(backend_, tracker_, MemoryCategory::Gradients, DType::F32, {numParams_});
+  if (mixed()) {
+    if (config_.working != DType::BF16 && config_.working != DType::F16)
+      throw std::invalid_argument("working precision must be fp32, bf16 or fp16");
+    if (backend_->kind() != kernels::DeviceKind::Cpu)
+      throw std::invalid_argument("bf16/fp16 working precision runs on the cpu backend only");
+    param16_ =
+        Tensor(backend_, tracker_, MemoryCategory::Parameters, config_.working, {numParams_});
+    grad16_ = Tensor(backend_, tracker_, MemoryCategory::Gradients, config_.working, {numParams_});
+    param16_.zero();
+    grad16_.zero();
+  }
+  // In 16-bit mode these are the fp32 compute copies (workspace), see GptConfig::working.
+  const auto pc = mixed() ? MemoryCategory::Workspace : MemoryCategory::Parameters;
+  const auto gc = mixed() ? MemoryCategory::Workspace : MemoryCategory::Gradients;
+  paramBuf_ = Tensor(backend_, tracker_, pc, DType::F32, {numParams_});
+  gradBuf_ = Tensor(backend_, tracker_, gc, DType::F32, {numParams_});
   paramBuf_.zero();
   gradBuf_.zero();
+}
+
+namespace {
+void roundTrip(DType dt, float* f32, uint16_t* h, int64_t n) {
+  if (dt == DType::BF16) {
+    kernels::cpu::floatToBf16(f32, h, n);
+    kernels::cpu::bf16ToFloat(h, f32, n);
+  } else {
+    kernels::cpu::floatToFp16(f32, h, n);
+    kernels::cpu::fp16ToFloat(h, f32, n);
+  }
+}
+}  // namespace
+
+void Gpt::setWeightsFrom(const float* master) {
+  if (master != paramBuf_.f32()) std::copy(master, master + numParams_, paramBuf_.f32());
+  if (!mixed()) return;
+  roundTrip(config_.working, paramBuf_.f32(), static_cast<uint16_t*>(param16_.data()), numParams_);
+}
+
+void Gpt::roundGrads() {
+  if (!mixed()) return;
+  roundTrip(config_.working, gradBuf_.f32(), static_cast<uint16_t*>(grad16_.data()), numParams_);
 }
 
 const ParamInfo* Gpt::find(const std::string& name) const {
@@ -142,6 +182,7 @@ void Gpt::initWeights(uint64_t seed) {
     }
   }
   backend_->copyToDevice(paramBuf_.data(), host.data(), host.size() * sizeof(float));
+  if (mixed()) setWeightsFrom(paramBuf_.f32());
 }
 
 void Gpt::zeroGrad() {

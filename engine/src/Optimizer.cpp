@@ -1,5 +1,6 @@
 #include "trainscope/engine/Optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -13,6 +14,19 @@ using core::MemoryCategory;
 using profiler::ScopedRange;
 using profiler::SpanCategory;
 
+// Mixed precision (16-bit working weights): the fp32 master copy the update is applied to,
+// counted as optimizer_state (ZeRO accounting); empty in fp32.
+Tensor makeMaster(Gpt& model, kernels::Backend* backend, MemoryTracker* tracker) {
+  if (!model.mixed()) return {};
+  Tensor t(backend, tracker, MemoryCategory::OptimizerState, DType::F32, {model.numParams()});
+  // The fp32 compute copy holds the (16-bit representable) initial weights.
+  std::copy(model.paramBuffer().f32(), model.paramBuffer().f32() + model.numParams(), t.f32());
+  return t;
+}
+float* target(Gpt& model, Tensor& master, const ParamInfo& p) {
+  return master.empty() ? model.param(p) : master.f32() + p.offset;
+}
+
 class AdamW final : public Optimizer {
  public:
   AdamW(const core::OptimizerConfig& c, Gpt& model, kernels::Backend* backend,
@@ -22,6 +36,7 @@ class AdamW final : public Optimizer {
     v_ = Tensor(backend, tracker, MemoryCategory::OptimizerState, DType::F32, {model.numParams()});
     m_.zero();
     v_.zero();
+    master_ = makeMaster(model, backend, tracker);
   }
   void step(float lr) override {
     ScopedRange r("adamw", SpanCategory::Optimizer);
@@ -30,14 +45,16 @@ class AdamW final : public Optimizer {
     const float b2 = static_cast<float>(config_.betas.size() > 1 ? config_.betas[1] : 0.999);
     for (const auto& p : model_.params()) {
       const float wd = p.decay ? static_cast<float>(config_.weight_decay) : 0.f;
-      backend_->adamwUpdate(model_.param(p), model_.grad(p), m_.f32() + p.offset,
+      backend_->adamwUpdate(target(model_, master_, p), model_.grad(p), m_.f32() + p.offset,
                             v_.f32() + p.offset, p.numel, lr, b1, b2,
                             static_cast<float>(config_.eps), wd, t_);
     }
+    if (!master_.empty()) model_.setWeightsFrom(master_.f32());
   }
   int64_t stepCount() const override { return t_; }
   void setStepCount(int64_t n) override { t_ = n; }
   std::vector<std::pair<std::string, Tensor*>> state() override {
+    if (!master_.empty()) return {{"exp_avg", &m_}, {"exp_avg_sq", &v_}, {"master", &master_}};
     return {{"exp_avg", &m_}, {"exp_avg_sq", &v_}};
   }
   std::string name() const override { return "adamw"; }
@@ -46,7 +63,7 @@ class AdamW final : public Optimizer {
   core::OptimizerConfig config_;
   Gpt& model_;
   kernels::Backend* backend_;
-  Tensor m_, v_;
+  Tensor m_, v_, master_;
   int64_t t_ = 0;
 };
 
@@ -57,19 +74,22 @@ class Sgd final : public Optimizer {
     buf_ =
         Tensor(backend, tracker, MemoryCategory::OptimizerState, DType::F32, {model.numParams()});
     buf_.zero();
+    master_ = makeMaster(model, backend, tracker);
   }
   void step(float lr) override {
     ScopedRange r("sgd", SpanCategory::Optimizer);
     ++t_;
     for (const auto& p : model_.params()) {
       const float wd = p.decay ? static_cast<float>(config_.weight_decay) : 0.f;
-      backend_->sgdUpdate(model_.param(p), model_.grad(p), buf_.f32() + p.offset, p.numel, lr,
-                          static_cast<float>(config_.momentum), wd);
+      backend_->sgdUpdate(target(model_, master_, p), model_.grad(p), buf_.f32() + p.offset,
+                          p.numel, lr, static_cast<float>(config_.momentum), wd);
     }
+    if (!master_.empty()) model_.setWeightsFrom(master_.f32());
   }
   int64_t stepCount() const override { return t_; }
   void setStepCount(int64_t n) override { t_ = n; }
   std::vector<std::pair<std::string, Tensor*>> state() override {
+    if (!master_.empty()) return {{"momentum_buffer", &buf_}, {"master", &master_}};
     return {{"momentum_buffer", &buf_}};
   }
   std::string name() const override { return "sgd"; }
@@ -78,7 +98,7 @@ class Sgd final : public Optimizer {
   core::OptimizerConfig config_;
   Gpt& model_;
   kernels::Backend* backend_;
-  Tensor buf_;
+  Tensor buf_, master_;
   int64_t t_ = 0;
 };
 

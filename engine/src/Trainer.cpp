@@ -4,12 +4,14 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "trainscope/core/Schedule.h"
 #include "trainscope/engine/Checkpoint.h"
 #include "trainscope/engine/Dataset.h"
 #include "trainscope/engine/Gpt.h"
+#include "trainscope/engine/LossScaler.h"
 #include "trainscope/engine/Optimizer.h"
 #include "trainscope/profiler/Aggregation.h"
 #include "trainscope/profiler/ProfileSchedule.h"
@@ -35,8 +37,11 @@ std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
     add("model.kv_heads", c.model.kv_heads, "grouped-query attention " + later);
   if (c.model.d_ff != 0 && c.model.d_ff != 4 * c.model.d_model)
     add("model.d_ff", c.model.d_ff, "the GPT-2 MLP is 4*d_model wide");
-  if (c.precision.policy != "fp32")
-    add("precision.policy", c.precision.policy, "mixed precision " + later + " (use fp32)");
+  const auto& pol = c.precision.policy;
+  if (pol != "fp32" && pol != "bf16" && pol != "fp16")
+    add("precision.policy", pol, pol + " " + later + " (use fp32, bf16 or fp16)");
+  else if (pol != "fp32" && c.device.backend == "cuda")
+    add("precision.policy", pol, "bf16/fp16 run on the cpu backend only (use fp32 on cuda)");
   if (c.optimizer.state_bits != 32)
     add("optimizer.state_bits", c.optimizer.state_bits, "8-bit optimizer state " + later);
   if (c.memory.activation_compression != "none" && c.device.backend == "cuda")
@@ -160,6 +165,16 @@ TrainResult Trainer::run() {
       (std::filesystem::path(options_.runDir.empty() ? "." : options_.runDir) / "checkpoints")
           .string();
 
+  // fp16 only: dynamic (or static) loss scaling with GradScaler semantics.
+  std::optional<LossScaler> scaler;
+  if (config_.precision.policy == "fp16") {
+    try {
+      scaler.emplace(config_.precision.loss_scale);
+    } catch (const std::exception& e) {
+      return fail(e.what(), true);
+    }
+  }
+
   int64_t step = 0;
   int64_t tokens = 0;
   double bestVal = NAN;
@@ -172,7 +187,11 @@ TrainResult Trainer::run() {
       if (loaded.state.extra.contains("best_val_loss") &&
           loaded.state.extra["best_val_loss"].is_number())
         bestVal = loaded.state.extra["best_val_loss"].get<double>();
+      if (scaler && loaded.state.extra.contains("loss_scaler"))
+        scaler->loadState(loaded.state.extra["loss_scaler"]);
       result.lastCheckpoint = loaded.path;
+      // 16-bit working copy from the loaded (16-bit representable) weights.
+      if (model->mixed()) model->setWeightsFrom(model->paramBuffer().f32());
       log("resumed from " + loaded.path + " at step " + std::to_string(step));
     } catch (const std::exception& e) {
       return fail("resume: " + std::string(e.what()), true);
@@ -188,6 +207,7 @@ TrainResult Trainer::run() {
     st.extra = {
         {"best_val_loss", std::isfinite(bestVal) ? nlohmann::json(bestVal) : nlohmann::json()},
         {"reason", why}};
+    if (scaler) st.extra["loss_scaler"] = scaler->state();
     try {
       auto info = saveCheckpoint(ckptDir, *model, *opt, configJson, st);
       pruneCheckpoints(ckptDir, std::max(1, options_.keepCheckpoints));
@@ -352,6 +372,7 @@ TrainResult Trainer::run() {
     profile.beginStep(step);
     profiler::Tracer::instance().setStep(step);
     const auto t0 = Clock::now();
+    const float lossScale = scaler ? scaler->scale() : 1.f;
     double lossSum = 0;
     int64_t count = 0;
     {
@@ -366,7 +387,8 @@ TrainResult Trainer::run() {
       for (int32_t t : targets) total += t >= 0 ? 1 : 0;
       // Gradient accumulation: every token loss is divided by the total number of target tokens
       // of the whole step, not by each micro-batch's own count.
-      const float dloss = total > 0 ? 1.f / static_cast<float>(total) : 0.f;
+      // fp16: the loss (hence every gradient) is multiplied by the loss scale before backward.
+      const float dloss = total > 0 ? lossScale / static_cast<float>(total) : 0.f;
       model->zeroGrad();
       for (int a = 0; a < accum; ++a) {
         int64_t c = 0;
@@ -393,9 +415,19 @@ TrainResult Trainer::run() {
       result.reason = "loss became non-finite at step " + std::to_string(step + 1);
       break;
     }
-    double gradNorm = clipGradNorm(*model, backend_, config_.train.grad_clip);
+    // 16-bit gradients; fp16: unscale in fp32, skip the step on inf/NaN (GradScaler).
+    model->roundGrads();
+    bool skipped = false;
+    if (scaler) {
+      backend_->scale(model->gradBuffer().f32(), model->numParams(), 1.f / lossScale);
+      skipped = !scaler->update(hasInfOrNan(model->gradBuffer().f32(), model->numParams()));
+    }
+    double gradNorm = 0.0;  // not computed for a skipped step (its gradients hold inf/NaN)
     const double lr = core::learningRate(config_, step);
-    opt->step(static_cast<float>(lr));
+    if (!skipped) {
+      gradNorm = clipGradNorm(*model, backend_, config_.train.grad_clip);
+      opt->step(static_cast<float>(lr));
+    }
     const double stepMs = msSince(t0);
     ++step;
     tokens += perMicro * accum;
@@ -412,8 +444,8 @@ TrainResult Trainer::run() {
     se.tokens = tokens;
     se.step_ms = stepMs;
     se.tokens_per_s = stepMs > 0 ? perMicro * accum / (stepMs / 1000.0) : 0;
-    se.loss_scale = 1.0;
-    se.skipped = false;
+    se.loss_scale = lossScale;  // the scale this step's backward used
+    se.skipped = skipped;
     nlohmann::json sf = core::toJson(se);
     sf["total_steps"] = config_.train.steps;
     sf["target_tokens"] = count;

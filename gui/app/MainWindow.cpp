@@ -18,8 +18,10 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 
+#include "PlannerPage.h"
 #include "RunDashboard.h"
 #include "RunWizard.h"
+#include "RunsPage.h"
 #include "trainscope/core/RunRecorder.h"
 #include "trainscope/gui/PresetLibrary.h"
 
@@ -88,6 +90,8 @@ MainWindow::MainWindow(Options options, QWidget* parent)
   pages_->addWidget(wizard_);
   pages_->addWidget(livePage);
   pages_->addWidget(buildRunsPage());
+  planner_ = new PlannerPage;
+  pages_->addWidget(planner_);
 
   side_ = new QListWidget;
   side_->setObjectName("SideBar");
@@ -98,6 +102,8 @@ MainWindow::MainWindow(Options options, QWidget* parent)
   side_->addItem(new QListWidgetItem(style()->standardIcon(QStyle::SP_MediaPlay), "Live"));
   side_->addItem(
       new QListWidgetItem(style()->standardIcon(QStyle::SP_FileDialogDetailedView), "Runs"));
+  side_->addItem(
+      new QListWidgetItem(style()->standardIcon(QStyle::SP_FileDialogInfoView), "Planner"));
   connect(side_, &QListWidget::currentRowChanged, pages_, &QStackedWidget::setCurrentIndex);
   connect(side_, &QListWidget::currentRowChanged, this, [this](int r) {
     if (r == 2) refreshRuns();
@@ -195,45 +201,11 @@ RunDashboard* MainWindow::launch(const QStringList& extraArgs) {
 }
 
 QWidget* MainWindow::buildRunsPage() {
-  auto* w = new QWidget;
-  auto* v = new QVBoxLayout(w);
-  v->setContentsMargins(16, 12, 16, 12);
-  auto* t = new QLabel("Runs");
-  t->setObjectName("PageTitle");
-  v->addWidget(t);
-  auto* hint = new QLabel(
-      "Every run recorded in the database. Double-click to clone its "
-      "configuration into the wizard; running runs can be followed live.");
-  hint->setObjectName("PageHint");
-  hint->setWordWrap(true);
-  v->addWidget(hint);
-  runs_ = new QTableWidget(0, 8);
-  runs_->setHorizontalHeaderLabels(
-      {"#", "Name", "Status", "Started", "Steps", "Last loss", "Best eval loss", "Throughput"});
-  runs_->horizontalHeader()->setSectionResizeMode(1, QHeaderView::Stretch);
-  runs_->verticalHeader()->setVisible(false);
-  runs_->setSelectionBehavior(QAbstractItemView::SelectRows);
-  runs_->setEditTriggers(QAbstractItemView::NoEditTriggers);
-  runs_->setAlternatingRowColors(true);
-  v->addWidget(runs_, 1);
-  auto* row = new QHBoxLayout;
-  auto* refresh = new QPushButton("Refresh");
-  auto* clone = new QPushButton("Clone into wizard");
-  auto* follow = new QPushButton("Follow live");
-  follow->setToolTip("Open a dashboard for a run that is still running (read from the database)");
-  row->addWidget(refresh);
-  row->addStretch(1);
-  row->addWidget(follow);
-  row->addWidget(clone);
-  v->addLayout(row);
-  auto selectedId = [this]() -> int64_t {
-    const int r = runs_->currentRow();
-    return r >= 0 && runs_->item(r, 0) ? runs_->item(r, 0)->text().toLongLong() : 0;
-  };
-  connect(refresh, &QPushButton::clicked, this, &MainWindow::refreshRuns);
-  auto doClone = [this, selectedId] {
-    const int64_t id = selectedId();
-    if (id <= 0) return;
+  runsPage_ = new RunsPage(repo_);
+  connect(runsPage_, &RunsPage::message, this,
+          [this](const QString& m) { statusBar()->showMessage(m, 8000); });
+  connect(runsPage_->browser(), &RunsBrowser::loaded, wizard_, &RunWizard::refreshPastRuns);
+  connect(runsPage_, &RunsPage::cloneRequested, this, [this](int64_t id) {
     QString err;
     auto run = repo_.getRun(id, &err);
     if (!run || run->config.is_null()) {
@@ -247,12 +219,8 @@ QWidget* MainWindow::buildRunsPage() {
     doc_->reset(cfg);
     wizard_->goToPage(0);
     showSection(0);
-  };
-  connect(clone, &QPushButton::clicked, this, doClone);
-  connect(runs_, &QTableWidget::cellDoubleClicked, this, doClone);
-  connect(follow, &QPushButton::clicked, this, [this, selectedId] {
-    const int64_t id = selectedId();
-    if (id <= 0) return;
+  });
+  connect(runsPage_, &RunsPage::followRequested, this, [this](int64_t id) {
     for (int i = 0; i < live_->count(); ++i)
       if (dashboard(i)->run()->runId() == id) {
         live_->setCurrentIndex(i);
@@ -266,36 +234,13 @@ QWidget* MainWindow::buildRunsPage() {
     addDashboard(run, nullptr);
     showSection(1);
   });
-  return w;
+  return runsPage_;
 }
 
 void MainWindow::refreshRuns() {
-  if (!runs_) return;
-  QString err;
-  const auto runs = repo_.listRuns(&err);
-  runs_->setRowCount(0);
-  runs_->setRowCount(static_cast<int>(runs.size()));
-  auto cell = [](const QString& s) { return new QTableWidgetItem(s); };
-  for (int i = 0; i < static_cast<int>(runs.size()); ++i) {
-    const auto& r = runs[i];
-    runs_->setItem(i, 0, cell(QString::number(r.id)));
-    runs_->setItem(i, 1, cell(QString::fromStdString(r.name)));
-    runs_->setItem(i, 2, cell(QString::fromStdString(r.status)));
-    runs_->setItem(
-        i, 3,
-        cell(r.started > 0 ? QDateTime::fromSecsSinceEpoch(static_cast<qint64>(r.started))
-                                 .toString("yyyy-MM-dd HH:mm")
-                           : QString()));
-    runs_->setItem(i, 4, cell(QString::number(r.lastStep >= 0 ? r.lastStep : 0)));
-    runs_->setItem(i, 5, cell(r.lastLoss ? QString::number(*r.lastLoss, 'f', 4) : QString("—")));
-    runs_->setItem(i, 6,
-                   cell(r.bestEvalLoss ? QString::number(*r.bestEvalLoss, 'f', 4) : QString("—")));
-    runs_->setItem(
-        i, 7,
-        cell(r.tokensPerS ? QString::number(*r.tokensPerS, 'f', 0) + " tokens/s" : QString("—")));
-  }
-  if (!err.isEmpty()) statusBar()->showMessage("Database: " + err, 8000);
-  wizard_->refreshPastRuns();
+  if (!runsPage_) return;
+  runsPage_->setShowDialogs(showDialogs_);
+  runsPage_->reload();  // on a worker thread; the wizard's past runs follow when it lands
 }
 
 void MainWindow::reattachRunning() {

@@ -1,5 +1,5 @@
 #pragma once
-// The main window: side bar (New run, Live, Runs), status bar (database, backends found).
+// The main window: side bar (New run, Live, Runs, Planner), status bar (database, backends found).
 #include <memory>
 #include <vector>
 
@@ -20,6 +20,8 @@ namespace ts::gui {
 
 class RunWizard;
 class RunDashboard;
+class PlannerPage;
+class RunsPage;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -38,7 +40,9 @@ class MainWindow : public QMainWindow {
   ConfigDocument* document() const { return doc_; }
   QTabWidget* liveTabs() const { return live_; }
   RunDashboard* dashboard(int i) const;
-  void showSection(int i);  // 0 New run, 1 Live, 2 Runs
+  void showSection(int i);  // 0 New run, 1 Live, 2 Runs, 3 Planner
+  PlannerPage* planner() const { return planner_; }
+  RunsPage* runsPage() const { return runsPage_; }
   // Starts a run of the current document (what Launch does). Returns the dashboard, or null
   // after a clear dialog when it could not start.
   RunDashboard* launch(const QStringList& extraArgs = {});
@@ -64,7 +68,8 @@ class MainWindow : public QMainWindow {
   QListWidget* side_;
   QStackedWidget* pages_;
   QTabWidget* live_;
-  QTableWidget* runs_ = nullptr;
+  RunsPage* runsPage_ = nullptr;
+  PlannerPage* planner_ = nullptr;
   QLabel* dbLabel_;
   QLabel* capsLabel_;
   CapabilityProbe* probe_;

@@ -7,15 +7,21 @@
 #include <gtest/gtest.h>
 #include <QDir>
 #include <QImage>
+#include <QSignalSpy>
+#include <QTableView>
 #include <QTemporaryDir>
 #include <QTest>
 
 #include "ChartView.h"
 #include "MainWindow.h"
+#include "PlannerPage.h"
 #include "RunDashboard.h"
 #include "RunWizard.h"
+#include "RunsPage.h"
 #include "trainscope/core/Estimator.h"
 #include "trainscope/core/Protocol.h"
+#include "trainscope/core/RunRecorder.h"
+#include "trainscope/core/RunStore.h"
 #include "trainscope/gui/EngineClient.h"
 
 using namespace ts::gui;
@@ -124,4 +130,61 @@ TEST(Screenshots, WizardPagesAndDashboard) {
   d->refresh();
   EXPECT_GT(d->lossChart()->pointCount(d->lossRawSeries()), 0);
   save(&win, "dashboard");
+
+  // Memory planner: LLaMA-7B full training on one 24 GiB GPU does not fit; the planner's
+  // suggestions do.
+  win.showSection(3);
+  PlannerPage* planner = win.planner();
+  QSignalSpy updated(planner, &PlannerPage::updated);
+  planner->selectModel("shape:llama-7b");
+  planner->setDeviceMemoryGiB(24);
+  planner->setRanks(1);
+  planner->recompute();
+  for (int i = 0; i < 600 && (planner->computing() || updated.isEmpty()); ++i) QTest::qWait(50);
+  ASSERT_FALSE(updated.isEmpty());
+  save(&win, "planner");
+
+  // Runs browser over a few recorded runs.
+  for (int i = 0; i < 12; ++i) {
+    core::RunRecorder::Options ro;
+    ro.dbPath = o.dbPath.toStdString();
+    ro.runDir = tmp.filePath(QStringLiteral("run%1").arg(i)).toStdString();
+    ro.name = QStringLiteral("gpt-small-%1")
+                  .arg(i % 3 == 0   ? "bf16"
+                       : i % 3 == 1 ? "fp32"
+                                    : "zero2")
+                  .toStdString() +
+              "-" + std::to_string(i);
+    core::RunRecorder rec(ro);
+    const double t0 = 1.76e9 + i * 3700.0;
+    int64_t seq = 0;
+    rec.record({{"type", "hello"}, {"seq", seq++}, {"time", t0}, {"backend", "cpu"}, {"ranks", 1}});
+    for (int s = 0; s < 20; ++s)
+      rec.record({{"type", "step"},
+                  {"seq", seq++},
+                  {"time", t0 + 30.0 * s},
+                  {"step", s},
+                  {"loss", 3.0 / (1 + 0.1 * s) + 0.01 * i},
+                  {"tokens_per_s", 8000.0 + 350 * i}});
+    rec.record({{"type", "eval"},
+                {"seq", seq++},
+                {"time", t0 + 600},
+                {"step", 19},
+                {"loss", 1.2 + 0.03 * i}});
+    rec.record({{"type", "finished"},
+                {"seq", seq++},
+                {"time", t0 + 620 + 97 * i},
+                {"status", i == 4 ? "failed" : "completed"}});
+    rec.close();
+  }
+  {
+    auto store = core::RunStore::open(o.dbPath.toStdString());
+    for (const auto& r : store.listRuns())
+      if (r.id % 2 == 0) store.setTags(r.id, {"baseline", "sweep-3"});
+  }
+  QSignalSpy loaded(win.runsPage()->browser(), &RunsBrowser::loaded);
+  win.showSection(2);
+  ASSERT_TRUE(loaded.wait(20000));
+  win.runsPage()->view()->selectRow(1);
+  save(&win, "runs");
 }

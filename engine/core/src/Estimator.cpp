@@ -500,7 +500,13 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
   }
   const Shape s = shapeOf(cfg.model, est.vocab);
   const std::string policy = lower(cfg.precision.policy);
-  const PrecisionBytes pb = precisionBytes(policy);
+  PrecisionBytes pb = precisionBytes(policy);
+  // The trainscope CPU engine stores bf16/fp16 weights and gradients (2 B each, fp32 master +
+  // Adam state in optimizer_state) but computes on fp32 copies upcast from them (workspace,
+  // 4 B + 4 B per parameter) and keeps its saved activations in fp32 (docs/memory.md).
+  const bool engine16 =
+      opt.activation_model == ActivationModel::Engine && (policy == "bf16" || policy == "fp16");
+  if (engine16) pb.act = 4;
   if (policy == "fp8") {
     est.notes.push_back(
         "fp8: bf16 weights + fp8 weight copy (3 B/param), bf16 grads, fp32 master + state; "
@@ -587,6 +593,11 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
     setEntry(rm, Tier::Device, Cat::Activations, act.steady + teacherActSteady,
              act.peak + teacherActPeak);
     double wsPeak = act.wsPeak;
+    double wsSteady = act.wsSteady;
+    if (engine16) {
+      wsPeak += 8.0 * static_cast<double>(P);
+      wsSteady += 8.0 * static_cast<double>(P);
+    }
     if (stage >= 3 && ranks > 1) {
       // Gathered weights of one block and their full gradients before the reduce-scatter.
       const double blockParams = static_cast<double>(est.params.per_layer);
@@ -595,7 +606,7 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
     if (optTier != Tier::Device) {
       wsPeak += largestBlockLinear * pb.grad;  // device bucket the gradients leave through
     }
-    setEntry(rm, Tier::Device, Cat::Workspace, act.wsSteady, wsPeak);
+    setEntry(rm, Tier::Device, Cat::Workspace, wsSteady, wsPeak);
     if (optTier == Tier::Nvme || paramTier == Tier::Nvme) {
       // Pinned host staging buffers, double-buffered, one largest tensor each.
       const double staging = 2 * largestBlockLinear * 4.0;

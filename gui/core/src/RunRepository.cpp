@@ -32,6 +32,36 @@ static auto guarded(QString* error, F f) -> decltype(f()) {
   }
 }
 
+// Opens read-write (never creating the file), runs op, and turns "unknown id" and store
+// errors into text.
+template <class F>
+static QString editStore(const std::string& path, int64_t id, F op) {
+  try {
+    core::RunStore::Options o;
+    o.create = false;
+    auto store = core::RunStore::open(path, core::RunStore::Mode::ReadWrite, o);
+    if (!op(store))
+      return QStringLiteral("Run %1 is not in %2").arg(id).arg(QString::fromStdString(path));
+    return {};
+  } catch (const std::exception& e) {
+    return QString::fromStdString(e.what());
+  }
+}
+
+QString RunRepository::rename(int64_t id, const std::string& name) const {
+  if (name.empty()) return QStringLiteral("A run name cannot be empty");
+  return editStore(path_, id, [&](core::RunStore& s) { return s.rename(id, name); });
+}
+QString RunRepository::setTags(int64_t id, const std::vector<std::string>& tags) const {
+  return editStore(path_, id, [&](core::RunStore& s) { return s.setTags(id, tags); });
+}
+QString RunRepository::setNotes(int64_t id, const std::string& notes) const {
+  return editStore(path_, id, [&](core::RunStore& s) { return s.setNotes(id, notes); });
+}
+QString RunRepository::deleteRun(int64_t id, bool deleteFiles) const {
+  return editStore(path_, id, [&](core::RunStore& s) { return s.deleteRun(id, deleteFiles); });
+}
+
 std::vector<core::RunSummary> RunRepository::listRuns(QString* error) const {
   auto store = openStore(error);
   if (!store) return {};

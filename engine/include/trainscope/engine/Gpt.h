@@ -35,6 +35,12 @@ struct GptConfig {
   // nonzero values; needs relu). CPU backend only (packing runs on host pointers).
   enum class Compression { None, Int8, Sparse };
   Compression compression = Compression::None;
+  // Working precision of parameters and gradients: F32, BF16 or F16 (precision.policy). With
+  // 16 bits the model stores 2-byte weights (category parameters) and 2-byte gradients
+  // (category gradients). This CPU path has no bf16/fp16 arithmetic, so forward/backward run on
+  // fp32 copies upcast from them (category workspace, fp32 accumulation); the fp32 master
+  // weights live in the optimizer (optimizer_state). CPU backend only.
+  DType working = DType::F32;
 };
 // k for memory.checkpointing (all -> 1, every_k -> checkpoint_every or round(sqrt(L)), capped
 // at L; none -> 0).
@@ -125,6 +131,18 @@ class Gpt {
   float* param(const ParamInfo& p) { return paramBuf_.f32() + p.offset; }
   float* grad(const ParamInfo& p) { return gradBuf_.f32() + p.offset; }
 
+  // 16-bit working precision (config().working != F32). paramBuffer()/gradBuffer() are then the
+  // fp32 compute copies; these are the stored 16-bit tensors.
+  bool mixed() const { return config_.working != DType::F32; }
+  Tensor& workingParams() { return param16_; }
+  Tensor& workingGrads() { return grad16_; }
+  // Rounds `master` (numParams fp32 values) to the working dtype into workingParams() and
+  // refreshes the fp32 compute copy from it, so forward sees exactly the 16-bit weights.
+  void setWeightsFrom(const float* master);
+  // Rounds the accumulated fp32 gradients to the working dtype (fp16 overflows to inf here, as
+  // on hardware) and upcasts them back for the fp32 unscale / clip / update. No-op in fp32.
+  void roundGrads();
+
   // GPT-2 init from `seed`: weights N(0, 0.02), residual projections (attn.c_proj, mlp.c_proj)
   // N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1 / bias 0.
   void initWeights(uint64_t seed);
@@ -178,6 +196,7 @@ class Gpt {
   int64_t numParams_ = 0;
   Tensor paramBuf_;
   Tensor gradBuf_;
+  Tensor param16_, grad16_;  // 16-bit working precision only
   Activations acts_;
   Workspace ws_;
   int curB_ = 0, curT_ = 0;

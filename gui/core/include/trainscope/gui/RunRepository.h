@@ -1,5 +1,5 @@
 #pragma once
-// The GUI's view of the run database (core::RunStore, read-only). Each call opens its own
+// The GUI's view of the run database (core::RunStore; read-only except the edits below). Each call opens its own
 // connection, so calls are safe from worker threads; failures come back as text, never as
 // exceptions, because a missing or busy database must not take the window down.
 #include <cstdint>
@@ -40,6 +40,13 @@ class RunRepository {
     std::string path;
   };
   std::vector<CheckpointRef> checkpoints(QString* error = nullptr) const;
+
+  // Edits (Runs page) on a read-write connection. Return an error text naming the run or the
+  // database; empty on success.
+  QString rename(int64_t id, const std::string& name) const;
+  QString setTags(int64_t id, const std::vector<std::string>& tags) const;
+  QString setNotes(int64_t id, const std::string& notes) const;
+  QString deleteRun(int64_t id, bool deleteFiles) const;
 
  private:
   std::optional<core::RunStore> openStore(QString* error) const;

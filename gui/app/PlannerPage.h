@@ -1,0 +1,89 @@
+#pragma once
+// The memory planner page: the estimator as a what-if tool. Pick a model, device memory and
+// ranks, toggle techniques, see the per-rank breakdown and the planner's ranked suggestions,
+// export the chosen setup. Logic lives in PlannerModel (gui core); this only lays out and paints.
+#include <optional>
+#include <vector>
+
+#include <QWidget>
+
+#include "trainscope/gui/PlannerModel.h"
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QPushButton;
+class QSpinBox;
+class QTableView;
+class QTimer;
+
+namespace ts::gui {
+
+class MemoryBars;
+
+class PlannerPage : public QWidget {
+  Q_OBJECT
+ public:
+  explicit PlannerPage(QWidget* parent = nullptr);
+
+  // For tests and screenshots.
+  void selectModel(const QString& id);
+  void setDeviceMemoryGiB(double gib);
+  void setRanks(int ranks);
+  void setTechniques(const PlannerTechniques& t);
+  void recompute();  // schedules a computation now
+  bool computing() const { return controller_->busy() || pendingTimer(); }
+  PlanTableModel* planModel() const { return plans_; }
+  QTableView* planView() const { return table_; }
+  // The setup an export writes: the selected suggestion, else the form's setup.
+  core::RunConfig chosenConfig() const;
+  const std::optional<PlannerOutput>& lastOutput() const { return output_; }
+  bool exportTo(PlannerExport kind, const QString& path, QString* error = nullptr) const;
+
+ signals:
+  void updated();
+
+ private:
+  bool pendingTimer() const;
+  void scheduleUpdate();
+  void loadChoice(int index);
+  PlannerTechniques formTechniques() const;
+  void showOutput(const PlannerInput& in, const PlannerOutput& out);
+  void applySelectedPlan();
+  void exportDialog(PlannerExport kind);
+  void updateExportLabel();
+
+  std::vector<PlannerModelChoice> choices_;
+  PlannerController* controller_;
+  PlanTableModel* plans_;
+  QTimer* debounce_;
+  bool loading_ = false;
+  std::optional<PlannerInput> input_;
+  std::optional<PlannerOutput> output_;
+
+  QComboBox* model_;
+  QSpinBox* seqLen_;
+  QDoubleSpinBox* deviceGiB_;
+  QSpinBox* ranks_;
+  QComboBox* goal_;
+  QComboBox* precision_;
+  QComboBox* checkpointing_;
+  QCheckBox* flash_;
+  QComboBox* zero_;
+  QComboBox* offloadOpt_;
+  QComboBox* offloadParams_;
+  QSpinBox* lora_;
+  QCheckBox* nf4_;
+  QCheckBox* adam8_;
+  QSpinBox* micro_;
+  QLabel* verdict_;
+  QLabel* details_;
+  MemoryBars* bars_;
+  QTableView* table_;
+  QLabel* planMessage_;
+  QLabel* exportLabel_;
+  QPushButton* applyPlan_;
+};
+
+}  // namespace ts::gui

@@ -1,0 +1,245 @@
+// Memory planner page: model choices, technique application, the suggestions table (under
+// QAbstractItemModelTester), the worker-thread controller and the exports.
+#include <gtest/gtest.h>
+#include <QAbstractItemModelTester>
+#include <QFile>
+#include <QSignalSpy>
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include "PlannerPage.h"
+#include "trainscope/core/ConfigExport.h"
+#include "trainscope/gui/PlannerModel.h"
+
+using namespace ts::gui;
+namespace core = ts::core;
+
+namespace {
+
+const PlannerModelChoice* findChoice(const std::vector<PlannerModelChoice>& cs, const QString& id) {
+  for (const auto& c : cs)
+    if (c.id == id) return &c;
+  return nullptr;
+}
+
+core::RunConfig gpt2() {
+  const auto cs = plannerModelChoices(TRAINSCOPE_PRESET_DIR);
+  const auto* c = findChoice(cs, "shape:gpt2");
+  EXPECT_NE(c, nullptr);
+  return c ? c->base : core::RunConfig{};
+}
+
+int64_t modelStates(const core::MemoryEstimate& e) {
+  const auto& r = e.report.ranks.at(0);
+  int64_t s = 0;
+  for (auto c : {core::MemoryCategory::Parameters, core::MemoryCategory::Gradients,
+                 core::MemoryCategory::OptimizerState})
+    s += r.at(core::MemoryTier::Device, c).peak;
+  return s;
+}
+
+constexpr int64_t GiB = int64_t{1} << 30;
+
+}  // namespace
+
+TEST(PlannerModel, ChoicesHoldPresetsAndPublishedShapes) {
+  const auto cs = plannerModelChoices(TRAINSCOPE_PRESET_DIR);
+  for (const char* id : {"preset:default", "shape:gpt2", "shape:gpt2-xl", "shape:llama-7b",
+                         "shape:llama-13b", "shape:llama-70b"})
+    EXPECT_NE(findChoice(cs, id), nullptr) << id;
+  // Published shapes: GPT-2 small 12 layers x 768, LLaMA-7B 32 x 4096, LLaMA-70B 80 x 8192.
+  EXPECT_EQ(findChoice(cs, "shape:gpt2")->base.model.layers, 12);
+  EXPECT_EQ(findChoice(cs, "shape:gpt2")->base.model.d_model, 768);
+  EXPECT_EQ(findChoice(cs, "shape:llama-7b")->base.model.d_model, 4096);
+  EXPECT_EQ(findChoice(cs, "shape:llama-70b")->base.model.layers, 80);
+}
+
+TEST(PlannerModel, TechniquesRoundTripThroughConfig) {
+  PlannerTechniques t;
+  t.precision = "fp16";
+  t.checkpointing = "all";
+  t.flash = true;
+  t.zeroStage = 2;
+  t.offloadOptimizer = "cpu";
+  t.loraRank = 8;
+  t.nf4Base = true;
+  t.optimizer8bit = true;
+  t.microBatch = 3;
+  t.seqLen = 512;
+  const auto c = applyTechniques(gpt2(), t, 4);
+  EXPECT_EQ(c.parallel.ranks, 4);
+  const auto back = techniquesOf(c);
+  EXPECT_EQ(back.precision, "fp16");
+  EXPECT_EQ(back.checkpointing, "all");
+  EXPECT_TRUE(back.flash);
+  EXPECT_EQ(back.zeroStage, 2);
+  EXPECT_EQ(back.offloadOptimizer, "cpu");
+  EXPECT_EQ(back.loraRank, 8);
+  EXPECT_TRUE(back.nf4Base);
+  EXPECT_TRUE(back.optimizer8bit);
+  EXPECT_EQ(back.microBatch, 3);
+  EXPECT_EQ(back.seqLen, 512);
+  // NF4 without adapters would quantize weights that are being trained: dropped.
+  t.loraRank = 0;
+  EXPECT_EQ(applyTechniques(gpt2(), t, 1).finetune.base_quant, "none");
+}
+
+TEST(PlannerModel, ZeroThreeShardsModelStatesAcrossRanks) {
+  // ZeRO paper §III.A: stage 3 divides parameters, gradients and optimizer state by N_d.
+  PlannerTechniques t;
+  t.zeroStage = 0;
+  PlannerInput in;
+  in.deviceMemory = 80 * GiB;
+  in.ranks = 8;
+  in.config = applyTechniques(gpt2(), t, 8);
+  const auto s0 = evaluatePlanner(in);
+  ASSERT_TRUE(s0.error.isEmpty()) << s0.error.toStdString();
+  t.zeroStage = 3;
+  in.config = applyTechniques(gpt2(), t, 8);
+  const auto s3 = evaluatePlanner(in);
+  ASSERT_TRUE(s3.error.isEmpty()) << s3.error.toStdString();
+  const double ratio = double(modelStates(s0.estimate)) / double(modelStates(s3.estimate));
+  EXPECT_NEAR(ratio, 8.0, 0.8);
+}
+
+TEST(PlannerModel, Llama70bInBf16DoesNotFitOneEightyGiBDevice) {
+  // 70e9 parameters x 2 bytes (bf16 weights alone) = 140 GB > 80 GiB.
+  const auto cs = plannerModelChoices(TRAINSCOPE_PRESET_DIR);
+  PlannerTechniques t;
+  PlannerInput in;
+  in.deviceMemory = 80 * GiB;
+  in.config = applyTechniques(findChoice(cs, "shape:llama-70b")->base, t, 1);
+  in.maxPlans = 3;
+  const auto out = evaluatePlanner(in);
+  ASSERT_TRUE(out.error.isEmpty()) << out.error.toStdString();
+  EXPECT_FALSE(out.estimate.fits);
+  EXPECT_GT(double(out.estimate.peak_device), 140e9);
+  // Whatever the planner suggests must fit the device.
+  for (const auto& p : out.plans.plans) EXPECT_LE(p.estimate.peak_device, 80 * GiB);
+}
+
+TEST(PlannerModel, InvalidSetupIsReportedNotEstimated) {
+  PlannerTechniques t;
+  t.precision = "fp4";  // not a policy
+  PlannerInput in;
+  in.deviceMemory = 8 * GiB;
+  in.config = applyTechniques(gpt2(), t, 1);
+  const auto out = evaluatePlanner(in);
+  EXPECT_FALSE(out.error.isEmpty());
+  EXPECT_TRUE(out.error.contains("precision")) << out.error.toStdString();
+  EXPECT_TRUE(out.plans.plans.empty());
+}
+
+TEST(PlannerModel, PlanTablePassesModelTesterAndEveryRowFits) {
+  PlannerInput in;
+  in.deviceMemory = 16 * GiB;
+  in.config = applyTechniques(gpt2(), PlannerTechniques{}, 1);
+  const auto out = evaluatePlanner(in);
+  ASSERT_TRUE(out.error.isEmpty());
+  ASSERT_FALSE(out.plans.plans.empty()) << out.plans.message;
+
+  PlanTableModel model;
+  QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::Fatal);
+  model.setPlans(out.plans.plans);
+  ASSERT_EQ(model.rowCount(), static_cast<int>(out.plans.plans.size()));
+  EXPECT_EQ(model.columnCount(), PlanTableModel::ColumnCount);
+  for (int r = 0; r < model.rowCount(); ++r) {
+    EXPECT_EQ(model.data(model.index(r, PlanTableModel::Rank)).toInt(), r + 1);
+    const qlonglong peak =
+        model.data(model.index(r, PlanTableModel::PeakDevice), Qt::UserRole).toLongLong();
+    EXPECT_GT(peak, 0);
+    EXPECT_LE(peak, 16 * GiB);
+    // Micro x accum: the product is the sequences per rank per optimizer step.
+    const auto& c = model.plan(r)->config;
+    EXPECT_EQ(model.data(model.index(r, PlanTableModel::Batch), Qt::UserRole).toLongLong(),
+              qlonglong(c.train.micro_batch) * c.train.grad_accum);
+    EXPECT_FALSE(model.data(model.index(r, PlanTableModel::Techniques)).toString().isEmpty());
+  }
+  EXPECT_EQ(model.plan(model.rowCount()), nullptr);
+  model.setPlans({});
+  EXPECT_EQ(model.rowCount(), 0);
+}
+
+TEST(PlannerModel, ExportsCarryTheChosenTechniques) {
+  PlannerTechniques t;
+  t.precision = "bf16";
+  t.zeroStage = 2;
+  t.microBatch = 4;
+  t.loraRank = 16;
+  t.checkpointing = "all";
+  auto c = applyTechniques(gpt2(), t, 8);
+  c.train.grad_accum = 3;
+
+  const auto ds = nlohmann::json::parse(exportPlannerConfig(c, PlannerExport::DeepSpeed));
+  EXPECT_EQ(ds["zero_optimization"]["stage"], 2);
+  EXPECT_EQ(ds["train_micro_batch_size_per_gpu"], 4);
+  EXPECT_EQ(ds["gradient_accumulation_steps"], 3);
+  EXPECT_EQ(ds["train_batch_size"], 4 * 3 * 8);
+  EXPECT_EQ(ds["bf16"]["enabled"], true);
+
+  const auto hf = nlohmann::json::parse(exportPlannerConfig(c, PlannerExport::HuggingFace));
+  EXPECT_EQ(hf["training_args"]["per_device_train_batch_size"], 4);
+  EXPECT_EQ(hf["training_args"]["gradient_accumulation_steps"], 3);
+  EXPECT_EQ(hf["training_args"]["bf16"], true);
+  EXPECT_EQ(hf["lora_config"]["r"], 16);
+
+  // The run config parses back (as `trainscope-engine run` would) to the same techniques.
+  const auto parsed = core::parseConfigText(exportPlannerConfig(c, PlannerExport::RunConfig));
+  ASSERT_TRUE(parsed.ok()) << (parsed.issues.empty() ? "" : parsed.issues[0].toString());
+  const auto back = techniquesOf(*parsed.config);
+  EXPECT_EQ(back.zeroStage, 2);
+  EXPECT_EQ(back.loraRank, 16);
+  EXPECT_EQ(back.checkpointing, "all");
+  EXPECT_EQ(parsed.config->parallel.ranks, 8);
+  EXPECT_EQ(suggestedExportName(PlannerExport::DeepSpeed), "ds_config.json");
+}
+
+TEST(PlannerModel, ControllerCollapsesRequestsToTheLatest) {
+  PlannerController ctl;
+  QSignalSpy spy(&ctl, &PlannerController::finished);
+  for (int ranks : {1, 2, 4}) {
+    PlannerInput in;
+    in.deviceMemory = 16 * GiB;
+    in.ranks = ranks;
+    in.maxPlans = 2;
+    in.config = applyTechniques(gpt2(), PlannerTechniques{}, ranks);
+    ctl.request(in);
+  }
+  EXPECT_TRUE(ctl.busy());
+  ASSERT_TRUE(spy.wait(30000));
+  QTest::qWait(50);
+  ASSERT_FALSE(ctl.busy());
+  // The first request was already running; the second was superseded by the third.
+  ASSERT_EQ(spy.count(), 1);
+  const auto in = spy.at(0).at(0).value<PlannerInput>();
+  EXPECT_EQ(in.ranks, 4);
+}
+
+TEST(PlannerPageTest, SelectingASuggestionExportsIt) {
+  PlannerPage page;
+  QSignalSpy spy(&page, &PlannerPage::updated);
+  page.selectModel("shape:gpt2");
+  page.setDeviceMemoryGiB(16);
+  page.setRanks(1);
+  page.recompute();
+  auto waitIdle = [&] {
+    for (int i = 0; i < 600 && (page.computing() || spy.isEmpty()); ++i) QTest::qWait(50);
+  };
+  waitIdle();
+  ASSERT_FALSE(spy.isEmpty());
+  ASSERT_GT(page.planModel()->rowCount(), 0);
+  // Nothing selected: the form's setup is exported.
+  EXPECT_EQ(page.chosenConfig().model.d_model, 768);
+  page.planView()->selectRow(0);
+  const core::RunConfig chosen = page.planModel()->plan(0)->config;
+  QTemporaryDir tmp;
+  const QString path = tmp.filePath("ds.json");
+  QString err;
+  ASSERT_TRUE(page.exportTo(PlannerExport::DeepSpeed, path, &err)) << err.toStdString();
+  QFile f(path);
+  ASSERT_TRUE(f.open(QIODevice::ReadOnly));
+  EXPECT_EQ(nlohmann::json::parse(f.readAll().toStdString()), core::toDeepSpeedConfig(chosen));
+  EXPECT_FALSE(page.exportTo(PlannerExport::DeepSpeed, tmp.filePath("no/such/dir/x.json"), &err));
+  EXPECT_TRUE(err.contains("no/such/dir")) << err.toStdString();
+}

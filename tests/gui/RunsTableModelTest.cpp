@@ -1,0 +1,269 @@
+// Runs browser: RunsTableModel under QAbstractItemModelTester against a real SQLite file with
+// a few hundred runs recorded through RunRecorder; sorting, search, status filter, edits,
+// delete and metrics export through RunsBrowser (worker thread).
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include <gtest/gtest.h>
+#include <QAbstractItemModelTester>
+#include <QFile>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include "trainscope/core/RunRecorder.h"
+#include "trainscope/core/RunStore.h"
+#include "trainscope/gui/RunsTableModel.h"
+
+using namespace ts::gui;
+namespace core = ts::core;
+
+namespace {
+
+constexpr int kRuns = 240;
+constexpr int kSteps = 5;
+
+// Independent description of what was recorded, to check the table against.
+QString runName(int i) {
+  return QStringLiteral("run-%1").arg(i, 3, 10, QChar('0'));
+}
+double evalLoss(int i) {
+  return 1.0 + ((i * 37) % kRuns) / 100.0;
+}
+bool failed(int i) {
+  return i % 10 == 3;
+}
+double stepLoss(int i, int s) {
+  return 5.0 / (s + 1) + i * 1e-3;
+}
+
+class RunsBrowserTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new QTemporaryDir;
+    db_ = dir_->filePath("runs.db").toStdString();
+    for (int i = 0; i < kRuns; ++i) {
+      core::RunRecorder::Options o;
+      o.dbPath = db_;
+      o.runDir = dir_->filePath(QStringLiteral("run%1").arg(i)).toStdString();
+      o.name = runName(i).toStdString();
+      o.backend = "cpu";
+      core::RunRecorder rec(o);
+      int64_t seq = 0;
+      const double t0 = 1.7e9 + i * 100.0;
+      rec.record(
+          {{"type", "hello"}, {"seq", seq++}, {"time", t0}, {"backend", "cpu"}, {"ranks", 1}});
+      for (int s = 0; s < kSteps; ++s)
+        rec.record({{"type", "step"},
+                    {"seq", seq++},
+                    {"time", t0 + 1 + s},
+                    {"step", s},
+                    {"loss", stepLoss(i, s)},
+                    {"lr", 1e-3},
+                    {"tokens", (s + 1) * 64},
+                    {"tokens_per_s", 1000.0 + i}});
+      rec.record({{"type", "eval"},
+                  {"seq", seq++},
+                  {"time", t0 + 8},
+                  {"step", kSteps - 1},
+                  {"loss", evalLoss(i)}});
+      rec.record({{"type", "finished"},
+                  {"seq", seq++},
+                  {"time", t0 + 10 + i % 7},
+                  {"status", failed(i) ? "failed" : "completed"}});
+      rec.close();
+    }
+    auto store = core::RunStore::open(db_);
+    const auto runs = store.listRuns();
+    ASSERT_EQ(static_cast<int>(runs.size()), kRuns);
+    for (const auto& r : runs) {
+      const int i = QString::fromStdString(r.name).mid(4).toInt();
+      if (i % 4 == 0) store.setTags(r.id, {"baseline", i % 8 == 0 ? "bf16" : "fp32"});
+    }
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  void load(RunsBrowser& b) {
+    QSignalSpy spy(&b, &RunsBrowser::loaded);
+    b.reload();
+    ASSERT_TRUE(spy.wait(30000));
+  }
+  // Waits for one edit's `done` and the reload it triggers.
+  std::pair<bool, QString> waitDone(RunsBrowser& b, QSignalSpy& done) {
+    if (done.isEmpty()) {
+      EXPECT_TRUE(done.wait(30000));
+    }
+    for (int i = 0; i < 600 && b.busy(); ++i) QTest::qWait(20);
+    if (done.isEmpty()) return {false, "no done signal"};
+    auto args = done.takeFirst();
+    return {args.at(0).toBool(), args.at(1).toString()};
+  }
+  int64_t idOf(const RunsTableModel& m, int i) {
+    for (int r = 0; r < m.rowCount(); ++r)
+      if (m.run(r)->name == runName(i).toStdString()) return m.run(r)->id;
+    return 0;
+  }
+
+  static QTemporaryDir* dir_;
+  static std::string db_;
+};
+QTemporaryDir* RunsBrowserTest::dir_ = nullptr;
+std::string RunsBrowserTest::db_;
+
+}  // namespace
+
+TEST_F(RunsBrowserTest, LoadsEveryRunUnderModelTester) {
+  RunsTableModel model;
+  QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::Fatal);
+  RunsBrowser b(RunRepository(db_), &model);
+  load(b);
+  ASSERT_EQ(model.rowCount(), kRuns);
+  EXPECT_EQ(model.columnCount(), RunsTableModel::ColumnCount);
+  // Default order: newest start first (run i started at 1.7e9 + 100 i).
+  EXPECT_EQ(model.data(model.index(0, RunsTableModel::Name)).toString(), runName(kRuns - 1));
+  const int row = model.rowOfRun(idOf(model, 42));
+  ASSERT_GE(row, 0);
+  EXPECT_EQ(model.data(model.index(row, RunsTableModel::Status)).toString(), "completed");
+  EXPECT_EQ(model.data(model.index(row, RunsTableModel::Steps)).toLongLong(), kSteps - 1);
+  EXPECT_NEAR(model.data(model.index(row, RunsTableModel::FinalLoss), Qt::UserRole).toDouble(),
+              stepLoss(42, kSteps - 1), 1e-9);
+  EXPECT_NEAR(model.data(model.index(row, RunsTableModel::BestEvalLoss), Qt::UserRole).toDouble(),
+              evalLoss(42), 1e-9);
+  EXPECT_NEAR(model.data(model.index(row, RunsTableModel::TokensPerS), Qt::UserRole).toDouble(),
+              1042.0, 1e-9);
+  // finished - started: 10 + 42 % 7 = 10 s after hello
+  EXPECT_NEAR(model.data(model.index(row, RunsTableModel::Duration), Qt::UserRole).toDouble(), 10.0,
+              1e-6);
+  EXPECT_EQ(model.data(model.index(row, RunsTableModel::Duration)).toString(), "10 s");
+  EXPECT_EQ(model.data(model.index(row, RunsTableModel::Tags)).toString(), "");
+  const int row44 = model.rowOfRun(idOf(model, 44));  // 44 % 4 == 0, 44 % 8 != 0
+  EXPECT_EQ(model.data(model.index(row44, RunsTableModel::Tags)).toString(), "baseline, fp32");
+
+  // Sorting by best eval loss, ascending: the minimum over the recorded values comes first.
+  model.sort(RunsTableModel::BestEvalLoss, Qt::AscendingOrder);
+  int best = 0;
+  for (int i = 1; i < kRuns; ++i)
+    if (evalLoss(i) < evalLoss(best)) best = i;
+  EXPECT_EQ(model.data(model.index(0, RunsTableModel::Name)).toString(), runName(best));
+  for (int r = 1; r < model.rowCount(); ++r)
+    ASSERT_LE(model.data(model.index(r - 1, RunsTableModel::BestEvalLoss), Qt::UserRole).toDouble(),
+              model.data(model.index(r, RunsTableModel::BestEvalLoss), Qt::UserRole).toDouble());
+  // By name, descending; a persistent index follows its run through the re-sort.
+  QPersistentModelIndex p(model.index(5, RunsTableModel::Name));
+  const QString pName = p.data().toString();
+  model.sort(RunsTableModel::Name, Qt::DescendingOrder);
+  EXPECT_EQ(model.data(model.index(0, RunsTableModel::Name)).toString(), runName(kRuns - 1));
+  EXPECT_EQ(p.data().toString(), pName);
+}
+
+TEST_F(RunsBrowserTest, SearchAndStatusFilter) {
+  RunsTableModel model;
+  QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::Fatal);
+  RunsBrowser b(RunRepository(db_), &model);
+  load(b);
+  auto expected = [](auto pred) {
+    int n = 0;
+    for (int i = 0; i < kRuns; ++i) n += pred(i) ? 1 : 0;
+    return n;
+  };
+  model.setSearchText("RUN-01");  // case-insensitive: run-010 .. run-019 and run-01x
+  EXPECT_EQ(model.rowCount(), expected([](int i) { return runName(i).startsWith("run-01"); }));
+  model.setSearchText("bf16");  // a tag
+  EXPECT_EQ(model.rowCount(), expected([](int i) { return i % 8 == 0; }));
+  model.setSearchText("");
+  model.setStatusFilter("failed");
+  EXPECT_EQ(model.rowCount(), expected(failed));
+  model.setSearchText("baseline");
+  EXPECT_EQ(model.rowCount(), expected([](int i) { return failed(i) && i % 4 == 0; }));
+  EXPECT_EQ(model.totalRuns(), kRuns);
+  model.setStatusFilter("");
+  model.setSearchText("no such run");
+  EXPECT_EQ(model.rowCount(), 0);
+}
+
+TEST_F(RunsBrowserTest, EditsDeleteAndExport) {
+  RunsTableModel model;
+  QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::Fatal);
+  RunsBrowser b(RunRepository(db_), &model);
+  load(b);
+  QSignalSpy done(&b, &RunsBrowser::done);
+  const int64_t id = idOf(model, 7);
+  ASSERT_GT(id, 0);
+
+  b.rename(id, "  renamed seven ");
+  auto [ok1, m1] = waitDone(b, done);
+  EXPECT_TRUE(ok1) << m1.toStdString();
+  b.setTags(id, {"a", " b ", ""});
+  auto [ok2, m2] = waitDone(b, done);
+  EXPECT_TRUE(ok2) << m2.toStdString();
+  b.setNotes(id, "lr too high");
+  auto [ok3, m3] = waitDone(b, done);
+  EXPECT_TRUE(ok3) << m3.toStdString();
+  {
+    auto store = core::RunStore::open(db_, core::RunStore::Mode::ReadOnly);
+    auto r = store.getRun(id);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->name, "renamed seven");
+    EXPECT_EQ(r->tags, (std::vector<std::string>{"a", "b"}));
+    EXPECT_EQ(r->notes, "lr too high");
+  }
+  // The table reloaded: searchable by the new notes.
+  model.setSearchText("too high");
+  ASSERT_EQ(model.rowCount(), 1);
+  EXPECT_EQ(model.run(0)->id, id);
+  model.setSearchText("");
+
+  // Exports: the CSV has a header and one line per recorded step with the recorded losses.
+  QTemporaryDir out;
+  const QString csv = out.filePath("m.csv");
+  b.exportMetrics(id, csv, RunsBrowser::ExportFormat::Csv);
+  auto [ok4, m4] = waitDone(b, done);
+  ASSERT_TRUE(ok4) << m4.toStdString();
+  QFile f(csv);
+  ASSERT_TRUE(f.open(QIODevice::ReadOnly));
+  const QStringList lines = QString(f.readAll()).trimmed().split('\n');
+  ASSERT_EQ(lines.size(), kSteps + 1);
+  EXPECT_EQ(lines[0], "step,time,loss,lr,grad_norm,loss_scale,tokens,tokens_per_s,step_ms,skipped");
+  for (int s = 0; s < kSteps; ++s) {
+    const QStringList cells = lines[s + 1].split(',');
+    ASSERT_EQ(cells.size(), 10);
+    EXPECT_EQ(cells[0].toInt(), s);
+    EXPECT_NEAR(cells[2].toDouble(), stepLoss(7, s), 1e-12);
+    EXPECT_EQ(cells[6].toLongLong(), (s + 1) * 64);
+  }
+  const QString js = out.filePath("m.json");
+  b.exportMetrics(id, js, RunsBrowser::ExportFormat::Json);
+  auto [ok5, m5] = waitDone(b, done);
+  ASSERT_TRUE(ok5) << m5.toStdString();
+  QFile jf(js);
+  ASSERT_TRUE(jf.open(QIODevice::ReadOnly));
+  const auto j = nlohmann::json::parse(jf.readAll().toStdString());
+  EXPECT_EQ(j["run"]["name"], "renamed seven");
+  ASSERT_EQ(j["metrics"].size(), size_t(kSteps));
+  EXPECT_NEAR(j["metrics"][2]["loss"].get<double>(), stepLoss(7, 2), 1e-12);
+  ASSERT_EQ(j["evals"].size(), 1u);
+  EXPECT_NEAR(j["evals"][0]["loss"].get<double>(), evalLoss(7), 1e-12);
+  // An unwritable path is reported, naming it.
+  b.exportMetrics(id, out.filePath("missing/dir/m.csv"), RunsBrowser::ExportFormat::Csv);
+  auto [ok6, m6] = waitDone(b, done);
+  EXPECT_FALSE(ok6);
+  EXPECT_TRUE(m6.contains("missing/dir")) << m6.toStdString();
+
+  // Delete: gone from the store and the table.
+  const int before = model.totalRuns();
+  b.deleteRun(id, true);
+  auto [ok7, m7] = waitDone(b, done);
+  EXPECT_TRUE(ok7) << m7.toStdString();
+  EXPECT_EQ(model.totalRuns(), before - 1);
+  EXPECT_EQ(model.rowOfRun(id), -1);
+  EXPECT_FALSE(core::RunStore::open(db_, core::RunStore::Mode::ReadOnly).getRun(id));
+  // Editing a run that no longer exists is an error naming it, not a crash.
+  b.rename(id, "ghost");
+  auto [ok8, m8] = waitDone(b, done);
+  EXPECT_FALSE(ok8);
+  EXPECT_TRUE(m8.contains(QString::number(id))) << m8.toStdString();
+}
