@@ -1,7 +1,7 @@
 #pragma once
-// The GUI's view of the run database (core::RunStore; read-only except the edits below). Each call opens its own
-// connection, so calls are safe from worker threads; failures come back as text, never as
-// exceptions, because a missing or busy database must not take the window down.
+// The GUI's view of the run database (core::RunStore; read-only except the edits below). Each call
+// opens its own connection, so calls are safe from worker threads; failures come back as text,
+// never as exceptions, because a missing or busy database must not take the window down.
 #include <cstdint>
 #include <optional>
 #include <string>
