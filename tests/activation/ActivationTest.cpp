@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "../support/TrainerHarness.h"
 #include "trainscope/core/Estimator.h"
 #include "trainscope/engine/Gpt.h"
 #include "trainscope/engine/Trainer.h"
@@ -365,24 +366,13 @@ ts::core::RunConfig additionConfig() {
 
 std::vector<nlohmann::json> train(const ts::core::RunConfig& c, TrainResult& result,
                                   EventType want) {
-  namespace fs = std::filesystem;
-  const fs::path dir =
-      fs::temp_directory_path() / ("trainscope_activation_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  auto backend = ts::kernels::makeCpuBackend();
-  backend->setThreads(c.device.threads);
-  std::vector<nlohmann::json> events;
-  TrainerOptions o;
-  o.runDir = dir.string();
+  const auto dir = ts::testsupport::tempDir("activation", "train");
+  ts::testsupport::Recorded rec;
+  ts::testsupport::RunOptions o;
   o.exactMatchSamples = 64;
-  o.emit = [&](EventType t, nlohmann::json f, bool) {
-    if (t == want) events.push_back(std::move(f));
-  };
-  Trainer trainer(c, backend.get(), o);
-  result = trainer.run();
-  fs::remove_all(dir);
-  return events;
+  result = ts::testsupport::runTrainer(c, rec, dir.string(), o);
+  std::filesystem::remove_all(dir);
+  return rec.of(want);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <set>
 
+#include "../support/TrainerHarness.h"
 #include "trainscope/engine/Trainer.h"
 
 using namespace ts::engine;
@@ -14,22 +15,9 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path tempDir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() /
-               ("trainscope_trainer_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
+  return ts::testsupport::tempDir("trainer_test", name);
 }
-
-struct Recorded {
-  std::vector<std::pair<EventType, nlohmann::json>> events;
-  std::vector<nlohmann::json> of(EventType t) const {
-    std::vector<nlohmann::json> out;
-    for (const auto& [type, f] : events)
-      if (type == t) out.push_back(f);
-    return out;
-  }
-};
+using ts::testsupport::Recorded;
 
 ts::core::RunConfig smallConfig() {
   ts::core::RunConfig c;
@@ -52,16 +40,11 @@ ts::core::RunConfig smallConfig() {
 TrainResult runWith(const ts::core::RunConfig& c, Recorded& rec, const std::string& runDir,
                     const std::string& resume = "", std::function<void(Trainer&)> before = {},
                     int exactMatchSamples = 16) {
-  auto backend = ts::kernels::makeCpuBackend();
-  backend->setThreads(c.device.threads);
-  TrainerOptions o;
-  o.runDir = runDir;
-  o.resumePath = resume;
+  ts::testsupport::RunOptions o;
+  o.resume = resume;
+  o.before = std::move(before);
   o.exactMatchSamples = exactMatchSamples;
-  o.emit = [&](EventType t, nlohmann::json f, bool) { rec.events.emplace_back(t, std::move(f)); };
-  Trainer trainer(c, backend.get(), o);
-  if (before) before(trainer);
-  return trainer.run();
+  return ts::testsupport::runTrainer(c, rec, runDir, o);
 }
 
 }  // namespace
@@ -237,7 +220,7 @@ TEST(Trainer, BadInputIsReportedNotThrown) {
   EXPECT_NE(rec.of(EventType::Error)[0]["message"].get<std::string>().find("/nonexistent/file.txt"),
             std::string::npos);
   auto c2 = smallConfig();
-  c2.precision.policy = "fp8";  // still rejected (bf16/fp16 run since issue 5)
+  c2.precision.policy = "fp4";  // not a policy
   Recorded rec2;
   auto r2 = runWith(c2, rec2, tempDir("bad2").string());
   EXPECT_TRUE(r2.badInput);

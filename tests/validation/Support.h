@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../support/TrainerHarness.h"
 #include "trainscope/engine/Trainer.h"
 #include "trainscope/kernels/Backend.h"
 
@@ -22,42 +23,21 @@ namespace ts::validation {
 namespace fs = std::filesystem;
 
 inline fs::path tempDir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() /
-               ("trainscope_validation_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
+  return testsupport::tempDir("validation", name);
 }
 
-struct Recorded {
-  std::vector<std::pair<core::EventType, nlohmann::json>> events;
-  std::vector<nlohmann::json> of(core::EventType t) const {
-    std::vector<nlohmann::json> out;
-    for (const auto& [type, f] : events)
-      if (type == t) out.push_back(f);
-    return out;
-  }
-};
+using testsupport::Recorded;
 
 // Runs `config` in-process on the CPU backend; every event lands in `rec`. `onEvent` (optional)
 // sees each event with the trainer, e.g. to post commands mid-run.
 inline engine::TrainResult runInProcess(
     const core::RunConfig& config, Recorded& rec, const std::string& runDir,
     std::function<void(engine::Trainer&, core::EventType, const nlohmann::json&)> onEvent = {}) {
-  auto backend = kernels::makeCpuBackend();
-  backend->setThreads(config.device.threads);
-  engine::TrainerOptions o;
-  o.runDir = runDir;
+  testsupport::RunOptions o;
   o.evalBatches = 1;
   o.exactMatchSamples = 2;
-  engine::Trainer* self = nullptr;
-  o.emit = [&](core::EventType t, nlohmann::json f, bool) {
-    if (onEvent && self) onEvent(*self, t, f);
-    rec.events.emplace_back(t, std::move(f));
-  };
-  engine::Trainer trainer(config, backend.get(), o);
-  self = &trainer;
-  return trainer.run();
+  o.onEvent = std::move(onEvent);
+  return testsupport::runTrainer(config, rec, runDir, o);
 }
 
 // The real binary with stdin/stdout pipes; stderr is inherited.

@@ -73,7 +73,9 @@ TS_NUMERIC_HD uint32_t roundMagnitude(uint32_t a) {
   const uint32_t e = a >> 23;
   const uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
   const int32_t sRaw = int32_t(151 - B - M) - int32_t(e);
-  const uint32_t s = uint32_t(sRaw > 31 ? 31 : sRaw);  // >= 24-M >= 1 on this path
+  // Clamped to [1, 31] for every input: both paths are computed (branch-free, vectorisable) and
+  // normals give sRaw < 1, where an unclamped shift would be undefined behaviour.
+  const uint32_t s = uint32_t(sRaw > 31 ? 31 : (sRaw < 1 ? 1 : sRaw));
   // Same RNE trick as above: add half-1 plus the kept lsb, then shift (m + bias < 2^31).
   const uint32_t sub = (m + ((1u << (s - 1u)) - 1u) + ((m >> s) & 1u)) >> s;
   // Sub-normal path only below the format's smallest normal 2^(1-B); guard `s` use above.
@@ -163,6 +165,9 @@ TS_NUMERIC_HD float fp8ToFloat(uint8_t v, Fp8Format f) {
 namespace ts::kernels::cpu {
 // Bulk conversions (kernels/cpu/convert.cpp): OpenMP-parallel over large arrays, vectorised,
 // results identical to the scalar functions above element by element. n <= 0 is a no-op.
+// On x86 the 16-bit ones pick a SIMD path at run time (fp16: F16C, bf16: AVX2).
+// True when fp16 conversions run on the CPU's F16C instructions (checked at run time).
+bool hasF16cConversion();
 void floatToBf16(const float* x, uint16_t* y, int64_t n);
 void bf16ToFloat(const uint16_t* x, float* y, int64_t n);
 void floatToFp16(const float* x, uint16_t* y, int64_t n);

@@ -1,0 +1,71 @@
+#pragma once
+// Helpers shared by the test binaries that train in-process (engine, activation, precision,
+// validation): a fresh temp directory per test and process, an event recorder, and one call that
+// runs a Trainer on the CPU backend with every event recorded.
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "trainscope/engine/Trainer.h"
+#include "trainscope/kernels/Backend.h"
+
+namespace ts::testsupport {
+
+namespace fs = std::filesystem;
+
+// <tmp>/trainscope_<prefix>_<name>_<pid>, emptied first, so reruns and parallel ctest never mix.
+inline fs::path tempDir(const std::string& prefix, const std::string& name) {
+  fs::path p = fs::temp_directory_path() /
+               ("trainscope_" + prefix + "_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+struct Recorded {
+  std::vector<std::pair<core::EventType, nlohmann::json>> events;
+  std::vector<nlohmann::json> of(core::EventType t) const {
+    std::vector<nlohmann::json> out;
+    for (const auto& [type, f] : events)
+      if (type == t) out.push_back(f);
+    return out;
+  }
+};
+
+struct RunOptions {
+  std::string resume;          // checkpoint to resume from
+  int exactMatchSamples = 16;  // addition task: held-out problems decoded per eval
+  int evalBatches = -1;        // -1: the trainer's default
+  std::function<void(engine::Trainer&)> before;  // called once, before run()
+  // Sees each event with the trainer, e.g. to post commands mid-run.
+  std::function<void(engine::Trainer&, core::EventType, const nlohmann::json&)> onEvent;
+};
+
+// Runs `config` in-process on the CPU backend; every event lands in `rec`.
+inline engine::TrainResult runTrainer(const core::RunConfig& config, Recorded& rec,
+                                      const std::string& runDir, const RunOptions& ro = {}) {
+  auto backend = kernels::makeCpuBackend();
+  backend->setThreads(config.device.threads);
+  engine::TrainerOptions o;
+  o.runDir = runDir;
+  o.resumePath = ro.resume;
+  o.exactMatchSamples = ro.exactMatchSamples;
+  if (ro.evalBatches >= 0) o.evalBatches = ro.evalBatches;
+  engine::Trainer* self = nullptr;
+  o.emit = [&](core::EventType t, nlohmann::json f, bool) {
+    if (ro.onEvent && self) ro.onEvent(*self, t, f);
+    rec.events.emplace_back(t, std::move(f));
+  };
+  engine::Trainer trainer(config, backend.get(), o);
+  self = &trainer;
+  if (ro.before) ro.before(trainer);
+  return trainer.run();
+}
+
+}  // namespace ts::testsupport
