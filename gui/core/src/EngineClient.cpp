@@ -18,7 +18,7 @@ QString EngineLocator::findEngine() {
   if (!env.isEmpty()) return QFileInfo(env).isExecutable() ? env : QString();
   const QString appDir =
       QCoreApplication::instance() ? QCoreApplication::applicationDirPath() : QDir::currentPath();
-  for (const QString& rel :
+  for (const char* rel :
        {"../engine/trainscope-engine", "trainscope-engine", "../../engine/trainscope-engine"}) {
     const QFileInfo fi(QDir(appDir).filePath(rel));
     if (fi.isFile() && fi.isExecutable()) return fi.canonicalFilePath();
@@ -44,13 +44,22 @@ EngineClient::EngineClient(LiveRun* run, QObject* parent) : QObject(parent), run
 }
 
 EngineClient::~EngineClient() {
+  if (process_) disconnect(process_, nullptr, this, nullptr);
   if (process_ && !detached_ && process_->state() != QProcess::NotRunning) {
     // Owner decided to stop: ask nicely first, then make sure.
-    process_->write(QByteArray::fromStdString(core::encodeCommand({core::CommandType::Stop})));
+    core::Command stop;
+    stop.type = core::CommandType::Stop;
+    process_->write(QByteArray::fromStdString(core::encodeCommand(stop)));
     if (!process_->waitForFinished(3000)) {
       process_->kill();
       process_->waitForFinished(2000);
     }
+  }
+  if (decodeThread_) {
+    // Work already queued finishes first; its results, posted to this dying object, are dropped.
+    decodeThread_->quit();
+    decodeThread_->wait();
+    delete decodeWorker_;
   }
 }
 
@@ -158,21 +167,70 @@ void EngineClient::feed(const QByteArray& chunk) {
   run_->applyBatch(decoder_.feed(std::string_view(chunk.constData(), chunk.size())));
 }
 
-void EngineClient::onReadyRead() {
-  const QByteArray chunk = process_->readAllStandardOutput();
-  auto events = decoder_.feed(std::string_view(chunk.constData(), chunk.size()));
+void EngineClient::feedQueued(const QByteArray& chunk) {
+  decodeAsync(chunk, false);
+}
+
+void EngineClient::decodeAsync(const QByteArray& chunk, bool last, int exitCode,
+                               QProcess::ExitStatus status) {
+  if (!decodeThread_) {
+    decodeThread_ = new QThread(this);
+    decodeThread_->setObjectName("engine-decode");
+    decodeWorker_ = new QObject;  // no parent: it moves to the thread
+    decodeWorker_->moveToThread(decodeThread_);
+    asyncDecoder_ = std::make_unique<core::EventDecoder>();
+    decodeThread_->start();
+  }
+  ++pending_;
+  // The decoder is only touched on the worker thread; results come back queued, in order.
+  QMetaObject::invokeMethod(
+      decodeWorker_,
+      [this, chunk, last, exitCode, status] {
+        QStringList errors;
+        asyncDecoder_->setErrorHandler([&errors](const std::string& msg, const std::string& line) {
+          errors << QStringLiteral("unreadable engine output (%1): %2")
+                        .arg(QString::fromStdString(msg),
+                             QString::fromStdString(line.substr(0, 200)));
+        });
+        auto events = asyncDecoder_->feed(std::string_view(chunk.constData(), chunk.size()));
+        if (last) {
+          auto rest = asyncDecoder_->finish();
+          events.insert(events.end(), std::make_move_iterator(rest.begin()),
+                        std::make_move_iterator(rest.end()));
+        }
+        asyncDecoder_->setErrorHandler({});
+        QMetaObject::invokeMethod(
+            this,
+            [this, events = std::move(events), errors = std::move(errors), last, exitCode, status] {
+              --pending_;
+              applyDecoded(events, errors);
+              if (last) completeExit(exitCode, status);
+            },
+            Qt::QueuedConnection);
+      },
+      Qt::QueuedConnection);
+}
+
+void EngineClient::applyDecoded(const std::vector<core::Event>& events, const QStringList& errors) {
+  for (const QString& e : errors) run_->addLog("warning", e);
   for (const auto& e : events)
     if (e.type == core::EventType::Finished) sawFinished_ = true;
   run_->applyBatch(events);
 }
 
+void EngineClient::onReadyRead() {
+  if (!process_) return;
+  const QByteArray chunk = process_->readAllStandardOutput();
+  if (!chunk.isEmpty()) decodeAsync(chunk, false);
+}
+
 void EngineClient::onFinished(int exitCode, QProcess::ExitStatus status) {
-  onReadyRead();
-  auto rest = decoder_.finish();
-  for (const auto& e : rest)
-    if (e.type == core::EventType::Finished) sawFinished_ = true;
-  run_->applyBatch(rest);
-  stderrTail_ += process_->readAllStandardError();
+  // The rest of stdout joins the queue; the exit is judged once every event before it is applied.
+  decodeAsync(process_->readAllStandardOutput(), true, exitCode, status);
+}
+
+void EngineClient::completeExit(int exitCode, QProcess::ExitStatus status) {
+  if (process_) stderrTail_ += process_->readAllStandardError();
   if (!sawFinished_) {
     QString why = status == QProcess::CrashExit
                       ? QStringLiteral("the engine crashed")

@@ -9,6 +9,7 @@
 #include <QProcess>
 #include <QString>
 #include <QStringList>
+#include <QThread>
 #include <nlohmann/json.hpp>
 
 #include "trainscope/core/Protocol.h"
@@ -56,8 +57,14 @@ class EngineClient : public QObject {
   // and ignores SIGPIPE because it was started with SIGPIPE ignored).
   void detach();
 
-  // Decodes a chunk as if it came from the engine (used by the replay benchmark and tests).
+  // Decodes a chunk on the calling thread as if it came from the engine (tests).
   void feed(const QByteArray& chunk);
+  // The path the engine's stdout takes: decoded on the client's worker thread, then applied to
+  // the run on this object's thread in arrival order, so JSON parsing never stalls the GUI.
+  // Don't mix with feed() on one client (each has its own line buffer).
+  void feedQueued(const QByteArray& chunk);
+  // Chunks handed to feedQueued() whose events are not applied yet (backpressure for replay).
+  int pendingChunks() const { return pending_; }
 
  signals:
   void startFailed(const QString& message);
@@ -66,10 +73,19 @@ class EngineClient : public QObject {
  private:
   void onReadyRead();
   void onFinished(int exitCode, QProcess::ExitStatus status);
+  // Queues a chunk for the worker; `last` flushes a trailing line and then calls completeExit.
+  void decodeAsync(const QByteArray& chunk, bool last, int exitCode = 0,
+                   QProcess::ExitStatus status = QProcess::NormalExit);
+  void applyDecoded(const std::vector<core::Event>& events, const QStringList& errors);
+  void completeExit(int exitCode, QProcess::ExitStatus status);
 
   LiveRun* run_;
   QProcess* process_ = nullptr;
-  core::EventDecoder decoder_;
+  core::EventDecoder decoder_;       // feed() only
+  QThread* decodeThread_ = nullptr;  // started on first use
+  QObject* decodeWorker_ = nullptr;  // lives on decodeThread_, owns asyncDecoder_
+  std::unique_ptr<core::EventDecoder> asyncDecoder_;
+  int pending_ = 0;
   QString error_;
   QString configPath_;
   QByteArray stderrTail_;
