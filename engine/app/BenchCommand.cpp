@@ -17,7 +17,8 @@ void addBenchCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--steps", opts->steps, "Timed steps per shape (best is reported)");
   cmd->add_flag("--quick", opts->quick, "Only the smallest shape");
   cmd->add_flag("--precision", *precision,
-                "Only the precision policies side by side (fp32, bf16, fp16): tokens/s and peak "
+                "Only the precision policies side by side (fp32, bf16, fp16, fp8, fp8-block, "
+                "pure_bf16): tokens/s and peak "
                 "memory on one shape");
   cmd->add_flag("--json", *json, "Print the results as JSON after the table");
   cmd->callback([opts, json, precision, &exitCode] {

@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <map>
 
+#include "trainscope/engine/Capabilities.h"
 #include "trainscope/engine/Gpt.h"
 #include "trainscope/engine/Optimizer.h"
+#include "trainscope/kernels/Numeric.h"
 #include "trainscope/profiler/Aggregation.h"
 #include "trainscope/profiler/Tracer.h"
 
@@ -154,24 +156,26 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "\n== precision policies: %s L=%d C=%d T=%d V=%d B=%d, %d thread%s, AdamW\n"
-                "%-6s %10s %8s %10s %10s %10s %10s %10s\n",
+                "%-9s %10s %8s %10s %10s %10s %10s %10s\n",
                 s.name.c_str(), s.layers, s.d_model, s.seq_len, s.vocab, s.batch, threads,
                 threads == 1 ? "" : "s", "policy", "tok/s", "vs fp32", "params", "grads",
                 "opt_state", "workspace", "peak MiB");
   out << buf;
   double base = 0;
-  for (const char* policy : {"fp32", "bf16", "fp16"}) {
+  for (const char* policy : {"fp32", "bf16", "fp16", "fp8", "fp8-block", "pure_bf16"}) {
     auto backend = kernels::makeCpuBackend();
     backend->setThreads(threads);
     MemoryTracker tracker;
-    GptConfig gc;
-    gc.layers = s.layers;
-    gc.heads = s.heads;
-    gc.d_model = s.d_model;
-    gc.seq_len = s.seq_len;
-    gc.vocab = s.vocab;
+    // The run config's policy (fp8-block = fp8 with precision.fp8.recipe "blockwise").
+    core::RunConfig rc;
+    rc.model.layers = s.layers;
+    rc.model.heads = s.heads;
+    rc.model.d_model = s.d_model;
+    rc.model.seq_len = s.seq_len;
     const std::string pol = policy;
-    gc.working = pol == "bf16" ? DType::BF16 : pol == "fp16" ? DType::F16 : DType::F32;
+    rc.precision.policy = pol == "fp8-block" ? "fp8" : pol;
+    if (pol == "fp8-block") rc.precision.fp8.recipe = "blockwise";
+    const GptConfig gc = gptConfigFrom(rc, s.vocab);
     Gpt model(gc, backend.get(), &tracker);
     model.initWeights(1);
     model.allocate(s.batch);
@@ -202,7 +206,7 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
     auto mib = [&](core::MemoryCategory c) {
       return tracker.peak(core::MemoryTier::Device, c) / 1048576.0;
     };
-    std::snprintf(buf, sizeof buf, "%-6s %10.0f %7.2fx %10.2f %10.2f %10.2f %10.2f %10.2f\n",
+    std::snprintf(buf, sizeof buf, "%-9s %10.0f %7.2fx %10.2f %10.2f %10.2f %10.2f %10.2f\n",
                   policy, tokPerS, tokPerS / base, mib(core::MemoryCategory::Parameters),
                   mib(core::MemoryCategory::Gradients), mib(core::MemoryCategory::OptimizerState),
                   mib(core::MemoryCategory::Workspace), tracker.totalPeak() / 1048576.0);
@@ -218,8 +222,17 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
           tracker.peak(core::MemoryTier::Device, core::MemoryCategory::OptimizerState)}});
     out.flush();
   }
-  out << "bf16/fp16 store 2-byte weights and gradients; this CPU has no bf16/fp16 arithmetic "
-         "(no AVX512-BF16/AMX), so GEMMs run in fp32 on upcast copies (workspace).\n";
+  const CpuFeatures f = detectCpuFeatures();
+  out << "bf16/fp16/pure_bf16 store 2-byte weights and gradients, fp8 adds 1-byte copies of the "
+         "block linear weights (E4M3; gradients E5M2), emulated: quantize -> dequantize -> fp32 "
+         "sgemm.\nCPU: F16C "
+      << (kernels::cpu::hasF16cConversion() ? "yes (fp16 conversion vectorised)" : "no")
+      << ", AVX512-BF16 " << (f.avx512_bf16 ? "yes" : "no") << ", AMX-BF16 "
+      << (f.amx_bf16 ? "yes" : "no")
+      << ". The engine has no bf16/fp8 GEMM path yet: all GEMMs run in fp32 on upcast copies "
+         "(workspace)"
+      << (f.avx512_bf16 || f.amx_bf16 ? " even though this CPU has bf16 instructions.\n"
+                                      : "; this CPU has no bf16 arithmetic anyway.\n");
   return results;
 }
 

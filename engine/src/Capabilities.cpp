@@ -130,8 +130,10 @@ nlohmann::json capabilitiesJson() {
                      // cpu backend: 16-bit stored weights/grads, fp32 compute copies
                      {"bf16", cap(true)},
                      {"fp16", cap(true)},
-                     {"fp8", cap(false, later)},
-                     {"pure_bf16", cap(false, later)}};
+                     // cpu backend: GEMM operands quantized to real fp8 values (E4M3/E5M2,
+                     // delayed or block scaling), multiplied in fp32: emulated, not faster
+                     {"fp8", cap(true)},
+                     {"pure_bf16", cap(true)}};
   j["techniques"] = {
       {"gradient_accumulation", cap(true)},
       {"flash_attention", cap(true)},

@@ -73,6 +73,22 @@ std::string stepDirName(int64_t step) {
 
 }  // namespace
 
+namespace {
+// Safetensors dtype names of the optimizer state tensors (fp32, or bf16 under pure_bf16).
+std::string stateDtype(kernels::DType d) {
+  switch (d) {
+    case kernels::DType::F32:
+      return "F32";
+    case kernels::DType::BF16:
+      return "BF16";
+    case kernels::DType::F16:
+      return "F16";
+    default:
+      return kernels::dtypeName(d);
+  }
+}
+}  // namespace
+
 CheckpointInfo saveCheckpoint(const std::string& parentDir, Gpt& model, Optimizer& optimizer,
                               const nlohmann::json& config, const TrainingState& state) {
   profiler::ScopedRange range("checkpoint_save", profiler::SpanCategory::IO);
@@ -97,7 +113,7 @@ CheckpointInfo saveCheckpoint(const std::string& parentDir, Gpt& model, Optimize
     const std::string modelBytes = mw.serialize();
     SafetensorsWriter ow;
     for (auto& [name, t] : optimizer.state())
-      ow.add(name, "F32", t->shape(), t->data(), static_cast<size_t>(t->bytes()));
+      ow.add(name, stateDtype(t->dtype()), t->shape(), t->data(), static_cast<size_t>(t->bytes()));
     const std::string optBytes = ow.serialize();
 
     writeFileDurable(tmp / "model.safetensors", modelBytes);
@@ -224,12 +240,19 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, Gpt& model, Optimizer* 
             of.entry(name).end - of.entry(name).begin != static_cast<size_t>(t->bytes()))
           throw CheckpointError((dir / "optimizer.safetensors").string() + ": state '" + name +
                                 "' is missing or has the wrong size");
+        if (of.entry(name).dtype != stateDtype(t->dtype()))
+          throw CheckpointError((dir / "optimizer.safetensors").string() + ": state '" + name +
+                                "' is " + of.entry(name).dtype + ", the run keeps it as " +
+                                stateDtype(t->dtype()) + " (different precision policy?)");
       }
     }
     // All verified: load.
     for (const auto& p : model.params()) mf.readF32(p.name, model.param(p), p.numel);
     if (optimizer) {
-      for (auto& [name, t] : optimizer->state()) of.readF32(name, t->f32(), t->numel());
+      for (auto& [name, t] : optimizer->state()) {
+        const auto raw = of.bytes(name);  // size and dtype checked above
+        std::memcpy(t->data(), raw.data(), raw.size());
+      }
       optimizer->setStepCount(s.at("optimizer").at("step_count").get<int64_t>());
     }
     LoadedCheckpoint out;

@@ -48,7 +48,18 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab) {
                   : comp == "sparse" ? GptConfig::Compression::Sparse
                                      : GptConfig::Compression::None;
   const auto& pol = config.precision.policy;
-  g.working = pol == "bf16" ? DType::BF16 : pol == "fp16" ? DType::F16 : DType::F32;
+  g.working = pol == "fp16"                                         ? DType::F16
+              : pol == "bf16" || pol == "fp8" || pol == "pure_bf16" ? DType::BF16
+                                                                    : DType::F32;
+  g.masterWeights = pol != "pure_bf16";
+  if (pol == "fp8") {
+    const auto& f = config.precision.fp8;
+    g.fp8 =
+        f.recipe == "blockwise" ? GptConfig::Fp8Recipe::Blockwise : GptConfig::Fp8Recipe::Delayed;
+    g.fp8History = f.amax_history;
+    g.fp8Margin = f.margin;
+    g.fp8GradE4M3 = f.format == "e4m3";
+  }
   return g;
 }
 
@@ -131,6 +142,27 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   gradBuf_ = Tensor(backend_, tracker_, gc, DType::F32, {numParams_});
   paramBuf_.zero();
   gradBuf_.zero();
+  if (fp8()) {
+    if (config_.working != DType::BF16)
+      throw std::invalid_argument("fp8 GEMMs need bf16 working weights");
+    using kernels::Fp8Format;
+    const Fp8Format gf = config_.fp8GradE4M3 ? Fp8Format::E4M3 : Fp8Format::E5M2;
+    int64_t off = 0;
+    for (const auto& bp : blockParams_) {
+      for (const ParamInfo* w : {bp.qkvw, bp.attprojw, bp.fcw, bp.fcprojw}) {
+        Fp8Site site;
+        site.w = w;
+        site.w8Offset = off;
+        off += w->numel;
+        site.x = kernels::Fp8DelayedScale(config_.fp8History, config_.fp8Margin, Fp8Format::E4M3);
+        site.wt = kernels::Fp8DelayedScale(config_.fp8History, config_.fp8Margin, Fp8Format::E4M3);
+        site.g = kernels::Fp8DelayedScale(config_.fp8History, config_.fp8Margin, gf);
+        fp8Sites_.push_back(std::move(site));
+      }
+    }
+    w8_ = Tensor(backend_, tracker_, MemoryCategory::Parameters, DType::I8, {off});
+    w8_.zero();
+  }
 }
 
 namespace {
@@ -149,6 +181,96 @@ void Gpt::setWeightsFrom(const float* master) {
   if (master != paramBuf_.f32()) std::copy(master, master + numParams_, paramBuf_.f32());
   if (!mixed()) return;
   roundTrip(config_.working, paramBuf_.f32(), static_cast<uint16_t*>(param16_.data()), numParams_);
+  if (fp8()) quantizeFp8Weights();
+}
+
+void Gpt::quantizeFp8Weights() {
+  ScopedRange r("fp8_quantize_weights", SpanCategory::Elementwise);
+  uint8_t* w8 = static_cast<uint8_t*>(w8_.data());
+  for (auto& s : fp8Sites_) {
+    const float* w = paramBuf_.f32() + s.w->offset;
+    const int64_t OC = s.w->shape[0], IC = s.w->shape[1];
+    if (config_.fp8 == GptConfig::Fp8Recipe::Blockwise) {
+      s.wScaleInv.resize(static_cast<size_t>(kernels::cpu::fp8TileCount(OC, IC, 128, 128)));
+      kernels::cpu::quantizeFp8Tiles(w, w8 + s.w8Offset, nullptr, s.wScaleInv.data(), OC, IC, 128,
+                                     128, kernels::Fp8Format::E4M3, config_.fp8Margin);
+    } else {
+      // Delayed: this update's weights use the scale from the previous weights' amaxes.
+      const float scale = s.wt.scale();
+      kernels::cpu::floatToFp8(w, w8 + s.w8Offset, OC * IC, kernels::Fp8Format::E4M3, scale);
+      s.wScaleInv.assign(1, 1.f / scale);
+      s.wt.record(kernels::cpu::amax(w, OC * IC));
+    }
+  }
+}
+
+void Gpt::dequantizeFp8Weight(const Fp8Site& s, float* dst) {
+  const int64_t OC = s.w->shape[0], IC = s.w->shape[1];
+  const uint8_t* q = static_cast<const uint8_t*>(w8_.data()) + s.w8Offset;
+  if (config_.fp8 == GptConfig::Fp8Recipe::Blockwise)
+    kernels::cpu::dequantizeFp8Tiles(q, s.wScaleInv.data(), dst, OC, IC, 128, 128,
+                                     kernels::Fp8Format::E4M3);
+  else
+    kernels::cpu::fp8ToFloat(q, dst, OC * IC, kernels::Fp8Format::E4M3, s.wScaleInv[0]);
+}
+
+void Gpt::linearForwardFp8(int site, float* out, const float* inp, const ParamInfo& b, int N,
+                           int OC, int IC, bool recompute) {
+  ScopedRange r("linear_fwd_fp8", SpanCategory::Gemm, 2.0 * N * OC * IC);
+  Fp8Site& s = fp8Sites_[site];
+  float* X = fp8X_.f32();
+  float* W = fp8W_.f32();
+  const int64_t n = int64_t(N) * IC;
+  if (config_.fp8 == GptConfig::Fp8Recipe::Blockwise) {
+    // Current scaling is a pure function of the values: recomputation quantizes identically.
+    fp8TileScales_.resize(static_cast<size_t>(kernels::cpu::fp8TileCount(N, IC, 1, 128)));
+    kernels::cpu::quantizeFp8Tiles(inp, nullptr, X, fp8TileScales_.data(), N, IC, 1, 128,
+                                   kernels::Fp8Format::E4M3, config_.fp8Margin);
+  } else {
+    if (!recompute) s.xUsed = s.x.scale();
+    kernels::cpu::fakeQuantizeFp8(inp, X, n, kernels::Fp8Format::E4M3, s.xUsed);
+    if (!recompute) s.x.record(kernels::cpu::amax(inp, n));
+  }
+  dequantizeFp8Weight(s, W);
+  backend_->matmul(out, ws_.ones.f32(), param(b), N, OC, 1, false, false, 1.f, 0.f);
+  backend_->matmul(out, X, W, N, OC, IC, false, true, 1.f, 1.f);
+}
+
+void Gpt::linearBackwardFp8(int site, float* dinp, const float* dout, const float* inp,
+                            const ParamInfo& b, int N, int OC, int IC) {
+  ScopedRange r("linear_bwd_fp8", SpanCategory::Gemm, 4.0 * N * OC * IC);
+  Fp8Site& s = fp8Sites_[site];
+  const ParamInfo& w = *s.w;
+  float* X = fp8X_.f32();
+  float* G = fp8G_.f32();
+  float* W = fp8W_.f32();
+  const kernels::Fp8Format gf = s.g.format();
+  // The bias gradient comes from the unquantized output gradient (as Transformer Engine).
+  backend_->matmul(grad(b), ws_.ones.f32(), dout, 1, OC, N, false, false, 1.f, 1.f);
+  dequantizeFp8Weight(s, W);
+  if (config_.fp8 == GptConfig::Fp8Recipe::Blockwise) {
+    // dgrad (reduction over OC): 1x128 tiles of dout along OC; weights in their 128x128 blocks.
+    fp8TileScales_.resize(static_cast<size_t>(kernels::cpu::fp8TileCount(N, OC, 1, 128)));
+    kernels::cpu::quantizeFp8Tiles(dout, nullptr, G, fp8TileScales_.data(), N, OC, 1, 128, gf,
+                                   config_.fp8Margin);
+    if (dinp) backend_->matmul(dinp, G, W, N, IC, OC, false, false, 1.f, 0.f);
+    // wgrad (reduction over the N tokens): both operands re-tiled 128x1 (DeepSeek-V3).
+    fp8TileScales_.resize(static_cast<size_t>(std::max(kernels::cpu::fp8TileCount(N, OC, 128, 1),
+                                                       kernels::cpu::fp8TileCount(N, IC, 128, 1))));
+    kernels::cpu::quantizeFp8Tiles(dout, nullptr, G, fp8TileScales_.data(), N, OC, 128, 1, gf,
+                                   config_.fp8Margin);
+    kernels::cpu::quantizeFp8Tiles(inp, nullptr, X, fp8TileScales_.data(), N, IC, 128, 1,
+                                   kernels::Fp8Format::E4M3, config_.fp8Margin);
+  } else {
+    const int64_t n = int64_t(N) * OC;
+    s.gUsed = s.g.scale();
+    kernels::cpu::fakeQuantizeFp8(dout, G, n, gf, s.gUsed);
+    s.g.record(kernels::cpu::amax(dout, n));
+    if (dinp) backend_->matmul(dinp, G, W, N, IC, OC, false, false, 1.f, 0.f);
+    // The input exactly as the forward GEMM saw it (same scale, same values).
+    kernels::cpu::fakeQuantizeFp8(inp, X, int64_t(N) * IC, kernels::Fp8Format::E4M3, s.xUsed);
+  }
+  backend_->matmul(grad(w), G, X, OC, IC, N, true, false, 1.f, 1.f);
 }
 
 void Gpt::roundGrads() {
@@ -264,6 +386,11 @@ void Gpt::allocate(int B) {
   if (!config_.flash) ws_.datt = wsT({B, NH, T, T});
   ws_.dfc = wsT({B, T, 4 * C});
   ws_.dfc2 = wsT({B, T, 4 * C});
+  if (fp8()) {
+    fp8X_ = wsT({N * 4 * C});
+    fp8G_ = wsT({N * 4 * C});
+    fp8W_ = wsT({4 * C * C});
+  }
   haveLoss_ = false;
 }
 
@@ -364,13 +491,20 @@ void Gpt::blockForward(int l, BlockActivations& a, const float* in, float* out, 
   // int8: each matmul input is computed in fp32 into dfc2 (free during forward), used, then
   // quantized. Sparse: the ReLU output likewise, then packed.
   float* tmp = ws_.dfc2.f32();
+  auto linearForward = [&](int j, float* o, const float* i, const ParamInfo& w, const ParamInfo& b,
+                           int n, int oc, int ic) {
+    if (fp8())
+      linearForwardFp8(4 * l + j, o, i, b, n, oc, ic, recompute);
+    else
+      this->linearForward(o, i, w, b, n, oc, ic);
+  };
   float* ln1 = q8 ? tmp : a.ln1.f32();
   {
     ScopedRange r("layernorm_fwd", SpanCategory::Norm);
     backend_->layernormForward(ln1, a.ln1Mean.f32(), a.ln1Rstd.f32(), in, param(*p.ln1w),
                                param(*p.ln1b), N, C, 1e-5f);
   }
-  linearForward(a.qkv.f32(), ln1, *p.qkvw, *p.qkvb, N, 3 * C, C);
+  linearForward(0, a.qkv.f32(), ln1, *p.qkvw, *p.qkvb, N, 3 * C, C);
   if (q8) {
     quantizeRows(a.ln1Q, a.ln1Scale, ln1, N, C, countStats);
   }
@@ -382,7 +516,7 @@ void Gpt::blockForward(int l, BlockActivations& a, const float* in, float* out, 
     else
       backend_->attentionForward(attOut, a.att.f32(), a.qkv.f32(), B, T, C, NH);
   }
-  linearForward(ws_.dtmp.f32(), attOut, *p.attprojw, *p.attprojb, N, C, C);
+  linearForward(1, ws_.dtmp.f32(), attOut, *p.attprojw, *p.attprojb, N, C, C);
   if (q8) {
     quantizeRows(a.attOutQ, a.attOutScale, attOut, N, C, countStats);
   }
@@ -396,7 +530,7 @@ void Gpt::blockForward(int l, BlockActivations& a, const float* in, float* out, 
     backend_->layernormForward(ln2, a.ln2Mean.f32(), a.ln2Rstd.f32(), a.resid2.f32(),
                                param(*p.ln2w), param(*p.ln2b), N, C, 1e-5f);
   }
-  linearForward(a.fcPre.f32(), ln2, *p.fcw, *p.fcb, N, 4 * C, C);
+  linearForward(2, a.fcPre.f32(), ln2, *p.fcw, *p.fcb, N, 4 * C, C);
   if (q8) {
     quantizeRows(a.ln2Q, a.ln2Scale, ln2, N, C, countStats);
   }
@@ -408,7 +542,7 @@ void Gpt::blockForward(int l, BlockActivations& a, const float* in, float* out, 
     else
       backend_->geluForward(fcAct, a.fcPre.f32(), int64_t(N) * 4 * C);
   }
-  if (out) linearForward(ws_.dtmp.f32(), fcAct, *p.fcprojw, *p.fcprojb, N, C, 4 * C);
+  if (out) linearForward(3, ws_.dtmp.f32(), fcAct, *p.fcprojw, *p.fcprojb, N, C, 4 * C);
   if (q8) {
     quantizeRows(a.fcActQ, a.fcActScale, fcAct, N, 4 * C, countStats);
   } else if (comp == Comp::Sparse) {
@@ -490,6 +624,13 @@ void Gpt::blockBackward(int l, BlockActivations& a, const float* in) {
   const bool q8 = comp == Comp::Int8;
   float* dres = ws_.dres.f32();
   float* dtmp = ws_.dtmp.f32();
+  auto linearBackward = [&](int j, float* di, const float* d, const float* i, const ParamInfo& w,
+                            const ParamInfo& b, int n, int oc, int ic) {
+    if (fp8())
+      linearBackwardFp8(4 * l + j, di, d, i, b, n, oc, ic);
+    else
+      this->linearBackward(di, d, i, w, b, n, oc, ic);
+  };
   // Compressed inputs are expanded into whichever of dfc / dfc2 is free at that point.
   const float* fcAct = a.fcAct.empty() ? nullptr : a.fcAct.f32();
   if (q8) {
@@ -500,7 +641,7 @@ void Gpt::blockBackward(int l, BlockActivations& a, const float* in) {
     fcAct = ws_.dfc2.f32();
   }
   // MLP branch: out = resid2 + c_proj(act(c_fc(ln_2(resid2)))).
-  linearBackward(ws_.dfc.f32(), dres, fcAct, *p.fcprojw, *p.fcprojb, N, C, 4 * C);
+  linearBackward(3, ws_.dfc.f32(), dres, fcAct, *p.fcprojw, *p.fcprojb, N, C, 4 * C);
   {
     ScopedRange r(config_.relu ? "relu_bwd" : "gelu_bwd", SpanCategory::Elementwise);
     // relu(x) > 0 exactly when x > 0, so the pre-activation gives the same mask.
@@ -512,7 +653,7 @@ void Gpt::blockBackward(int l, BlockActivations& a, const float* in) {
   }
   const float* ln2 = q8 ? ws_.dfc.f32() : a.ln2.f32();
   if (q8) dequantizeRows(ws_.dfc.f32(), a.ln2Q, a.ln2Scale, N, C);
-  linearBackward(dtmp, ws_.dfc2.f32(), ln2, *p.fcw, *p.fcb, N, 4 * C, C);
+  linearBackward(2, dtmp, ws_.dfc2.f32(), ln2, *p.fcw, *p.fcb, N, 4 * C, C);
   {
     ScopedRange r("layernorm_bwd", SpanCategory::Norm);
     backend_->layernormBackward(dres, grad(*p.ln2w), grad(*p.ln2b), dtmp, a.resid2.f32(),
@@ -521,7 +662,7 @@ void Gpt::blockBackward(int l, BlockActivations& a, const float* in) {
   // Attention branch: resid2 = input + c_proj(attn(c_attn(ln_1(input)))).
   const float* attOut = q8 ? ws_.dfc.f32() : a.attOut.f32();
   if (q8) dequantizeRows(ws_.dfc.f32(), a.attOutQ, a.attOutScale, N, C);
-  linearBackward(dtmp, dres, attOut, *p.attprojw, *p.attprojb, N, C, C);
+  linearBackward(1, dtmp, dres, attOut, *p.attprojw, *p.attprojb, N, C, C);
   {
     ScopedRange r("attention_bwd", SpanCategory::Attention, 8.0 * B * T * T * C);
     if (config_.flash)
@@ -533,7 +674,7 @@ void Gpt::blockBackward(int l, BlockActivations& a, const float* in) {
   }
   const float* ln1 = q8 ? ws_.dfc.f32() : a.ln1.f32();
   if (q8) dequantizeRows(ws_.dfc.f32(), a.ln1Q, a.ln1Scale, N, C);
-  linearBackward(dtmp, ws_.dqkv.f32(), ln1, *p.qkvw, *p.qkvb, N, 3 * C, C);
+  linearBackward(0, dtmp, ws_.dqkv.f32(), ln1, *p.qkvw, *p.qkvb, N, 3 * C, C);
   {
     ScopedRange r("layernorm_bwd", SpanCategory::Norm);
     backend_->layernormBackward(dres, grad(*p.ln1w), grad(*p.ln1b), dtmp, in, param(*p.ln1w),

@@ -38,10 +38,11 @@ std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
   if (c.model.d_ff != 0 && c.model.d_ff != 4 * c.model.d_model)
     add("model.d_ff", c.model.d_ff, "the GPT-2 MLP is 4*d_model wide");
   const auto& pol = c.precision.policy;
-  if (pol != "fp32" && pol != "bf16" && pol != "fp16")
-    add("precision.policy", pol, pol + " " + later + " (use fp32, bf16 or fp16)");
+  if (pol != "fp32" && pol != "bf16" && pol != "fp16" && pol != "fp8" && pol != "pure_bf16")
+    add("precision.policy", pol, pol + " " + later + " (use fp32, bf16, fp16, fp8 or pure_bf16)");
   else if (pol != "fp32" && c.device.backend == "cuda")
-    add("precision.policy", pol, "bf16/fp16 run on the cpu backend only (use fp32 on cuda)");
+    add("precision.policy", pol,
+        pol + " runs on the cpu backend only (fp8 as an emulated GEMM); use fp32 on cuda");
   if (c.optimizer.state_bits != 32)
     add("optimizer.state_bits", c.optimizer.state_bits, "8-bit optimizer state " + later);
   if (c.memory.activation_compression != "none" && c.device.backend == "cuda")
@@ -159,6 +160,13 @@ TrainResult Trainer::run() {
   }
   log("model: " + std::to_string(model->numParams()) + " parameters, vocab " +
       std::to_string(vocab));
+  if (config_.precision.policy == "fp8")
+    log("precision fp8 (" + config_.precision.fp8.recipe +
+        " scaling): block linear GEMMs emulated on this CPU (operands quantized to fp8, "
+        "dequantized, fp32 sgemm); weights bf16 + fp8 copies, fp32 master");
+  else if (config_.precision.policy == "pure_bf16")
+    log("precision pure_bf16: bf16 weights, gradients and optimizer state, no fp32 master "
+        "(updates below half a bf16 ulp of a weight are lost)");
 
   const nlohmann::json configJson = core::toJson(config_);
   const std::string ckptDir =

@@ -9,6 +9,7 @@
 #include <QLegend>
 #include <QLegendMarker>
 #include <QLineSeries>
+#include <QMouseEvent>
 #include <QScatterSeries>
 #include <QVBoxLayout>
 #include <QValueAxis>
@@ -50,9 +51,28 @@ ChartView::ChartView(const QString& title, QWidget* parent) : QWidget(parent) {
   view_ = new QChartView(chart_, this);
   view_->setRenderHint(QPainter::Antialiasing);
   view_->setMinimumHeight(160);
+  view_->viewport()->installEventFilter(this);
   auto* lay = new QVBoxLayout(this);
   lay->setContentsMargins(0, 0, 0, 0);
   lay->addWidget(view_);
+}
+
+double ChartView::xAt(const QPoint& viewPos) const {
+  return chart_->mapToValue(view_->mapToScene(viewPos)).x();
+}
+
+QWidget* ChartView::plotWidget() const {
+  return view_->viewport();
+}
+
+bool ChartView::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == view_->viewport() && event->type() == QEvent::MouseButtonRelease) {
+    auto* me = static_cast<QMouseEvent*>(event);
+    const QPointF scene = view_->mapToScene(me->position().toPoint());
+    if (me->button() == Qt::LeftButton && chart_->plotArea().contains(scene))
+      emit clicked(chart_->mapToValue(scene).x());
+  }
+  return QWidget::eventFilter(watched, event);
 }
 
 int ChartView::addSeries(const QString& name, const QColor& color, Style style) {

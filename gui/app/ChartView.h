@@ -4,6 +4,7 @@
 #include <vector>
 
 #include <QColor>
+#include <QPoint>
 #include <QPointF>
 #include <QString>
 #include <QVector>
@@ -40,6 +41,16 @@ class ChartView : public QWidget {
   int plotPixels() const;
   int pointCount(int series) const;
   QString title() const;
+  // The data x under a widget-local point of the plot (for click handling and tests).
+  double xAt(const QPoint& viewPos) const;
+  QWidget* plotWidget() const;  // the widget that receives the mouse
+
+ signals:
+  // A left click inside the plot, at data coordinate x (e.g. a step).
+  void clicked(double x);
+
+ protected:
+  bool eventFilter(QObject* watched, QEvent* event) override;
 
  private:
   void rescale();

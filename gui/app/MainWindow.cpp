@@ -18,10 +18,12 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 
+#include "ComparePage.h"
 #include "PlannerPage.h"
 #include "RunDashboard.h"
 #include "RunWizard.h"
 #include "RunsPage.h"
+#include "TimelinePage.h"
 #include "trainscope/core/RunRecorder.h"
 #include "trainscope/gui/PresetLibrary.h"
 
@@ -92,6 +94,12 @@ MainWindow::MainWindow(Options options, QWidget* parent)
   pages_->addWidget(buildRunsPage());
   planner_ = new PlannerPage;
   pages_->addWidget(planner_);
+  compare_ = new ComparePage(repo_);
+  pages_->addWidget(compare_);
+  timeline_ = new TimelinePage(repo_);
+  pages_->addWidget(timeline_);
+  connect(compare_, &ComparePage::message, this, &MainWindow::showStatusMessage);
+  connect(timeline_, &TimelinePage::message, this, &MainWindow::showStatusMessage);
 
   side_ = new QListWidget;
   side_->setObjectName("SideBar");
@@ -104,9 +112,14 @@ MainWindow::MainWindow(Options options, QWidget* parent)
       new QListWidgetItem(style()->standardIcon(QStyle::SP_FileDialogDetailedView), "Runs"));
   side_->addItem(
       new QListWidgetItem(style()->standardIcon(QStyle::SP_FileDialogInfoView), "Planner"));
+  side_->addItem(
+      new QListWidgetItem(style()->standardIcon(QStyle::SP_FileDialogContentsView), "Compare"));
+  side_->addItem(
+      new QListWidgetItem(style()->standardIcon(QStyle::SP_MediaSeekForward), "Timeline"));
   connect(side_, &QListWidget::currentRowChanged, pages_, &QStackedWidget::setCurrentIndex);
   connect(side_, &QListWidget::currentRowChanged, this, [this](int r) {
-    if (r == 2) refreshRuns();
+    if (r == Runs) refreshRuns();
+    if (r == Timeline) timeline_->reloadRuns();
   });
 
   auto* central = new QWidget;
@@ -150,6 +163,11 @@ void MainWindow::showSection(int i) {
 
 RunDashboard* MainWindow::addDashboard(LiveRun* run, EngineClient* client) {
   auto* d = new RunDashboard(run, client);
+  connect(d, &RunDashboard::message, this, &MainWindow::showStatusMessage);
+  connect(d, &RunDashboard::timelineRequested, this, [this](int64_t runId, int64_t step) {
+    timeline_->showRun(runId, step);
+    showSection(Timeline);
+  });
   run->setParent(d);
   if (client) client->setParent(d);
   d->setDeviceCapacity(caps_.deviceMemory > 0 ? caps_.deviceMemory : hostMemoryBytes());
@@ -220,6 +238,12 @@ QWidget* MainWindow::buildRunsPage() {
     wizard_->goToPage(0);
     showSection(0);
   });
+  connect(runsPage_, &RunsPage::resumeRequested, this,
+          [this](int64_t id, const QString& checkpoint) { resumeRun(id, checkpoint); });
+  connect(runsPage_, &RunsPage::compareRequested, this, [this](const QList<qint64>& ids) {
+    compare_->compareRuns(ids);
+    showSection(Compare);
+  });
   connect(runsPage_, &RunsPage::followRequested, this, [this](int64_t id) {
     for (int i = 0; i < live_->count(); ++i)
       if (dashboard(i)->run()->runId() == id) {
@@ -235,6 +259,30 @@ QWidget* MainWindow::buildRunsPage() {
     showSection(1);
   });
   return runsPage_;
+}
+
+RunDashboard* MainWindow::resumeRun(int64_t runId, const QString& checkpointPath) {
+  QString err;
+  auto run = repo_.getRun(runId, &err);
+  if (!run || run->config.is_null()) {
+    lastError_ = err.isEmpty()
+                     ? QStringLiteral("Run #%1 has no recorded config to resume with.").arg(runId)
+                     : err;
+    if (showDialogs_) QMessageBox::warning(this, "Cannot resume", lastError_);
+    return nullptr;
+  }
+  // The recorded config goes through the wizard's document, so the same validation applies.
+  doc_->reset(run->config);
+  return launch({"--resume", checkpointPath});
+}
+
+void MainWindow::setShowDialogs(bool v) {
+  showDialogs_ = v;
+  if (timeline_) timeline_->setShowDialogs(v);
+}
+
+void MainWindow::showStatusMessage(const QString& text) {
+  statusBar()->showMessage(text, 8000);
 }
 
 void MainWindow::refreshRuns() {

@@ -1,5 +1,6 @@
 #pragma once
-// The main window: side bar (New run, Live, Runs, Planner), status bar (database, backends found).
+// The main window: side bar (New run, Live, Runs, Planner, Compare, Timeline), status bar
+// (database, backends found).
 #include <memory>
 #include <vector>
 
@@ -22,6 +23,8 @@ class RunWizard;
 class RunDashboard;
 class PlannerPage;
 class RunsPage;
+class ComparePage;
+class TimelinePage;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -40,17 +43,25 @@ class MainWindow : public QMainWindow {
   ConfigDocument* document() const { return doc_; }
   QTabWidget* liveTabs() const { return live_; }
   RunDashboard* dashboard(int i) const;
-  void showSection(int i);  // 0 New run, 1 Live, 2 Runs, 3 Planner
+  enum Section { NewRun = 0, Live, Runs, Planner, Compare, Timeline };
+  void showSection(int i);  // a Section
   PlannerPage* planner() const { return planner_; }
   RunsPage* runsPage() const { return runsPage_; }
+  ComparePage* comparePage() const { return compare_; }
+  TimelinePage* timelinePage() const { return timeline_; }
+  // Starts the run again from a checkpoint with its recorded config (Runs page "Resume").
+  RunDashboard* resumeRun(int64_t runId, const QString& checkpointPath);
   // Starts a run of the current document (what Launch does). Returns the dashboard, or null
   // after a clear dialog when it could not start.
   RunDashboard* launch(const QStringList& extraArgs = {});
   const QString& databasePath() const { return dbPath_; }
-  void setShowDialogs(bool v) { showDialogs_ = v; }
+  void setShowDialogs(bool v);
   QString lastError() const { return lastError_; }
   // Opens a dashboard tab for a run (takes ownership of both).
   RunDashboard* addDashboard(LiveRun* run, EngineClient* client);
+
+ public slots:
+  void showStatusMessage(const QString& text);
 
  protected:
   void closeEvent(QCloseEvent* e) override;
@@ -70,6 +81,8 @@ class MainWindow : public QMainWindow {
   QTabWidget* live_;
   RunsPage* runsPage_ = nullptr;
   PlannerPage* planner_ = nullptr;
+  ComparePage* compare_ = nullptr;
+  TimelinePage* timeline_ = nullptr;
   QLabel* dbLabel_;
   QLabel* capsLabel_;
   CapabilityProbe* probe_;

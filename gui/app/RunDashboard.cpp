@@ -1,5 +1,8 @@
 #include "RunDashboard.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -102,6 +105,21 @@ RunDashboard::RunDashboard(LiveRun* run, EngineClient* client, QWidget* parent)
   tps_->setLegendVisible(false);
   tps_->setYFloor(0);
   tpsS_ = tps_->addSeries("tokens/s", QColor("#7c3aed"));
+  tps_->setToolTip("Click a profiled step to open its kernel timeline");
+  connect(tps_, &ChartView::clicked, this, [this](double x) {
+    const auto step = static_cast<int64_t>(std::llround(x));
+    // A few pixels of slack: profiled windows are short and hard to hit exactly.
+    const auto slack =
+        std::max<int64_t>(1, static_cast<int64_t>(std::max<int64_t>(run_->lastStep(), 1) * 4 /
+                                                  std::max(1, tps_->plotPixels())));
+    if (auto s = run_->profiledStepNear(step, slack); s && run_->runId() > 0) {
+      emit timelineRequested(run_->runId(), *s);
+    } else {
+      emit message(QStringLiteral("Step %1 was not profiled: use Profile now, or a profiling "
+                                  "schedule in the config, to record a kernel timeline")
+                       .arg(step));
+    }
+  });
   scale_ = new ChartView("Loss scale (fp16)");
   scale_->setAxisTitles("step", "scale");
   scale_->setYLabelFormat("%.0f");

@@ -44,6 +44,9 @@ class RunDashboard : public QWidget {
 
  signals:
   void titleChanged(const QString& title);
+  // The user clicked a profiled step on the throughput chart: show its kernel timeline.
+  void timelineRequested(int64_t runId, int64_t step);
+  void message(const QString& text);
 
  private:
   void updateControls();

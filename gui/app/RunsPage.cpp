@@ -1,5 +1,6 @@
 #include "RunsPage.h"
 
+#include <QApplication>
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDialog>
@@ -7,17 +8,88 @@
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QHBoxLayout>
+#include <QHash>
 #include <QHeaderView>
 #include <QItemSelectionModel>
 #include <QLabel>
 #include <QLineEdit>
 #include <QMessageBox>
+#include <QPainter>
+#include <QPainterPath>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QStyledItemDelegate>
 #include <QTableView>
 #include <QVBoxLayout>
 
+#include <utility>
+
 namespace ts::gui {
+
+namespace {
+
+// Paints the Techniques column as compact rounded badges (one colour per family).
+class BadgeDelegate : public QStyledItemDelegate {
+ public:
+  using QStyledItemDelegate::QStyledItemDelegate;
+
+  static QColor colorOf(const QString& b) {
+    if (b.contains("bf16") || b == "fp16" || b == "fp8") return QColor("#2563eb");
+    if (b.startsWith("ZeRO") || b == "offload") return QColor("#7c3aed");
+    if (b == "ckpt" || b == "compress" || b == "accum" || b == "8-bit opt")
+      return QColor("#0d9488");
+    if (b.contains("LoRA") || b == "distill") return QColor("#c2410c");
+    return QColor("#52606d");
+  }
+
+  void paint(QPainter* p, const QStyleOptionViewItem& option,
+             const QModelIndex& index) const override {
+    const QStringList badges = index.data(RunsTableModel::BadgesRole).toStringList();
+    QStyleOptionViewItem o = option;
+    initStyleOption(&o, index);
+    o.text.clear();
+    (o.widget ? o.widget->style() : QApplication::style())
+        ->drawControl(QStyle::CE_ItemViewItem, &o, p, o.widget);
+    if (badges.isEmpty()) return;
+    const bool selected = option.state & QStyle::State_Selected;
+    p->save();
+    p->setRenderHint(QPainter::Antialiasing);
+    QFont f = option.font;
+    f.setPointSizeF(std::max(7.0, f.pointSizeF() * 0.85));
+    p->setFont(f);
+    const QFontMetrics fm(f);
+    const int h = fm.height() + 2;
+    int x = option.rect.left() + 4;
+    const int y = option.rect.center().y() - h / 2;
+    for (const QString& b : badges) {
+      const int w = fm.horizontalAdvance(b) + 10;
+      if (x + w > option.rect.right() - 2) break;  // the tooltip lists them all
+      const QColor c = colorOf(b);
+      // On a selected (dark) row the tinted chip would vanish: white chips there.
+      QColor fill = selected ? QColor(255, 255, 255, 235) : c;
+      if (!selected) fill.setAlpha(30);
+      QPainterPath path;
+      path.addRoundedRect(QRectF(x, y, w, h), 4, 4);
+      p->fillPath(path, fill);
+      p->setPen(c);
+      p->drawText(QRect(x, y, w, h), Qt::AlignCenter, b);
+      x += w + 4;
+    }
+    p->restore();
+  }
+
+  QSize sizeHint(const QStyleOptionViewItem& option, const QModelIndex& index) const override {
+    const QStringList badges = index.data(RunsTableModel::BadgesRole).toStringList();
+    QFont f = option.font;
+    f.setPointSizeF(std::max(7.0, f.pointSizeF() * 0.85));
+    const QFontMetrics fm(f);
+    int w = 8;
+    for (const QString& b : badges) w += fm.horizontalAdvance(b) + 14;
+    return {std::max(w, 90), fm.height() + 8};
+  }
+};
+
+}  // namespace
 
 RunsPage::RunsPage(RunRepository repo, QWidget* parent)
     : QWidget(parent),
@@ -29,15 +101,17 @@ RunsPage::RunsPage(RunRepository repo, QWidget* parent)
   t->setObjectName("PageTitle");
   v->addWidget(t);
   auto* hint = new QLabel(
-      "Every run recorded in the database. Click a header to sort; double-click a run to clone "
-      "its configuration into the wizard; running runs can be followed live.");
+      "Every run recorded in the database. Click a header to sort; search matches names, notes, "
+      "tags, techniques and config values (e.g. \u201cbf16 zero\u201d or \u201c0.0003\u201d). "
+      "Double-click a run to clone it into the wizard; select two or more (Ctrl/Shift-click) to "
+      "compare them.");
   hint->setObjectName("PageHint");
   hint->setWordWrap(true);
   v->addWidget(hint);
 
   auto* filters = new QHBoxLayout;
   search_ = new QLineEdit;
-  search_->setPlaceholderText("Search names, tags and notes");
+  search_->setPlaceholderText("Search names, notes, tags, techniques and config values");
   search_->setClearButtonEnabled(true);
   status_ = new QComboBox;
   status_->addItem("All statuses", QString());
@@ -56,11 +130,18 @@ RunsPage::RunsPage(RunRepository repo, QWidget* parent)
   view_->setModel(model_);
   view_->setSortingEnabled(true);
   view_->horizontalHeader()->setSortIndicator(RunsTableModel::Started, Qt::DescendingOrder);
-  view_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  // Columns are sized from the first rows once per load (see reload), not on every filter
+  // keystroke: re-measuring on each model reset is what made typing stall with 10,000 runs.
+  view_->horizontalHeader()->setResizeContentsPrecision(64);
+  view_->horizontalHeader()->setSectionResizeMode(QHeaderView::Interactive);
   view_->horizontalHeader()->setSectionResizeMode(RunsTableModel::Name, QHeaderView::Stretch);
+  view_->setItemDelegateForColumn(RunsTableModel::Techniques, new BadgeDelegate(view_));
   view_->verticalHeader()->setVisible(false);
+  // Fixed row heights: no per-row measuring when 10,000 rows come and go.
+  view_->verticalHeader()->setSectionResizeMode(QHeaderView::Fixed);
+  view_->verticalHeader()->setDefaultSectionSize(view_->fontMetrics().height() + 12);
   view_->setSelectionBehavior(QAbstractItemView::SelectRows);
-  view_->setSelectionMode(QAbstractItemView::SingleSelection);
+  view_->setSelectionMode(QAbstractItemView::ExtendedSelection);
   view_->setAlternatingRowColors(true);
   view_->setWordWrap(false);
   v->addWidget(view_, 1);
@@ -71,26 +152,45 @@ RunsPage::RunsPage(RunRepository repo, QWidget* parent)
   delete_ = new QPushButton("Delete…");
   csv_ = new QPushButton("Export CSV…");
   json_ = new QPushButton("Export JSON…");
+  trace_ = new QPushButton("Export trace…");
   follow_ = new QPushButton("Follow live");
   follow_->setToolTip("Open a dashboard for a run that is still running (read from the database)");
+  resume_ = new QPushButton("Resume");
   clone_ = new QPushButton("Clone into wizard");
-  for (auto* b : {edit_, delete_, csv_, json_}) row->addWidget(b);
+  compare_ = new QPushButton("Compare");
+  compare_->setObjectName("Primary");
+  for (auto* b : {edit_, delete_, csv_, json_, trace_}) row->addWidget(b);
   row->addStretch(1);
   row->addWidget(follow_);
+  row->addWidget(resume_);
   row->addWidget(clone_);
+  row->addWidget(compare_);
   v->addLayout(row);
 
   connect(refresh, &QPushButton::clicked, this, &RunsPage::reload);
   connect(search_, &QLineEdit::textChanged, model_, &RunsTableModel::setSearchText);
   connect(status_, &QComboBox::currentIndexChanged, this,
           [this] { model_->setStatusFilter(status_->currentData().toString()); });
+  // The selection survives filtering and reloads (edits, the configs' second phase).
+  connect(model_, &QAbstractItemModel::modelAboutToBeReset, this,
+          [this] { keptSelection_ = selectedRunIds(); });
   connect(model_, &QAbstractItemModel::modelReset, this, [this] {
+    if (!keptSelection_.isEmpty()) {
+      const QList<qint64> ids = std::exchange(keptSelection_, {});
+      selectRuns(ids, false);
+    }
     count_->setText(
         QStringLiteral("%1 of %2 runs").arg(model_->rowCount()).arg(model_->totalRuns()));
     updateButtons();
   });
   connect(view_->selectionModel(), &QItemSelectionModel::selectionChanged, this,
           &RunsPage::updateButtons);
+  auto fitColumns = [this] {
+    for (int c = 0; c < RunsTableModel::ColumnCount; ++c)
+      if (c != RunsTableModel::Name) view_->resizeColumnToContents(c);
+  };
+  connect(browser_, &RunsBrowser::loaded, this, fitColumns);
+  connect(browser_, &RunsBrowser::detailsLoaded, this, fitColumns);
   connect(browser_, &RunsBrowser::done, this, [this](bool ok, const QString& m) {
     emit message(m);
     if (!ok && showDialogs_) QMessageBox::warning(this, "Runs", m);
@@ -110,19 +210,63 @@ RunsPage::RunsPage(RunRepository repo, QWidget* parent)
   connect(follow_, &QPushButton::clicked, this, [this] {
     if (selectedRunId() > 0) emit followRequested(selectedRunId());
   });
+  connect(trace_, &QPushButton::clicked, this, &RunsPage::exportTraceSelected);
+  connect(resume_, &QPushButton::clicked, this, [this] {
+    const int64_t id = selectedRunId();
+    const auto x = browser_->extras(id);
+    if (id > 0 && x && x->lastCheckpoint && x->checkpointExists)
+      emit resumeRequested(id, QString::fromStdString(x->lastCheckpoint->path));
+  });
+  connect(compare_, &QPushButton::clicked, this, [this] {
+    const auto ids = selectedRunIds();
+    if (ids.size() >= 2) emit compareRequested(ids);
+  });
+  connect(browser_, &RunsBrowser::extrasReady, this, [this](qint64 id) {
+    if (id == selectedRunId()) updateButtons();
+  });
   updateButtons();
 }
 
 int64_t RunsPage::selectedRunId() const {
   const auto rows = view_->selectionModel()->selectedRows();
-  if (rows.isEmpty()) return 0;
+  if (rows.size() != 1) return 0;
   const auto* r = model_->run(rows.first().row());
   return r ? r->id : 0;
 }
 
+QList<qint64> RunsPage::selectedRunIds() const {
+  auto rows = view_->selectionModel()->selectedRows();
+  std::sort(rows.begin(), rows.end(),
+            [](const QModelIndex& a, const QModelIndex& b) { return a.row() < b.row(); });
+  QList<qint64> ids;
+  for (const auto& i : rows)
+    if (const auto* r = model_->run(i.row())) ids << r->id;
+  return ids;
+}
+
 void RunsPage::selectRun(int64_t id) {
-  const int r = model_->rowOfRun(id);
-  if (r >= 0) view_->selectRow(r);
+  selectRuns({id});
+}
+
+void RunsPage::selectRuns(const QList<qint64>& ids, bool scroll) {
+  // id -> row once (rowOfRun is a scan) when many runs are selected.
+  QHash<qint64, int> rowOf;
+  if (ids.size() > 8)
+    for (int r = 0; r < model_->rowCount(); ++r) rowOf.insert(model_->run(r)->id, r);
+  QItemSelection sel;
+  int first = -1;
+  for (qint64 id : ids) {
+    const int r = ids.size() > 8 ? rowOf.value(id, -1) : model_->rowOfRun(id);
+    if (r < 0) continue;
+    if (first < 0) first = r;
+    sel.select(model_->index(r, 0), model_->index(r, RunsTableModel::ColumnCount - 1));
+  }
+  view_->selectionModel()->select(sel, QItemSelectionModel::ClearAndSelect);
+  if (first >= 0) {
+    view_->selectionModel()->setCurrentIndex(model_->index(first, 0),
+                                             QItemSelectionModel::NoUpdate);
+    if (scroll) view_->scrollTo(model_->index(first, 0));
+  }
 }
 
 void RunsPage::reload() {
@@ -130,9 +274,70 @@ void RunsPage::reload() {
 }
 
 void RunsPage::updateButtons() {
+  const int selected = view_->selectionModel()->selectedRows().size();
   const auto* r = model_->run(model_->rowOfRun(selectedRunId()));
   for (auto* b : {edit_, delete_, csv_, json_, clone_}) b->setEnabled(r != nullptr);
   follow_->setEnabled(r && r->status == "running");
+  compare_->setEnabled(selected >= 2);
+  compare_->setToolTip(selected >= 2
+                           ? QStringLiteral("Overlay the %1 selected runs' curves, config "
+                                            "differences, memory and summary")
+                                 .arg(selected)
+                           : QStringLiteral("Select two or more runs (Ctrl/Shift-click) to "
+                                            "compare them"));
+  // Resume and trace need the run's checkpoints and profile, looked up on the worker.
+  const auto x = r ? browser_->extras(r->id) : std::nullopt;
+  if (r && !x) browser_->fetchExtras(r->id);
+  const QString pending = QStringLiteral("Looking up the run's checkpoints and profile…");
+  if (!r) {
+    resume_->setEnabled(false);
+    resume_->setToolTip("Select one run to resume it from its last checkpoint");
+  } else if (!x) {
+    resume_->setEnabled(false);
+    resume_->setToolTip(pending);
+  } else if (r->status == "running") {
+    resume_->setEnabled(false);
+    resume_->setToolTip("The run is still running; follow it live instead");
+  } else if (!x->lastCheckpoint) {
+    resume_->setEnabled(false);
+    resume_->setToolTip("This run saved no checkpoint, so it cannot be resumed; clone it instead");
+  } else if (!x->checkpointExists) {
+    resume_->setEnabled(false);
+    resume_->setToolTip(QStringLiteral("The last checkpoint (step %1) is missing on disk: %2")
+                            .arg(x->lastCheckpoint->step)
+                            .arg(QString::fromStdString(x->lastCheckpoint->path)));
+  } else {
+    resume_->setEnabled(true);
+    resume_->setToolTip(QStringLiteral("Continue training from the checkpoint of step %1 (%2)")
+                            .arg(x->lastCheckpoint->step)
+                            .arg(QString::fromStdString(x->lastCheckpoint->path)));
+  }
+  if (!r) {
+    trace_->setEnabled(false);
+    trace_->setToolTip("Select one run to export its kernel timeline");
+  } else if (!x) {
+    trace_->setEnabled(false);
+    trace_->setToolTip(pending);
+  } else if (!x->hasProfile) {
+    trace_->setEnabled(false);
+    trace_->setToolTip(
+        "This run recorded no kernel timeline; turn on profiling in the wizard or press "
+        "\u201cProfile now\u201d while a run trains");
+  } else {
+    trace_->setEnabled(true);
+    trace_->setToolTip(
+        "Save the kernel timeline as Chrome trace JSON (chrome://tracing, Perfetto)");
+  }
+}
+
+void RunsPage::exportTraceSelected() {
+  const auto* r = model_->run(model_->rowOfRun(selectedRunId()));
+  if (!r) return;
+  const QString path = QFileDialog::getSaveFileName(this, "Export trace",
+                                                    QString::fromStdString(r->name) + "-trace.json",
+                                                    "Chrome trace JSON (*.json)");
+  if (path.isEmpty()) return;
+  browser_->exportTrace(r->id, path);
 }
 
 void RunsPage::editSelected() {

@@ -1,9 +1,12 @@
 #pragma once
-// The Runs page: every recorded run in a sortable, searchable table (RunsTableModel), with
-// edit (name, tags, notes), delete (confirmed), metrics export, clone into the wizard and
-// follow live. Database work runs on a worker thread (RunsBrowser).
+// The Runs page: every recorded run in a sortable, searchable table (RunsTableModel; the search
+// covers names, notes, tags, technique badges and config values), with edit (name, tags,
+// notes), delete (confirmed), metrics and trace export, resume from the last checkpoint, clone
+// into the wizard, follow live, and compare 2+ selected runs. Database work runs on a worker
+// thread (RunsBrowser).
 #include <cstdint>
 
+#include <QList>
 #include <QWidget>
 
 #include "trainscope/gui/RunsTableModel.h"
@@ -24,8 +27,14 @@ class RunsPage : public QWidget {
   RunsBrowser* browser() const { return browser_; }
   QTableView* view() const { return view_; }
   QLineEdit* searchField() const { return search_; }
+  // The selected run when exactly one is selected (single-run actions), else 0.
   int64_t selectedRunId() const;
+  QList<qint64> selectedRunIds() const;  // in table order
   void selectRun(int64_t id);
+  void selectRuns(const QList<qint64>& ids, bool scroll = true);
+  QPushButton* resumeButton() const { return resume_; }
+  QPushButton* traceButton() const { return trace_; }
+  QPushButton* compareButton() const { return compare_; }
   void reload();
   // Asks first unless dialogs are off (tests, screenshots).
   void deleteSelected();
@@ -35,10 +44,15 @@ class RunsPage : public QWidget {
   void cloneRequested(int64_t id);
   void followRequested(int64_t id);
   void message(const QString& text);
+  // The run's last recorded checkpoint (its file exists).
+  void resumeRequested(int64_t runId, const QString& checkpointPath);
+  // Two or more runs, in table order.
+  void compareRequested(const QList<qint64>& ids);
 
  private:
   void editSelected();
   void exportSelected(RunsBrowser::ExportFormat format);
+  void exportTraceSelected();
   void updateButtons();
 
   RunsTableModel* model_;
@@ -47,7 +61,8 @@ class RunsPage : public QWidget {
   QLineEdit* search_;
   QComboBox* status_;
   QLabel* count_;
-  QPushButton *edit_, *delete_, *csv_, *json_, *clone_, *follow_;
+  QList<qint64> keptSelection_;  // across model resets (filtering, reloads)
+  QPushButton *edit_, *delete_, *csv_, *json_, *trace_, *clone_, *follow_, *resume_, *compare_;
   bool showDialogs_ = true;
 };
 

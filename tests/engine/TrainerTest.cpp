@@ -123,11 +123,18 @@ TEST(Trainer, StepEventsHaveFieldsAndMemoryMatchesTracker) {
 
 // A run resumed from its step-6 checkpoint reproduces steps 7..12 of the uninterrupted run
 // bit for bit (same thread count).
-TEST(Trainer, ResumeIsBitwiseIdentical) {
+// Every precision policy whose full state is in the checkpoint resumes bitwise (pure_bf16 keeps
+// its Adam state in bf16, fp16 its loss scaler). fp8 is left out: its amax histories are not
+// checkpointed yet, so a resumed fp8 run restarts its scaling (docs/config.md).
+class ResumePolicy : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ResumePolicy, ResumeIsBitwiseIdentical) {
   auto c = smallConfig();
+  c.precision.policy = GetParam();
   c.train.checkpoint_every = 6;
   c.train.eval_every = 4;
-  const fs::path dirA = tempDir("resumeA"), dirB = tempDir("resumeB");
+  const std::string tag = std::string("resume_") + GetParam();
+  const fs::path dirA = tempDir(tag + "A"), dirB = tempDir(tag + "B");
   Recorded full;
   ASSERT_EQ(runWith(c, full, dirA.string()).status, "completed");
   const std::string ck6 = (dirA / "checkpoints" / "step_00000006").string();
@@ -154,6 +161,9 @@ TEST(Trainer, ResumeIsBitwiseIdentical) {
   fs::remove_all(dirA);
   fs::remove_all(dirB);
 }
+
+INSTANTIATE_TEST_SUITE_P(Trainer, ResumePolicy,
+                         ::testing::Values("fp32", "bf16", "fp16", "pure_bf16"));
 
 // A diverging run (huge SGD step, no clipping) stops with an error, status failed, and the
 // checkpoint written before it stays the last good one.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <set>
 
 #include <gtest/gtest.h>
 #include <QAbstractItemModelTester>
@@ -266,4 +267,104 @@ TEST_F(RunsBrowserTest, EditsDeleteAndExport) {
   auto [ok8, m8] = waitDone(b, done);
   EXPECT_FALSE(ok8);
   EXPECT_TRUE(m8.contains(QString::number(id))) << m8.toStdString();
+}
+
+// Technique badges from configs written out by hand (each key as docs/config.md names it).
+TEST(RunsTableBadges, DerivedFromTheConfig) {
+  using nlohmann::json;
+  EXPECT_TRUE(techniqueBadges(nullptr).isEmpty());
+  EXPECT_TRUE(techniqueBadges(json::array()).isEmpty());
+  EXPECT_TRUE(techniqueBadges({{"precision", {{"policy", "fp32"}}},
+                               {"memory", {{"checkpointing", "none"}}},
+                               {"parallel", {{"zero_stage", 0}, {"offload_optimizer", "none"}}}})
+                  .isEmpty());
+  const json all = {
+      {"precision", {{"policy", "fp8"}}},
+      {"memory", {{"checkpointing", "every_k"}, {"activation_compression", "int8"}}},
+      {"parallel", {{"zero_stage", 3}, {"offload_optimizer", "none"}, {"offload_params", "cpu"}}},
+      {"attention", {{"impl", "flash"}}},
+      {"train", {{"grad_accum", 4}}},
+      {"optimizer", {{"state_bits", 8}}},
+      {"finetune", {{"lora", {{"r", 16}}}, {"base_quant", "nf4"}}},
+      {"distill", {{"teacher_checkpoint", "/ckpt/teacher.tsck"}}},
+      {"profile", {{"enabled", true}}}};
+  EXPECT_EQ(techniqueBadges(all),
+            (QStringList{"fp8", "ckpt", "ZeRO-3", "offload", "compress", "flash", "accum",
+                         "8-bit opt", "QLoRA", "distill", "profile"}));
+  EXPECT_EQ(techniqueBadges({{"finetune", {{"lora", {{"r", 4}}}, {"base_quant", "none"}}},
+                             {"precision", {{"policy", "pure_bf16"}}}}),
+            (QStringList{"pure bf16", "LoRA"}));
+  // Wrong types are "off", never a crash.
+  EXPECT_TRUE(techniqueBadges({{"precision", 3}, {"parallel", {{"zero_stage", "two"}}}}).isEmpty());
+}
+
+// Config-value search, and typing word by word (the narrowing path) gives exactly what a
+// fresh filter gives, checked against a brute-force match over the same entries.
+TEST(RunsTableSearch, ConfigValuesAndIncrementalTypingAgreeWithBruteForce) {
+  using nlohmann::json;
+  std::vector<RunEntry> entries;
+  std::vector<json> configs;
+  for (int i = 0; i < 300; ++i) {
+    core::RunSummary s;
+    s.id = i + 1;
+    s.name = "Run-" + std::to_string(i);
+    s.status = i % 5 == 0 ? "failed" : "completed";
+    s.started = 1.7e9 + i;
+    if (i % 6 == 0) s.notes = "Loss Spike";
+    json c = {{"precision", {{"policy", i % 3 == 0 ? "bf16" : "fp32"}}},
+              {"optimizer", {{"lr", i % 4 == 0 ? 3e-4 : 1e-3}}},
+              {"parallel", {{"zero_stage", i % 7 == 0 ? 2 : 0}}}};
+    configs.push_back(c);
+    entries.push_back(makeRunEntry(s, c));
+  }
+  RunsTableModel model;
+  QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::Fatal);
+  model.setEntries(entries);
+  auto brute = [&](const std::vector<std::string>& words, const QString& status) {
+    std::set<int64_t> ids;
+    for (int i = 0; i < 300; ++i) {
+      if (!status.isEmpty() && QString::fromStdString(entries[i].summary.status) != status)
+        continue;
+      const json& c = configs[i];
+      std::string hay = "run-" + std::to_string(i) + "\n" + (i % 6 == 0 ? "loss spike\n" : "") +
+                        entries[i].summary.status + "\n" +
+                        c["precision"]["policy"].get<std::string>() + "\n" +
+                        c["optimizer"]["lr"].dump() + "\n" +
+                        std::to_string(c["parallel"]["zero_stage"].get<int>()) +
+                        (c["parallel"]["zero_stage"].get<int>() > 0 ? "\nzero-2" : "");
+      bool ok = true;
+      for (const auto& w : words) ok = ok && hay.find(w) != std::string::npos;
+      if (ok) ids.insert(i + 1);
+    }
+    return ids;
+  };
+  auto shown = [&] {
+    std::set<int64_t> ids;
+    for (int r = 0; r < model.rowCount(); ++r) ids.insert(model.run(r)->id);
+    return ids;
+  };
+  model.setSearchText("0.0003");
+  EXPECT_EQ(shown(), brute({"0.0003"}, ""));
+  EXPECT_EQ(int(shown().size()), 75);  // i % 4 == 0
+  const std::string typed = "BF16 zero loss";
+  for (size_t n = 1; n <= typed.size(); ++n) {
+    const QString text = QString::fromStdString(typed.substr(0, n));
+    model.setSearchText(text);
+    std::vector<std::string> words;
+    for (const QString& w : text.toLower().split(' ', Qt::SkipEmptyParts))
+      words.push_back(w.toStdString());
+    ASSERT_EQ(shown(), brute(words, "")) << text.toStdString();
+  }
+  model.setStatusFilter("failed");
+  EXPECT_EQ(shown(), brute({"bf16", "zero", "loss"}, "failed"));
+  for (size_t n = typed.size(); n-- > 0;) {  // backspacing widens again
+    const QString text = QString::fromStdString(typed.substr(0, n));
+    model.setSearchText(text);
+    std::vector<std::string> words;
+    for (const QString& w : text.toLower().split(' ', Qt::SkipEmptyParts))
+      words.push_back(w.toStdString());
+    ASSERT_EQ(shown(), brute(words, "failed")) << text.toStdString();
+  }
+  model.setStatusFilter("");
+  EXPECT_EQ(model.rowCount(), 300);
 }

@@ -1,13 +1,21 @@
-// Precision policies end to end through the Trainer: bf16 learns addition as well as fp32, the
-// tracker shows the ZeRO model-state accounting per policy, and fp16 with an absurd initial
-// loss scale skips, backs off and then trains without a NaN reaching the weights.
+// Precision policies end to end through the Trainer: every policy (bf16, fp16, fp8 delayed and
+// blockwise, pure_bf16) tracks fp32's loss on the addition task within a stated tolerance, the
+// tracker and the estimator show the formula's bytes per policy, fp16 with an absurd initial
+// loss scale skips, backs off and then trains without a NaN reaching the weights, and the fp8
+// GEMM sees exactly the E4M3 operands an independent reference computes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <numeric>
 
+#include "../support/TrainerHarness.h"
+#include "RefFormat.h"
+#include "trainscope/core/Estimator.h"
 #include "trainscope/engine/Dataset.h"
+#include "trainscope/engine/Gpt.h"
 #include "trainscope/engine/Trainer.h"
 
 using namespace ts::engine;
@@ -19,22 +27,9 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path tempDir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() /
-               ("trainscope_policy_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
+  return ts::testsupport::tempDir("policy_test", name);
 }
-
-struct Recorded {
-  std::vector<std::pair<EventType, nlohmann::json>> events;
-  std::vector<nlohmann::json> of(EventType t) const {
-    std::vector<nlohmann::json> out;
-    for (const auto& [type, f] : events)
-      if (type == t) out.push_back(f);
-    return out;
-  }
-};
+using ts::testsupport::Recorded;
 
 ts::core::RunConfig smallConfig() {
   ts::core::RunConfig c;
@@ -74,14 +69,9 @@ ts::core::RunConfig learnConfig(const std::string& policy) {
 
 TrainResult runWith(const ts::core::RunConfig& c, Recorded& rec, const std::string& runDir,
                     int exactMatchSamples = 16) {
-  auto backend = ts::kernels::makeCpuBackend();
-  backend->setThreads(c.device.threads);
-  TrainerOptions o;
-  o.runDir = runDir;
+  ts::testsupport::RunOptions o;
   o.exactMatchSamples = exactMatchSamples;
-  o.emit = [&](EventType t, nlohmann::json f, bool) { rec.events.emplace_back(t, std::move(f)); };
-  Trainer trainer(c, backend.get(), o);
-  return trainer.run();
+  return ts::testsupport::runTrainer(c, rec, runDir, o);
 }
 
 // GPT-2 parameter count written out independently of the model code (tied head):
@@ -99,92 +89,136 @@ double meanLastLosses(const std::vector<nlohmann::json>& steps, size_t n) {
 
 }  // namespace
 
-TEST(PrecisionPolicy, EngineAcceptsBf16AndFp16ButNotFp8) {
+TEST(PrecisionPolicy, EngineAcceptsEveryPolicyOnCpu) {
   auto c = smallConfig();
-  for (const char* p : {"fp32", "bf16", "fp16"}) {
+  for (const char* p : {"fp32", "bf16", "fp16", "fp8", "pure_bf16"}) {
     c.precision.policy = p;
     EXPECT_TRUE(unsupportedFeatures(c).empty()) << p;
   }
+  // The low-precision paths are CPU code (fp8 an emulated GEMM): refused on cuda, with a reason.
+  c.device.backend = "cuda";
   c.precision.policy = "fp8";
   auto issues = unsupportedFeatures(c);
   ASSERT_EQ(issues.size(), 1u);
   EXPECT_EQ(issues[0].path, "precision.policy");
+  // Config validation accepts fp8 where the engine can emulate it, and says why it would not.
+  auto doc = ts::core::toJson(smallConfig());
+  doc["precision"]["policy"] = "fp8";
+  EXPECT_TRUE(ts::core::parseConfigJson(doc).ok());
+  ts::core::ValidationContext noFp8;
+  noFp8.fp8_emulation = false;
+  const auto r = ts::core::parseConfigJson(doc, noFp8);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.issues.front().path, "precision.policy");
 }
 
-// Model states per policy against the ZeRO formula (AdamW): fp32 4 + 4 + 8 bytes/param;
-// bf16 and fp16 2 (params) + 2 (grads) + 12 (fp32 master + m + v) = 16 bytes/param. The fp32
-// compute copies of weights and gradients (CPU, no 16-bit arithmetic) are workspace.
-TEST(PrecisionPolicy, TrackerShowsZeroAccountingPerPolicy) {
+// Model states per policy against the formula (AdamW), written out here:
+//   fp32            4 + 4 + 8 (m, v)                         = 16 B/param
+//   bf16, fp16      2 + 2 + 12 (fp32 master, m, v)           = 16 B/param (ZeRO's 2+2+K, K=12)
+//   fp8             2 (+1 per block linear weight: the fp8 copy the GEMMs read) + 2 + 12
+//   pure_bf16       2 + 2 + 4 (m, v in bf16, no master)      =  8 B/param
+// The fp32 compute copies of weights and gradients (no 16-bit arithmetic on this CPU) are
+// workspace. The estimator (engine activation model) must predict the same bytes.
+TEST(PrecisionPolicy, TrackerShowsModelStateBytesPerPolicy) {
   const fs::path dir = tempDir("mem");
-  for (const char* policy : {"fp32", "bf16", "fp16"}) {
-    auto c = smallConfig();
-    c.train.steps = 2;
-    c.precision.policy = policy;
-    const int64_t V = makeDataset(c)->vocabSize();
-    const int64_t P = gpt2Params(V, c.model.seq_len, c.model.d_model, c.model.layers);
-    Recorded rec;
-    auto r = runWith(c, rec, (dir / policy).string());
-    ASSERT_EQ(r.status, "completed") << policy << ": " << r.reason;
-    ASSERT_EQ(r.memory.ranks.size(), 1u);
-    const auto& m = r.memory.ranks[0];
-    const bool half = std::string(policy) != "fp32";
-    const int64_t pb = half ? 2 : 4, gb = half ? 2 : 4, ob = half ? 12 : 8;
-    EXPECT_EQ(m.at(MemoryTier::Device, MemoryCategory::Parameters).peak, pb * P) << policy;
-    EXPECT_EQ(m.at(MemoryTier::Device, MemoryCategory::Gradients).peak, gb * P) << policy;
-    EXPECT_EQ(m.at(MemoryTier::Device, MemoryCategory::OptimizerState).peak, ob * P) << policy;
-    const int64_t states = m.at(MemoryTier::Device, MemoryCategory::Parameters).peak +
-                           m.at(MemoryTier::Device, MemoryCategory::Gradients).peak +
-                           m.at(MemoryTier::Device, MemoryCategory::OptimizerState).peak;
-    EXPECT_EQ(states, 16 * P) << policy;
-    // The step events of bf16/fp32 carry the neutral scale.
-    if (std::string(policy) != "fp16")
-      for (const auto& s : rec.of(EventType::Step)) {
-        EXPECT_EQ(s["loss_scale"].get<double>(), 1.0);
-        EXPECT_FALSE(s["skipped"].get<bool>());
+  for (const char* policy : {"fp32", "bf16", "fp16", "fp8", "pure_bf16"}) {
+    for (const char* recipe : {"delayed", "blockwise"}) {
+      const std::string pol = policy;
+      if (pol != "fp8" && std::string(recipe) == "blockwise") continue;
+      auto c = smallConfig();
+      c.train.steps = 2;
+      c.precision.policy = policy;
+      c.precision.fp8.recipe = recipe;
+      const int64_t V = makeDataset(c)->vocabSize();
+      const int64_t C = c.model.d_model, L = c.model.layers;
+      const int64_t P = gpt2Params(V, c.model.seq_len, C, L);
+      const int64_t blockLinear = L * 12 * C * C;  // c_attn 3C^2, c_proj C^2, c_fc/proj 4C^2 each
+      Recorded rec;
+      auto r = runWith(c, rec, (dir / (pol + recipe)).string());
+      ASSERT_EQ(r.status, "completed") << policy << ": " << r.reason;
+      ASSERT_EQ(r.memory.ranks.size(), 1u);
+      const auto& m = r.memory.ranks[0];
+      int64_t pb = 4 * P, gb = 4 * P, ob = 8 * P;
+      if (pol == "bf16" || pol == "fp16") pb = 2 * P, gb = 2 * P, ob = 12 * P;
+      if (pol == "fp8") pb = 2 * P + blockLinear, gb = 2 * P, ob = 12 * P;
+      if (pol == "pure_bf16") pb = 2 * P, gb = 2 * P, ob = 4 * P;
+      auto peak = [&](const ts::core::RankMemory& rm, MemoryCategory cat) {
+        return rm.at(MemoryTier::Device, cat).peak;
+      };
+      EXPECT_EQ(peak(m, MemoryCategory::Parameters), pb) << policy;
+      EXPECT_EQ(peak(m, MemoryCategory::Gradients), gb) << policy;
+      EXPECT_EQ(peak(m, MemoryCategory::OptimizerState), ob) << policy;
+      if (pol != "fp8" && pol != "pure_bf16") {
+        EXPECT_EQ(pb + gb + ob, 16 * P) << policy;
       }
+      // The step events of non-fp16 policies carry the neutral scale.
+      if (pol != "fp16")
+        for (const auto& s : rec.of(EventType::Step)) {
+          EXPECT_EQ(s["loss_scale"].get<double>(), 1.0);
+          EXPECT_FALSE(s["skipped"].get<bool>());
+        }
+      // The estimator's prediction for the same config.
+      auto ec = c;
+      ec.model.vocab = static_cast<int>(V);
+      const auto est = ts::core::estimateMemory(ec);
+      const auto& e = est.report.ranks.at(0);
+      for (auto cat :
+           {MemoryCategory::Parameters, MemoryCategory::Gradients, MemoryCategory::OptimizerState})
+        EXPECT_EQ(peak(e, cat), peak(m, cat)) << policy << " " << ts::core::toString(cat);
+      const double wsE = double(peak(e, MemoryCategory::Workspace)),
+                   wsM = double(peak(m, MemoryCategory::Workspace));
+      EXPECT_NEAR(wsE, wsM, 0.05 * wsM) << policy << " workspace";
+    }
   }
   fs::remove_all(dir);
 }
 
-// 16-bit weights/gradients (fp32 master, Adam state and accumulation) on the addition task of
-// TrainerTest's learning test. "Final loss" = mean of the last 50 step losses (one batch is too
-// noisy). Measured here: fp32 accuracy 1.00, loss 0.0283; fp16 accuracy 1.00, loss 0.0291
-// (+2.9%); bf16 accuracy 0.80, loss 0.136 (4.8x). bf16's 8-bit mantissa is the cause, not a
-// bug: with only the gradients rounded to bf16 (weights fp32) the loss is 0.066, with only the
-// weights rounded 0.120, while fp16's 11 bits on both stay within 3%. At this tiny scale the
-// loss is ~0.03, dominated by a few hard tokens whose logit margins bf16 noise (2^-9 relative)
-// does move. So fp16 is held to the fp32 target and 5%; bf16 to "clearly learns".
-TEST(PrecisionPolicy, HalfPrecisionLearnsAddition) {
+// Learning quality per policy on the addition task (learnConfig, 200 steps, default seed), "final
+// loss" = mean of the last 50 step losses. Requirements (issue 5): bf16 and fp16 within 2% of
+// fp32; fp8 (both recipes) within 5% of bf16; pure_bf16 (no master: updates below half a bf16
+// ulp of a weight are lost) within 15% of fp32. All runs must learn (loss < 45% of step 1's).
+//
+// Why 200 steps and not the 600-step accuracy run: at 600 steps this config is in its
+// "grokking" phase, where the outcome depends on the trajectory, not the precision. Measured
+// with this config, 600 steps, seeds 1337 (default) / 2 / 3 / 4 / 5: fp32 accuracy 1.00 / 0.08 /
+// 0.11 / 0.69 / 1.00 (final loss 0.028 / 0.79 / 0.69 / 0.32 / 0.056), bf16 0.80 / 0.48 / 0.88
+// / 1.00 / 0.53 (0.14 / 0.46 / 0.28 / 0.11 / 0.33). bf16 is not worse than fp32 there (mean
+// accuracy 0.74 vs 0.58); the earlier "bf16 misses the target" compared the default seed only,
+// fp32's lucky side. Before that phase the trajectories are smooth and comparable, so that is where
+// the 2% is checked.
+TEST(PrecisionPolicy, EveryPolicyTracksFp32Loss) {
   const fs::path dir = tempDir("learn");
-  Recorded r32, r16, rb;
-  auto a = runWith(learnConfig("fp32"), r32, (dir / "fp32").string(), 64);
-  auto h = runWith(learnConfig("fp16"), r16, (dir / "fp16").string(), 64);
-  auto b = runWith(learnConfig("bf16"), rb, (dir / "bf16").string(), 64);
-  ASSERT_EQ(a.status, "completed") << a.reason;
-  ASSERT_EQ(h.status, "completed") << h.reason;
-  ASSERT_EQ(b.status, "completed") << b.reason;
-  const auto e32 = r32.of(EventType::Eval), e16 = r16.of(EventType::Eval),
-             eb = rb.of(EventType::Eval);
-  ASSERT_FALSE(e32.empty() || e16.empty() || eb.empty());
-  const double acc32 = e32.back()["accuracy"].get<double>();
-  const double acc16 = e16.back()["accuracy"].get<double>();
-  const double accb = eb.back()["accuracy"].get<double>();
-  const auto s32 = r32.of(EventType::Step), s16 = r16.of(EventType::Step),
-             sb = rb.of(EventType::Step);
-  ASSERT_EQ(s16.size(), 600u);
-  ASSERT_EQ(sb.size(), 600u);
-  const double l32 = meanLastLosses(s32, 50), l16 = meanLastLosses(s16, 50),
-               lb = meanLastLosses(sb, 50);
+  std::map<std::string, double> loss;
+  double first = 0;
+  for (const char* policy : {"fp32", "bf16", "fp16", "fp8", "fp8-block", "pure_bf16"}) {
+    const std::string pol = policy;
+    auto c = learnConfig(pol == "fp8-block" ? "fp8" : pol);
+    if (pol == "fp8-block") c.precision.fp8.recipe = "blockwise";
+    c.train.steps = 200;
+    c.train.eval_every = 0;
+    Recorded rec;
+    auto r = runWith(c, rec, (dir / pol).string(), 0);
+    ASSERT_EQ(r.status, "completed") << pol << ": " << r.reason;
+    const auto steps = rec.of(EventType::Step);
+    ASSERT_EQ(steps.size(), 200u) << pol;
+    for (const auto& st : steps) ASSERT_TRUE(std::isfinite(st["loss"].get<double>())) << pol;
+    loss[pol] = meanLastLosses(steps, 50);
+    if (pol == "fp32") first = steps.front()["loss"].get<double>();
+    EXPECT_LT(loss[pol], 0.45 * first) << pol << " did not learn";
+  }
+  auto rel = [&](const char* a, const char* b) { return (loss[a] - loss[b]) / loss[b]; };
   std::printf(
-      "fp32: accuracy %.3f, loss %.5f | fp16: accuracy %.3f, loss %.5f (%+.2f%%) | "
-      "bf16: accuracy %.3f, loss %.5f (%+.2f%%)\n",
-      acc32, l32, acc16, l16, 100.0 * (l16 - l32) / l32, accb, lb, 100.0 * (lb - l32) / l32);
-  EXPECT_GE(acc32, 0.9);
-  EXPECT_GE(acc16, 0.9) << e16.back().dump();
-  EXPECT_NEAR(l16, l32, 0.05 * l32);
-  // bf16: learns the task (first-step loss ~log(V); chance accuracy ~0).
-  EXPECT_GE(accb, 0.6) << eb.back().dump();
-  EXPECT_LT(lb, 0.1 * sb.front()["loss"].get<double>());
+      "final loss (mean of last 50 steps): fp32 %.5f | bf16 %.5f (%+.2f%%) | fp16 %.5f "
+      "(%+.2f%%) | fp8 %.5f (%+.2f%% vs bf16) | fp8-block %.5f (%+.2f%% vs bf16) | "
+      "pure_bf16 %.5f (%+.2f%%)\n",
+      loss["fp32"], loss["bf16"], 100 * rel("bf16", "fp32"), loss["fp16"],
+      100 * rel("fp16", "fp32"), loss["fp8"], 100 * rel("fp8", "bf16"), loss["fp8-block"],
+      100 * rel("fp8-block", "bf16"), loss["pure_bf16"], 100 * rel("pure_bf16", "fp32"));
+  EXPECT_LE(std::fabs(rel("bf16", "fp32")), 0.02);
+  EXPECT_LE(std::fabs(rel("fp16", "fp32")), 0.02);
+  EXPECT_LE(std::fabs(rel("fp8", "bf16")), 0.05);
+  EXPECT_LE(std::fabs(rel("fp8-block", "bf16")), 0.05);
+  EXPECT_LE(std::fabs(rel("pure_bf16", "fp32")), 0.15);
   fs::remove_all(dir);
 }
 
@@ -231,4 +265,121 @@ TEST(PrecisionPolicy, Fp16HugeLossScaleSkipsBacksOffThenTrains) {
   EXPECT_LT(steps.back()["loss"].get<double>(), before * 0.8);
   EXPECT_TRUE(std::isfinite(r.finalLoss));
   fs::remove_all(dir);
+}
+
+// The fp8 weight copies the GEMMs read are the E4M3 encodings of the bf16 weights with the
+// recipe's scales, recomputed here independently (RefEncoder: exact midpoint rounding).
+TEST(PrecisionPolicy, Fp8WeightCopiesAreE4M3OfTheBf16Weights) {
+  using ts::test::kE4M3;
+  using ts::test::RefEncoder;
+  const RefEncoder enc(kE4M3);
+  for (auto recipe : {GptConfig::Fp8Recipe::Delayed, GptConfig::Fp8Recipe::Blockwise}) {
+    GptConfig g;
+    g.layers = 1;
+    g.heads = 2;
+    g.d_model = 160;  // 4C = 640: several 128x128 blocks, partial ones at the edges
+    g.seq_len = 8;
+    g.vocab = 16;
+    g.working = ts::engine::DType::BF16;
+    g.fp8 = recipe;
+    auto backend = ts::kernels::makeCpuBackend();
+    MemoryTracker tracker;
+    Gpt model(g, backend.get(), &tracker);
+    model.initWeights(3);  // quantized once: delayed uses scale 1 (empty history)
+    model.setWeightsFrom(model.paramBuffer().f32());  // delayed: scale from that amax now
+    const auto* w8 = static_cast<const uint8_t*>(model.fp8Weights().data());
+    for (int j = 0; j < 4; ++j) {
+      const auto& site = model.fp8Site(0, j);
+      const float* w = model.paramBuffer().f32() + site.w->offset;
+      const int64_t OC = site.w->shape[0], IC = site.w->shape[1];
+      const int64_t tr = recipe == GptConfig::Fp8Recipe::Blockwise ? 128 : OC;
+      const int64_t tc = recipe == GptConfig::Fp8Recipe::Blockwise ? 128 : IC;
+      for (int64_t r0 = 0; r0 < OC; r0 += tr)
+        for (int64_t c0 = 0; c0 < IC; c0 += tc) {
+          double a = 0;
+          for (int64_t r = r0; r < std::min(OC, r0 + tr); ++r)
+            for (int64_t c = c0; c < std::min(IC, c0 + tc); ++c)
+              a = std::max(a, std::fabs(double(w[r * IC + c])));
+          const float scale = 448.f / float(a);
+          for (int64_t r = r0; r < std::min(OC, r0 + tr); ++r)
+            for (int64_t c = c0; c < std::min(IC, c0 + tc); ++c) {
+              const float x = w[r * IC + c];
+              ASSERT_EQ(ts::test::bitsOf(x) & 0xFFFFu, 0u) << "weight not bf16";
+              ASSERT_EQ(w8[site.w8Offset + r * IC + c], enc.encode(x * scale, true))
+                  << "site " << j << " (" << r << ", " << c << ")";
+            }
+        }
+    }
+  }
+}
+
+// The emulated fp8 GEMM multiplies exactly the quantized operands: c_attn's output after one
+// forward equals a double-precision product of the E4M3 input (ln_1's output) and E4M3 weights,
+// each quantized here with the recipe's scales (first delayed forward: scale 1, the history is
+// empty; blockwise: 448 / amax per 1x128 input tile and per 128x128 weight block), plus the bias.
+TEST(PrecisionPolicy, Fp8GemmSeesTheQuantizedOperands) {
+  using ts::test::kE4M3;
+  using ts::test::refDecode;
+  const ts::test::RefEncoder enc(kE4M3);
+  for (auto recipe : {GptConfig::Fp8Recipe::Delayed, GptConfig::Fp8Recipe::Blockwise}) {
+    const bool block = recipe == GptConfig::Fp8Recipe::Blockwise;
+    GptConfig g;
+    g.layers = 1;
+    g.heads = 2;
+    g.d_model = 160;
+    g.seq_len = 8;
+    g.vocab = 16;
+    g.working = ts::engine::DType::BF16;
+    g.fp8 = recipe;
+    auto backend = ts::kernels::makeCpuBackend();
+    MemoryTracker tracker;
+    Gpt model(g, backend.get(), &tracker);
+    model.initWeights(5);
+    const int B = 2, T = 8, N = B * T, C = g.d_model;
+    model.allocate(B);
+    std::vector<int32_t> tok(N);
+    for (int i = 0; i < N; ++i) tok[size_t(i)] = (i * 7 + 3) % g.vocab;
+    model.forward(tok.data(), nullptr, B, T, 0.f);
+    const auto& a = model.activations().blocks[0];
+    const float* x = a.ln1.f32();
+    const auto& site = model.fp8Site(0, 0);
+    const float* w = model.paramBuffer().f32() + site.w->offset;
+    const float* bias = model.paramBuffer().f32() + model.find("h.0.attn.c_attn.bias")->offset;
+    const int OC = 3 * C;
+    // Quantize-dequantize a rows x cols matrix with tiles tr x tc (scale 1 when !block).
+    auto fake = [&](const float* v, int rows, int cols, int tr, int tc) {
+      std::vector<double> out(size_t(rows) * cols);
+      for (int r0 = 0; r0 < rows; r0 += tr)
+        for (int c0 = 0; c0 < cols; c0 += tc) {
+          double am = 0;
+          for (int r = r0; r < std::min(rows, r0 + tr); ++r)
+            for (int c = c0; c < std::min(cols, c0 + tc); ++c)
+              am = std::max(am, std::fabs(double(v[r * cols + c])));
+          const float s = block ? 448.f / float(am) : 1.f;
+          for (int r = r0; r < std::min(rows, r0 + tr); ++r)
+            for (int c = c0; c < std::min(cols, c0 + tc); ++c)
+              out[size_t(r) * cols + c] = double(
+                  float(refDecode(kE4M3, enc.encode(v[r * cols + c] * s, true))) * (1.f / s));
+        }
+      return out;
+    };
+    const auto xq = fake(x, N, C, 1, 128);
+    const auto wq = fake(w, OC, C, 128, 128);
+    double maxErr = 0, maxRef = 0, maxPlain = 0;
+    for (int n = 0; n < N; ++n)
+      for (int o = 0; o < OC; ++o) {
+        double ref = bias[o], plain = bias[o];
+        for (int c = 0; c < C; ++c) {
+          ref += xq[size_t(n) * C + c] * wq[size_t(o) * C + c];
+          plain += double(x[n * C + c]) * double(w[o * C + c]);
+        }
+        const double got = a.qkv.f32()[n * OC + o];
+        maxErr = std::max(maxErr, std::fabs(got - ref));
+        maxPlain = std::max(maxPlain, std::fabs(got - plain));
+        maxRef = std::max(maxRef, std::fabs(ref));
+      }
+    // fp32 accumulation of 160 products: ~1e-6 relative; the unquantized product is ~1e-2 off.
+    EXPECT_LT(maxErr, 2e-5 * maxRef) << (block ? "blockwise" : "delayed");
+    EXPECT_GT(maxPlain, 100 * maxErr) << "quantization left no trace";
+  }
 }

@@ -504,10 +504,18 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
   // The trainscope CPU engine stores bf16/fp16 weights and gradients (2 B each, fp32 master +
   // Adam state in optimizer_state) but computes on fp32 copies upcast from them (workspace,
   // 4 B + 4 B per parameter) and keeps its saved activations in fp32 (docs/memory.md).
+  // The same holds for fp8 (bf16 weights + fp8 copies of the block linear weights) and
+  // pure_bf16; fp8 adds the emulated GEMM's dequantized operands (fp32 workspace: input and
+  // output gradient up to B*T x 4C each, one weight up to 4C x C).
   const bool engine16 =
-      opt.activation_model == ActivationModel::Engine && (policy == "bf16" || policy == "fp16");
+      opt.activation_model == ActivationModel::Engine &&
+      (policy == "bf16" || policy == "fp16" || policy == "fp8" || policy == "pure_bf16");
   if (engine16) pb.act = 4;
-  if (policy == "fp8") {
+  if (policy == "fp8" && opt.activation_model == ActivationModel::Engine) {
+    est.notes.push_back(
+        "fp8 (engine): bf16 weights + fp8 copies of the block linear weights (3 B/param), bf16 "
+        "grads, fp32 master + state; GEMMs emulated on fp32 copies, activations saved in fp32");
+  } else if (policy == "fp8") {
     est.notes.push_back(
         "fp8: bf16 weights + fp8 weight copy (3 B/param), bf16 grads, fp32 master + state; "
         "activations saved in bf16");
@@ -597,6 +605,12 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
     if (engine16) {
       wsPeak += 8.0 * static_cast<double>(P);
       wsSteady += 8.0 * static_cast<double>(P);
+      if (policy == "fp8") {
+        const double fp8Ws =
+            4.0 * (2.0 * static_cast<double>(B * s.T) * 4.0 * s.C + 4.0 * s.C * s.C);
+        wsPeak += fp8Ws;
+        wsSteady += fp8Ws;
+      }
     }
     if (stage >= 3 && ranks > 1) {
       // Gathered weights of one block and their full gradients before the reduce-scatter.

@@ -170,8 +170,14 @@ void LiveRun::apply(const core::Event& e) {
                e.time);
         break;
       }
+      case EventType::KernelSummary: {
+        const int64_t a = e.body.value("first_step", int64_t{-1});
+        const int64_t b = e.body.value("last_step", a);
+        if (a >= 0 && b >= a && e.body.value("rank", 0) == 0) profiled_.emplace_back(a, b);
+        break;
+      }
       default:
-        break;  // kernels / kernel_summary: the timeline (part 2) consumes them
+        break;  // raw `kernels` spans: the timeline page reads them from the database
     }
   } catch (const std::exception& ex) {
     addLog("warning", QStringLiteral("ignored malformed %1 event: %2")
@@ -195,6 +201,20 @@ void LiveRun::setSmoothing(double weight) {
 std::optional<double> LiveRun::etaSeconds() const {
   if (totalSteps_ <= 0 || recentStepS_ <= 0 || lastStep_ <= 0) return std::nullopt;
   return std::max<double>(0.0, static_cast<double>(totalSteps_ - lastStep_) * recentStepS_);
+}
+
+std::optional<int64_t> LiveRun::profiledStepNear(int64_t step, int64_t slack) const {
+  std::optional<int64_t> best;
+  int64_t bestDist = slack + 1;
+  for (const auto& [a, b] : profiled_) {
+    const int64_t s = std::clamp(step, a, b);
+    const int64_t d = s > step ? s - step : step - s;
+    if (d < bestDist) {
+      bestDist = d;
+      best = s;
+    }
+  }
+  return best;
 }
 
 double LiveRun::progress() const {

@@ -7,6 +7,8 @@
 #include <QFutureWatcher>
 #include <QtConcurrent/QtConcurrentRun>
 
+#include "trainscope/profiler/Aggregation.h"
+
 namespace ts::gui {
 
 RunRepository::RunRepository(std::string path) : path_(std::move(path)) {}
@@ -130,6 +132,62 @@ std::vector<RunRepository::CheckpointRef> RunRepository::checkpoints(QString* er
     return 0;
   });
   return out;
+}
+
+std::vector<core::RunDetail> RunRepository::listRunDetails(QString* error) const {
+  std::vector<core::RunDetail> out;
+  auto store = openStore(error);
+  if (!store) return out;
+  guarded(error, [&] {
+    auto runs = store->listRuns();
+    out.reserve(runs.size());
+    for (auto& r : runs) {
+      auto d = store->getRun(r.id);
+      if (d) out.push_back(std::move(*d));
+    }
+    return 0;
+  });
+  return out;
+}
+
+RunRepository::RunExtras RunRepository::extras(int64_t id, QString* error) const {
+  RunExtras x;
+  x.runId = id;
+  auto store = openStore(error);
+  if (!store) return x;
+  guarded(error, [&] {
+    auto cps = store->checkpoints(id);
+    for (auto& c : cps)
+      if (!x.lastCheckpoint || c.step >= x.lastCheckpoint->step) x.lastCheckpoint = c;
+    std::error_code ec;
+    x.checkpointExists = x.lastCheckpoint && !x.lastCheckpoint->path.empty() &&
+                         std::filesystem::exists(x.lastCheckpoint->path, ec);
+    x.hasProfile = !store->events(id, {"kernels"}, 1).empty();
+    return 0;
+  });
+  return x;
+}
+
+std::vector<profiler::Span> RunRepository::kernelSpans(int64_t id, QString* error,
+                                                       int* skipped) const {
+  std::vector<profiler::Span> spans;
+  if (skipped) *skipped = 0;
+  auto store = openStore(error);
+  if (!store) return spans;
+  guarded(error, [&] {
+    for (auto& e : store->events(id, {"kernels"})) {
+      try {
+        auto batch = profiler::spansFromKernelsEvent(e.body);
+        spans.insert(spans.end(), batch.begin(), batch.end());
+      } catch (const std::exception&) {
+        if (skipped) ++*skipped;
+      }
+    }
+    return 0;
+  });
+  std::stable_sort(spans.begin(), spans.end(),
+                   [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  return spans;
 }
 
 struct DatabaseFollower::Delta {

@@ -7,9 +7,11 @@
 #include <QDateTime>
 #include <QFile>
 #include <QFutureWatcher>
+#include <QRegularExpression>
 #include <QtConcurrent/QtConcurrentRun>
 
 #include "trainscope/core/Estimator.h"
+#include "trainscope/profiler/ChromeTrace.h"
 
 namespace ts::gui {
 
@@ -47,7 +49,8 @@ struct Key {
   bool isText = false;
 };
 
-Key keyOf(const core::RunSummary& r, int column) {
+Key keyOf(const RunEntry& e, int column) {
+  const core::RunSummary& r = e.summary;
   Key k;
   auto opt = [&](const std::optional<double>& v) {
     k.missing = !v;
@@ -89,6 +92,11 @@ Key keyOf(const core::RunSummary& r, int column) {
       k.missing = r.peakMemory <= 0;
       k.num = double(r.peakMemory);
       break;
+    case RunsTableModel::Techniques:
+      k.isText = true;
+      k.text = e.badges.join(' ');
+      k.missing = e.badges.isEmpty();
+      break;
     case RunsTableModel::Tags:
       k.isText = true;
       k.text = tagsText(r);
@@ -100,49 +108,159 @@ Key keyOf(const core::RunSummary& r, int column) {
 
 }  // namespace
 
+// ---- badges and search text -------------------------------------------------------------
+
+namespace {
+
+const nlohmann::json* at(const nlohmann::json& j, const char* a, const char* b) {
+  if (!j.is_object()) return nullptr;
+  auto i = j.find(a);
+  if (i == j.end() || !i->is_object()) return nullptr;
+  auto k = i->find(b);
+  return k == i->end() ? nullptr : &*k;
+}
+std::string textAt(const nlohmann::json& j, const char* a, const char* b) {
+  const auto* v = at(j, a, b);
+  return v && v->is_string() ? v->get<std::string>() : std::string();
+}
+double numAt(const nlohmann::json& j, const char* a, const char* b) {
+  const auto* v = at(j, a, b);
+  return v && v->is_number() ? v->get<double>() : 0.0;
+}
+bool on(const std::string& v) {
+  return !v.empty() && v != "none";
+}
+
+void appendLower(std::string& out, std::string_view s) {
+  out.reserve(out.size() + s.size() + 1);
+  for (char c : s) out.push_back(c >= 'A' && c <= 'Z' ? char(c - 'A' + 'a') : c);
+  out.push_back('\n');
+}
+
+void appendLeaves(std::string& out, const nlohmann::json& j) {
+  if (j.is_object()) {
+    for (const auto& [k, v] : j.items()) appendLeaves(out, v);
+  } else if (j.is_array()) {
+    for (const auto& v : j) appendLeaves(out, v);
+  } else if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    if (!s.empty()) appendLower(out, s);
+  } else if (!j.is_null()) {
+    appendLower(out, j.dump());
+  }
+}
+
+// Lowercases ASCII only: config values and badges are ASCII, and a non-ASCII name still
+// matches a search typed in the same case (a full Unicode fold would cost a QString per run).
+std::vector<std::string> searchWords(const QString& text) {
+  std::vector<std::string> words;
+  for (const QString& w : text.toLower().split(QRegularExpression("\\s+"), Qt::SkipEmptyParts))
+    words.push_back(w.toStdString());
+  return words;
+}
+
+}  // namespace
+
+QStringList techniqueBadges(const nlohmann::json& c) {
+  QStringList b;
+  if (!c.is_object()) return b;
+  const std::string policy = textAt(c, "precision", "policy");
+  if (policy == "bf16" || policy == "fp16" || policy == "fp8") b << QString::fromStdString(policy);
+  if (policy == "pure_bf16") b << "pure bf16";
+  if (on(textAt(c, "memory", "checkpointing"))) b << "ckpt";
+  if (const int z = int(numAt(c, "parallel", "zero_stage")); z > 0)
+    b << QStringLiteral("ZeRO-%1").arg(z);
+  if (on(textAt(c, "parallel", "offload_optimizer")) || on(textAt(c, "parallel", "offload_params")))
+    b << "offload";
+  if (on(textAt(c, "memory", "activation_compression"))) b << "compress";
+  if (textAt(c, "attention", "impl") == "flash") b << "flash";
+  if (numAt(c, "train", "grad_accum") > 1) b << "accum";
+  if (numAt(c, "optimizer", "state_bits") == 8) b << "8-bit opt";
+  const auto* lora = at(c, "finetune", "lora");
+  const bool loraOn = lora && lora->is_object() && lora->value("r", 0.0) > 0;
+  if (loraOn) b << (textAt(c, "finetune", "base_quant") == "nf4" ? "QLoRA" : "LoRA");
+  if (!textAt(c, "distill", "teacher_checkpoint").empty()) b << "distill";
+  if (const auto* p = at(c, "profile", "enabled"); p && p->is_boolean() && p->get<bool>())
+    b << "profile";
+  return b;
+}
+
+RunEntry makeRunEntry(core::RunSummary summary, const nlohmann::json& config) {
+  RunEntry e;
+  e.badges = techniqueBadges(config);
+  std::string& t = e.searchText;
+  appendLower(t, summary.name);
+  appendLower(t, summary.notes);
+  for (const auto& tag : summary.tags) appendLower(t, tag);
+  appendLower(t, summary.status);
+  appendLower(t, summary.backend);
+  for (const auto& b : e.badges) appendLower(t, b.toStdString());
+  appendLeaves(t, config);
+  e.summary = std::move(summary);
+  return e;
+}
+
+// ---- model -------------------------------------------------------------------------------
+
 RunsTableModel::RunsTableModel(QObject* parent) : QAbstractTableModel(parent) {}
 
 void RunsTableModel::setRuns(std::vector<core::RunSummary> runs) {
+  std::vector<RunEntry> entries;
+  entries.reserve(runs.size());
+  for (auto& r : runs) entries.push_back(makeRunEntry(std::move(r)));
+  setEntries(std::move(entries));
+}
+
+void RunsTableModel::setEntries(std::vector<RunEntry> entries) {
   beginResetModel();
-  all_ = std::move(runs);
-  rebuild();
+  all_ = std::move(entries);
+  resort();
+  refilter(false);
   endResetModel();
 }
 
 void RunsTableModel::setSearchText(const QString& text) {
   if (text == search_) return;
+  std::vector<std::string> words = searchWords(text);
+  // Narrowing when every old word lives inside some new word: the new matches are a subset
+  // of the rows shown now, so only those are checked (each keystroke of a word).
+  bool narrowing = true;
+  for (const auto& o : words_) {
+    bool inside = false;
+    for (const auto& n : words) inside = inside || n.find(o) != std::string::npos;
+    narrowing = narrowing && inside;
+  }
   beginResetModel();
   search_ = text;
-  rebuild();
+  words_ = std::move(words);
+  refilter(narrowing);
   endResetModel();
 }
 
 void RunsTableModel::setStatusFilter(const QString& status) {
   if (status == status_) return;
   beginResetModel();
+  const bool narrowing = status_.isEmpty();
   status_ = status;
-  rebuild();
+  refilter(narrowing);
   endResetModel();
 }
 
-bool RunsTableModel::matches(const core::RunSummary& r) const {
-  if (!status_.isEmpty() && QString::fromStdString(r.status) != status_) return false;
-  if (search_.isEmpty()) return true;
-  const QString s = search_.trimmed();
-  return QString::fromStdString(r.name).contains(s, Qt::CaseInsensitive) ||
-         QString::fromStdString(r.notes).contains(s, Qt::CaseInsensitive) ||
-         tagsText(r).contains(s, Qt::CaseInsensitive);
+bool RunsTableModel::matches(const RunEntry& e) const {
+  if (!status_.isEmpty() && QString::fromStdString(e.summary.status) != status_) return false;
+  for (const auto& w : words_)
+    if (e.searchText.find(w) == std::string::npos) return false;
+  return true;
 }
 
-void RunsTableModel::rebuild() {
-  rows_.clear();
-  for (int i = 0; i < static_cast<int>(all_.size()); ++i)
-    if (matches(all_[i])) rows_.push_back(i);
+void RunsTableModel::resort() {
+  sorted_.resize(all_.size());
+  for (size_t i = 0; i < all_.size(); ++i) sorted_[i] = static_cast<int>(i);
   const int col = sortColumn_;
   const bool desc = sortOrder_ == Qt::DescendingOrder;
   std::vector<Key> keys(all_.size());
-  for (int i : rows_) keys[i] = keyOf(all_[i], col);
-  std::stable_sort(rows_.begin(), rows_.end(), [&](int a, int b) {
+  for (size_t i = 0; i < all_.size(); ++i) keys[i] = keyOf(all_[i], col);
+  std::stable_sort(sorted_.begin(), sorted_.end(), [&](int a, int b) {
     const Key& x = keys[a];
     const Key& y = keys[b];
     if (x.missing != y.missing) return y.missing;  // missing last either way
@@ -151,9 +269,18 @@ void RunsTableModel::rebuild() {
       c = QString::compare(x.text, y.text, Qt::CaseInsensitive);
     else
       c = x.num < y.num ? -1 : (x.num > y.num ? 1 : 0);
-    if (c == 0) return all_[a].id > all_[b].id;  // newest first among equals: stable view
+    if (c == 0) return all_[a].summary.id > all_[b].summary.id;  // newest first among equals
     return desc ? c > 0 : c < 0;
   });
+}
+
+void RunsTableModel::refilter(bool narrowing) {
+  const std::vector<int>& from = narrowing ? rows_ : sorted_;
+  std::vector<int> out;
+  out.reserve(from.size());
+  for (int i : from)
+    if (matches(all_[i])) out.push_back(i);
+  rows_ = std::move(out);
 }
 
 void RunsTableModel::sort(int column, Qt::SortOrder order) {
@@ -164,7 +291,8 @@ void RunsTableModel::sort(int column, Qt::SortOrder order) {
   for (const auto& i : before) ids.push_back(run(i.row()) ? run(i.row())->id : 0);
   sortColumn_ = column;
   sortOrder_ = order;
-  rebuild();
+  resort();
+  refilter(false);
   QModelIndexList after;
   for (size_t k = 0; k < ids.size(); ++k) {
     const int r = rowOfRun(ids[k]);
@@ -174,13 +302,18 @@ void RunsTableModel::sort(int column, Qt::SortOrder order) {
   emit layoutChanged({}, QAbstractItemModel::VerticalSortHint);
 }
 
-const core::RunSummary* RunsTableModel::run(int row) const {
+const RunEntry* RunsTableModel::entry(int row) const {
   return row >= 0 && row < static_cast<int>(rows_.size()) ? &all_[rows_[row]] : nullptr;
+}
+
+const core::RunSummary* RunsTableModel::run(int row) const {
+  const RunEntry* e = entry(row);
+  return e ? &e->summary : nullptr;
 }
 
 int RunsTableModel::rowOfRun(int64_t id) const {
   for (int r = 0; r < static_cast<int>(rows_.size()); ++r)
-    if (all_[rows_[r]].id == id) return r;
+    if (all_[rows_[r]].summary.id == id) return r;
   return -1;
 }
 
@@ -192,13 +325,22 @@ int RunsTableModel::columnCount(const QModelIndex& parent) const {
 }
 
 QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
-  const core::RunSummary* r = index.isValid() ? run(index.row()) : nullptr;
-  if (!r || index.column() >= ColumnCount) return {};
+  const RunEntry* e = index.isValid() ? entry(index.row()) : nullptr;
+  if (!e || index.column() >= ColumnCount) return {};
+  const core::RunSummary* r = &e->summary;
   const int c = index.column();
+  if (role == BadgesRole) return c == Techniques ? QVariant(e->badges) : QVariant();
   if (role == Qt::TextAlignmentRole)
-    return int(
-        (c == Name || c == Status || c == Tags || c == Started ? Qt::AlignLeft : Qt::AlignRight) |
-        Qt::AlignVCenter);
+    return int((c == Name || c == Status || c == Tags || c == Started || c == Techniques
+                    ? Qt::AlignLeft
+                    : Qt::AlignRight) |
+               Qt::AlignVCenter);
+  if (role == Qt::ToolTipRole && c == PeakMemory)
+    return QStringLiteral("Highest device-memory peak of any rank (%1 rank%2)")
+        .arg(r->ranks)
+        .arg(r->ranks == 1 ? "" : "s");
+  if (role == Qt::ToolTipRole && c == Techniques && !e->badges.isEmpty())
+    return QStringLiteral("Techniques in this run's config: %1").arg(e->badges.join(", "));
   if (role == Qt::ToolTipRole) {
     QString t = QString::fromStdString(r->name);
     if (!r->reason.empty()) t += "\n" + QString::fromStdString(r->reason);
@@ -206,7 +348,7 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
     return t;
   }
   if (role == Qt::UserRole) {
-    const Key k = keyOf(*r, c);
+    const Key k = keyOf(*e, c);
     if (k.missing) return {};
     return k.isText ? QVariant(k.text) : QVariant(k.num);
   }
@@ -232,9 +374,14 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
       return optText(r->bestEvalLoss, 4);
     case TokensPerS:
       return r->tokensPerS ? QLocale().toString(*r->tokensPerS, 'f', 0) : QStringLiteral("—");
-    case PeakMemory:
-      return r->peakMemory > 0 ? QString::fromStdString(core::formatBytes(double(r->peakMemory)))
-                               : QStringLiteral("—");
+    case PeakMemory: {
+      if (r->peakMemory <= 0) return QStringLiteral("—");
+      QString t = QString::fromStdString(core::formatBytes(double(r->peakMemory)));
+      if (r->ranks > 1) t += QStringLiteral(" ×%1").arg(r->ranks);
+      return t;
+    }
+    case Techniques:
+      return e->badges.join(" · ");
     case Tags:
       return tagsText(*r);
   }
@@ -264,7 +411,9 @@ QVariant RunsTableModel::headerData(int section, Qt::Orientation o, int role) co
     case TokensPerS:
       return "Tokens/s";
     case PeakMemory:
-      return "Peak memory";
+      return "Peak mem/rank";
+    case Techniques:
+      return "Techniques";
     case Tags:
       return "Tags";
   }
@@ -345,29 +494,113 @@ RunsBrowser::RunsBrowser(RunRepository repo, RunsTableModel* model, QObject* par
 
 void RunsBrowser::reload() {
   struct Result {
-    std::vector<core::RunSummary> runs;
+    std::vector<RunEntry> entries;
     QString error;
   };
+  const int gen = ++reloadGeneration_;
+  const RunRepository repo = repo_;
+  // Two phases on the worker: the summaries (one query, ~0.2 s for 10,000 runs) fill the table
+  // at once; the configs (one lookup per run, seconds for 10,000) then add badges and config
+  // search. Entries are built here, so the GUI thread only swaps rows.
+  auto phase = [this, gen](bool withConfigs, auto job) {
+    ++busy_;
+    auto* w = new QFutureWatcher<Result>(this);
+    connect(w, &QFutureWatcher<Result>::finished, this, [this, w, gen, withConfigs] {
+      Result r = w->result();
+      w->deleteLater();
+      --busy_;
+      if (gen != reloadGeneration_) return;  // a newer reload is on its way
+      if (!r.error.isEmpty()) {
+        emit done(false, r.error);
+        return;
+      }
+      const int n = static_cast<int>(r.entries.size());
+      if (!withConfigs && detailsGeneration_ == gen) {  // the configs won the race: keep them
+        emit loaded(n);
+        return;
+      }
+      if (withConfigs) detailsGeneration_ = gen;
+      if (!withConfigs) extras_.clear();  // checkpoints or profiles may have been added since
+      model_->setEntries(std::move(r.entries));
+      if (withConfigs)
+        emit detailsLoaded(n);
+      else
+        emit loaded(n);
+    });
+    w->setFuture(QtConcurrent::run(job));
+  };
+  phase(false, [repo] {
+    Result r;
+    auto runs = repo.listRuns(&r.error);
+    r.entries.reserve(runs.size());
+    for (auto& s : runs) r.entries.push_back(makeRunEntry(std::move(s)));
+    return r;
+  });
+  phase(true, [repo] {
+    Result r;
+    auto details = repo.listRunDetails(&r.error);
+    r.entries.reserve(details.size());
+    for (auto& d : details) {
+      nlohmann::json config = std::move(d.config);
+      r.entries.push_back(makeRunEntry(std::move(static_cast<core::RunSummary&>(d)), config));
+    }
+    return r;
+  });
+}
+
+void RunsBrowser::fetchExtras(int64_t id) {
+  if (id <= 0 || fetching_.count(id)) return;
+  fetching_.insert(id);
   ++busy_;
+  struct Result {
+    RunRepository::RunExtras extras;
+    QString error;
+  };
   auto* w = new QFutureWatcher<Result>(this);
-  connect(w, &QFutureWatcher<Result>::finished, this, [this, w] {
+  connect(w, &QFutureWatcher<Result>::finished, this, [this, w, id] {
     Result r = w->result();
     w->deleteLater();
     --busy_;
-    if (!r.error.isEmpty()) {
-      emit done(false, r.error);
-      return;
-    }
-    const int n = static_cast<int>(r.runs.size());
-    model_->setRuns(std::move(r.runs));
-    emit loaded(n);
+    fetching_.erase(id);
+    if (!r.error.isEmpty()) emit done(false, r.error);
+    extras_[id] = r.extras;
+    emit extrasReady(id);
   });
   const RunRepository repo = repo_;
-  w->setFuture(QtConcurrent::run([repo] {
+  w->setFuture(QtConcurrent::run([repo, id] {
     Result r;
-    r.runs = repo.listRuns(&r.error);
+    r.extras = repo.extras(id, &r.error);
     return r;
   }));
+}
+
+std::optional<RunRepository::RunExtras> RunsBrowser::extras(int64_t id) const {
+  auto it = extras_.find(id);
+  if (it == extras_.end()) return std::nullopt;
+  return it->second;
+}
+
+void RunsBrowser::exportTrace(int64_t id, const QString& path) {
+  edit(
+      [id, path](RunRepository& r) -> QString {
+        QString err;
+        int skipped = 0;
+        auto spans = r.kernelSpans(id, &err, &skipped);
+        if (!err.isEmpty()) return err;
+        if (spans.empty())
+          return QStringLiteral(
+                     "Run %1 has no profile (no kernel timeline was recorded); turn on profiling "
+                     "in the wizard or press \u201cProfile now\u201d while it runs")
+              .arg(id);
+        std::string error;
+        if (!profiler::writeChromeTrace(path.toStdString(), spans, {}, {}, &error))
+          return QString::fromStdString(error);
+        return {};
+      },
+      QStringLiteral("Trace of run %1 exported to %2 (open it in chrome://tracing or Perfetto)")
+          .arg(id)
+          .arg(path),
+      false);
 }
 
 void RunsBrowser::edit(std::function<QString(RunRepository&)> op, QString okMessage,

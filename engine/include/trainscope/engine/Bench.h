@@ -27,9 +27,10 @@ struct BenchOptions {
 // Prints a table to `out` and returns the numbers as JSON.
 nlohmann::json runBench(const BenchOptions& options, std::ostream& out);
 
-// Precision policies side by side (fp32, bf16, fp16) on one shape (the smallest, or
-// gpt-d512 without quick) and the first thread count: tokens/s and tracked peak memory per
-// category (`trainscope-engine bench --precision`).
+// Precision policies side by side (fp32, bf16, fp16, fp8, fp8-block, pure_bf16) on one shape
+// (the smallest, or gpt-d512 without quick) and the first thread count: tokens/s and tracked
+// peak memory per category, plus the CPU's F16C / AVX512-BF16 / AMX support
+// (`trainscope-engine bench --precision`).
 nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out);
 
 // Best sgemm GFLOP/s over a few square products through the CPU backend's matmul.

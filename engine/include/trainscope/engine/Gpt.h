@@ -17,6 +17,7 @@
 #include "trainscope/engine/MemoryTracker.h"
 #include "trainscope/engine/Tensor.h"
 #include "trainscope/kernels/Backend.h"
+#include "trainscope/kernels/Fp8Quant.h"
 
 namespace ts::engine {
 
@@ -41,6 +42,20 @@ struct GptConfig {
   // fp32 copies upcast from them (category workspace, fp32 accumulation); the fp32 master
   // weights live in the optimizer (optimizer_state). CPU backend only.
   DType working = DType::F32;
+  // pure_bf16: no fp32 master; the optimizer updates the bf16 weights directly (its state in
+  // bf16 too). Only meaningful with working == BF16.
+  bool masterWeights = true;
+  // fp8 GEMMs (precision.policy "fp8", working BF16): the four linear layers of every block
+  // multiply fp8-quantized operands (kernels/Fp8Quant.h): inputs and weights E4M3, output
+  // gradients E5M2 ("hybrid") or E4M3 (fp8GradE4M3). Delayed: per-tensor scales from an amax
+  // history of fp8History entries; blockwise: DeepSeek-V3 tiles (1x128 activations/gradients
+  // along the reduction dimension, 128x128 weight blocks) scaled by their current amax. The
+  // embeddings, LayerNorms, attention and the tied LM head stay in bf16 weights / fp32 math.
+  enum class Fp8Recipe { None, Delayed, Blockwise };
+  Fp8Recipe fp8 = Fp8Recipe::None;
+  int fp8History = 1024;
+  int fp8Margin = 0;
+  bool fp8GradE4M3 = false;
 };
 // k for memory.checkpointing (all -> 1, every_k -> checkpoint_every or round(sqrt(L)), capped
 // at L; none -> 0).
@@ -142,6 +157,23 @@ class Gpt {
   // Rounds the accumulated fp32 gradients to the working dtype (fp16 overflows to inf here, as
   // on hardware) and upcasts them back for the fp32 unscale / clip / update. No-op in fp32.
   void roundGrads();
+  // Rounds the fp32 compute copy of the weights to the working dtype in place (pure_bf16: the
+  // optimizer updated it directly) and refreshes workingParams().
+  void roundWeights() { setWeightsFrom(paramBuf_.f32()); }
+
+  // fp8 (config().fp8 != None): the fp8 copies of the block linear weights (1 byte each,
+  // category parameters), and the delayed-scaling state of one block linear (l = layer,
+  // j = 0 c_attn, 1 attn.c_proj, 2 mlp.c_fc, 3 mlp.c_proj).
+  bool fp8() const { return config_.fp8 != GptConfig::Fp8Recipe::None; }
+  const Tensor& fp8Weights() const { return w8_; }
+  struct Fp8Site {
+    const ParamInfo* w = nullptr;
+    int64_t w8Offset = 0;               // into fp8Weights()
+    kernels::Fp8DelayedScale x, wt, g;  // input, weight, output gradient (delayed)
+    float xUsed = 1.f, gUsed = 1.f;     // scales of the last forward / backward (delayed)
+    std::vector<float> wScaleInv;       // per block (blockwise) or one (delayed)
+  };
+  const Fp8Site& fp8Site(int l, int j) const { return fp8Sites_[4 * l + j]; }
 
   // GPT-2 init from `seed`: weights N(0, 0.02), residual projections (attn.c_proj, mlp.c_proj)
   // N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1 / bias 0.
@@ -174,6 +206,13 @@ class Gpt {
                      int OC, int IC);
   void linearBackward(float* dinp, const float* dout, const float* inp, const ParamInfo& w,
                       const ParamInfo& b, int N, int OC, int IC);
+  // fp8 versions for block linear `site` (4*l + j); recompute reuses the forward's scales.
+  void linearForwardFp8(int site, float* out, const float* inp, const ParamInfo& b, int N, int OC,
+                        int IC, bool recompute);
+  void linearBackwardFp8(int site, float* dinp, const float* dout, const float* inp,
+                         const ParamInfo& b, int N, int OC, int IC);
+  void quantizeFp8Weights();
+  void dequantizeFp8Weight(const Fp8Site& s, float* dst);
   // One block's forward from `in`; `out` == nullptr skips the final residual add (recompute).
   void blockForward(int l, BlockActivations& a, const float* in, float* out, bool recompute);
   void blockBackward(int l, BlockActivations& a, const float* in);
@@ -197,6 +236,10 @@ class Gpt {
   Tensor paramBuf_;
   Tensor gradBuf_;
   Tensor param16_, grad16_;  // 16-bit working precision only
+  Tensor w8_;                // fp8 weight copies (fp8 only)
+  std::vector<Fp8Site> fp8Sites_;
+  Tensor fp8X_, fp8G_, fp8W_;         // fp8: dequantized GEMM operands (workspace, fp32)
+  std::vector<float> fp8TileScales_;  // blockwise: scratch per-tile scales of X / G
   Activations acts_;
   Workspace ws_;
   int curB_ = 0, curT_ = 0;

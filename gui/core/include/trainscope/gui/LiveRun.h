@@ -55,6 +55,10 @@ class LiveRun : public QObject {
   bool isActive() const;
   const QString& finishReason() const { return reason_; }
   int64_t runId() const { return runId_; }
+  // Steps covered by profile windows (kernel_summary events), in arrival order.
+  const std::vector<std::pair<int64_t, int64_t>>& profiledWindows() const { return profiled_; }
+  // The profiled step nearest to `step` within `slack` steps, if any.
+  std::optional<int64_t> profiledStepNear(int64_t step, int64_t slack = 0) const;
   int64_t lastStep() const { return lastStep_; }
   int64_t totalSteps() const { return totalSteps_; }
   int64_t tokens() const { return tokens_; }
@@ -93,6 +97,7 @@ class LiveRun : public QObject {
   RunState state_ = RunState::Starting;
   QString reason_;
   int64_t runId_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> profiled_;
   int64_t lastStep_ = 0, totalSteps_ = 0, tokens_ = 0, skipped_ = 0;
   double lastTps_ = 0;
   double firstTime_ = 0, lastTime_ = 0;

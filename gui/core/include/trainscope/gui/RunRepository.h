@@ -14,6 +14,7 @@
 
 #include "trainscope/core/RunStore.h"
 #include "trainscope/gui/LiveRun.h"
+#include "trainscope/profiler/Tracer.h"
 
 namespace ts::gui {
 
@@ -40,6 +41,40 @@ class RunRepository {
     std::string path;
   };
   std::vector<CheckpointRef> checkpoints(QString* error = nullptr) const;
+
+  // Every run with its resolved config (Runs page: technique badges and config search).
+  std::vector<core::RunDetail> listRunDetails(QString* error = nullptr) const;
+  // What the Runs page needs to enable Resume and Export trace for one run.
+  struct RunExtras {
+    int64_t runId = 0;
+    std::optional<core::CheckpointRow> lastCheckpoint;  // highest step
+    bool checkpointExists = false;                      // its file is on disk
+    bool hasProfile = false;                            // at least one `kernels` event
+  };
+  RunExtras extras(int64_t id, QString* error = nullptr) const;
+  // Spans of every `kernels` event of a run, by start time (as `runs export --format trace`).
+  // Batches that do not parse are skipped and counted in *skipped.
+  std::vector<profiler::Span> kernelSpans(int64_t id, QString* error = nullptr,
+                                          int* skipped = nullptr) const;
+
+  // Runs f(store) on a fresh read-only connection (several queries, one open). Returns false
+  // with *error set when the database is missing or a query throws.
+  template <class F>
+  bool withStore(F&& f, QString* error = nullptr) const {
+    auto store = openStore(error);
+    if (!store) {
+      if (error && error->isEmpty())
+        *error = QStringLiteral("No run database at %1").arg(QString::fromStdString(path_));
+      return false;
+    }
+    try {
+      f(*store);
+      return true;
+    } catch (const std::exception& e) {
+      if (error) *error = QString::fromStdString(e.what());
+      return false;
+    }
+  }
 
   // Edits (Runs page) on a read-write connection. Return an error text naming the run or the
   // database; empty on success.
