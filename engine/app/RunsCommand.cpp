@@ -313,18 +313,7 @@ int doExport(const RunsOptions& o) {
     auto r = store.getRun(id);
     json j = {{"run", summaryJson(*r)}, {"config", r->config}};
     json steps = json::array();
-    auto opt = [](const auto& v) { return v ? json(*v) : json(nullptr); };
-    for (auto& s : store.steps(id))
-      steps.push_back({{"step", s.step},
-                       {"time", s.time},
-                       {"loss", opt(s.loss)},
-                       {"lr", opt(s.lr)},
-                       {"grad_norm", opt(s.gradNorm)},
-                       {"loss_scale", opt(s.lossScale)},
-                       {"tokens", opt(s.tokens)},
-                       {"tokens_per_s", opt(s.tokensPerS)},
-                       {"step_ms", opt(s.stepMs)},
-                       {"skipped", s.skipped}});
+    for (auto& s : store.steps(id)) steps.push_back(core::toJson(s));
     j["metrics"] = steps;
     json evs = json::array();
     for (auto& e : store.evals(id)) evs.push_back(e.body);

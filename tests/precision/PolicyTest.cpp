@@ -32,20 +32,8 @@ fs::path tempDir(const std::string& name) {
 using ts::testsupport::Recorded;
 
 ts::core::RunConfig smallConfig() {
-  ts::core::RunConfig c;
-  c.model.layers = 2;
-  c.model.heads = 2;
-  c.model.d_model = 32;
-  c.model.seq_len = 16;
-  c.data.source = "synthetic";
-  c.data.task = "addition";
-  c.data.digits = 2;
-  c.train.steps = 12;
-  c.train.micro_batch = 4;
-  c.train.grad_accum = 2;
+  auto c = ts::testsupport::tinyAdditionConfig();
   c.train.eval_every = 0;
-  c.train.checkpoint_every = 0;
-  c.device.threads = 1;
   return c;
 }
 

@@ -38,6 +38,26 @@ struct Recorded {
   }
 };
 
+// The tiny model and 2-digit addition task most trainer tests start from: 12 steps of 4×2
+// sequences, an eval every 5 steps, one thread, no periodic checkpoints.
+inline core::RunConfig tinyAdditionConfig() {
+  core::RunConfig c;
+  c.model.layers = 2;
+  c.model.heads = 2;
+  c.model.d_model = 32;
+  c.model.seq_len = 16;
+  c.data.source = "synthetic";
+  c.data.task = "addition";
+  c.data.digits = 2;
+  c.train.steps = 12;
+  c.train.micro_batch = 4;
+  c.train.grad_accum = 2;
+  c.train.eval_every = 5;
+  c.train.checkpoint_every = 0;
+  c.device.threads = 1;
+  return c;
+}
+
 struct RunOptions {
   std::string resume;          // checkpoint to resume from
   int exactMatchSamples = 16;  // addition task: held-out problems decoded per eval

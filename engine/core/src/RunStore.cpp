@@ -702,4 +702,18 @@ RunStore::ImportResult RunStore::importEvents(const std::string& fileOrDir) {
   return result;
 }
 
+nlohmann::json toJson(const StepRow& s) {
+  auto opt = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  return {{"step", s.step},
+          {"time", s.time},
+          {"loss", opt(s.loss)},
+          {"lr", opt(s.lr)},
+          {"grad_norm", opt(s.gradNorm)},
+          {"loss_scale", opt(s.lossScale)},
+          {"tokens", opt(s.tokens)},
+          {"tokens_per_s", opt(s.tokensPerS)},
+          {"step_ms", opt(s.stepMs)},
+          {"skipped", s.skipped}};
+}
+
 }  // namespace ts::core

@@ -469,17 +469,7 @@ QString writeMetricsJson(const core::RunDetail& r, const std::vector<core::StepR
               {"peak_memory", r.peakMemory}};
   json j = {{"run", run}, {"config", r.config}};
   json rows = json::array();
-  for (const auto& s : steps)
-    rows.push_back({{"step", s.step},
-                    {"time", s.time},
-                    {"loss", opt(s.loss)},
-                    {"lr", opt(s.lr)},
-                    {"grad_norm", opt(s.gradNorm)},
-                    {"loss_scale", opt(s.lossScale)},
-                    {"tokens", opt(s.tokens)},
-                    {"tokens_per_s", opt(s.tokensPerS)},
-                    {"step_ms", opt(s.stepMs)},
-                    {"skipped", s.skipped}});
+  for (const auto& s : steps) rows.push_back(core::toJson(s));
   j["metrics"] = rows;
   json evs = json::array();
   for (const auto& e : evals) evs.push_back(e.body);

@@ -125,6 +125,8 @@ struct StepRow {  // one full row of the metrics table
   std::optional<int64_t> tokens;
   bool skipped = false;
 };
+// The row as `runs export --format json` writes it (absent values are null).
+nlohmann::json toJson(const StepRow& row);
 
 struct EvalRow {
   int64_t step = 0;
