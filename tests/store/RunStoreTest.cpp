@@ -240,6 +240,22 @@ TEST(RunStore, FilterSortCompareAndEdit) {
   EXPECT_THROW(store.compare({a, 424242}), StoreError);
 
   EXPECT_FALSE(store.rename(424242, "nobody"));
+
+  // The bulk read gives, newest first, exactly what getRun gives run by run.
+  auto all = store.allRunDetails();
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].id, c);
+  EXPECT_EQ(all[2].id, a);
+  for (const auto& d : all) {
+    auto one = store.getRun(d.id);
+    ASSERT_TRUE(one);
+    EXPECT_EQ(d.name, one->name);
+    EXPECT_EQ(d.status, one->status);
+    EXPECT_EQ(d.steps, one->steps);
+    EXPECT_EQ(d.tags, one->tags);
+    EXPECT_EQ(d.config, one->config);
+  }
+  EXPECT_EQ(all[1].config["optimizer"]["lr"], 0.01);
 }
 
 TEST(RunStore, ImportTwiceReplacesAndDeleteRemovesRowsAndFiles) {

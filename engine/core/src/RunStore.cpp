@@ -260,22 +260,37 @@ int64_t RunStore::countRuns(const RunFilter& filter) {
   });
 }
 
-std::optional<RunDetail> RunStore::getRun(int64_t id) {
-  std::lock_guard lock(impl_->mutex);
-  auto s =
-      impl_->db.prepare(("SELECT " + summaryColumns() + ", config FROM runs WHERE id=?").c_str());
-  s.bind(1, id);
-  if (!s.step()) return std::nullopt;
+namespace {
+RunDetail readDetail(Stmt& s) {
   RunDetail r;
   readSummary(s, r);
   if (!s.isNull(23)) {
     try {
       r.config = json::parse(s.text(23));
     } catch (const json::exception&) {
-      r.config = nullptr;
+      r.config = nullptr;  // a damaged config must not hide the run
     }
   }
   return r;
+}
+}  // namespace
+
+std::optional<RunDetail> RunStore::getRun(int64_t id) {
+  std::lock_guard lock(impl_->mutex);
+  auto s =
+      impl_->db.prepare(("SELECT " + summaryColumns() + ", config FROM runs WHERE id=?").c_str());
+  s.bind(1, id);
+  if (!s.step()) return std::nullopt;
+  return readDetail(s);
+}
+
+std::vector<RunDetail> RunStore::allRunDetails() {
+  std::lock_guard lock(impl_->mutex);
+  auto s = impl_->db.prepare(
+      ("SELECT " + summaryColumns() + ", config FROM runs ORDER BY id DESC").c_str());
+  std::vector<RunDetail> out;
+  while (s.step()) out.push_back(readDetail(s));
+  return out;
 }
 
 MetricSeries RunStore::metrics(int64_t id, MetricColumn column, int maxPoints,

@@ -139,12 +139,7 @@ std::vector<core::RunDetail> RunRepository::listRunDetails(QString* error) const
   auto store = openStore(error);
   if (!store) return out;
   guarded(error, [&] {
-    auto runs = store->listRuns();
-    out.reserve(runs.size());
-    for (auto& r : runs) {
-      auto d = store->getRun(r.id);
-      if (d) out.push_back(std::move(*d));
-    }
+    out = store->allRunDetails();
     return 0;
   });
   return out;

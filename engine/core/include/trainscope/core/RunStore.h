@@ -210,6 +210,8 @@ class RunStore {
   std::vector<RunSummary> listRuns(const RunFilter& filter = {});
   int64_t countRuns(const RunFilter& filter = {});  // ignores limit/offset
   std::optional<RunDetail> getRun(int64_t id);
+  // Every run with its config, newest first, in one query (what getRun gives, for all runs).
+  std::vector<RunDetail> allRunDetails();
   // Downsampled in SQL to at most ~maxPoints buckets with min/max/mean each, so spikes survive.
   MetricSeries metrics(int64_t id, MetricColumn column, int maxPoints = 2000,
                        std::optional<int64_t> fromStep = {}, std::optional<int64_t> toStep = {});
