@@ -30,6 +30,10 @@ struct Variant {
   bool relu = false;
   int L = 3;
 };
+// Test listings show the variant's name instead of its bytes.
+void PrintTo(const Variant& v, std::ostream* os) {
+  *os << v.name;
+}
 
 GptConfig configOf(const Variant& v) {
   GptConfig c;
