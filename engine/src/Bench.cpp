@@ -16,6 +16,22 @@ namespace ts::engine {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+// Runs `step` `warmup` times untimed, then `steps` times; the fastest run, in seconds (the best
+// of several is the least disturbed by other work on the machine).
+template <class Step>
+double bestSeconds(Step&& step, int warmup, int steps) {
+  for (int i = 0; i < warmup; ++i) step();
+  double best = 1e30;
+  for (int i = 0; i < steps; ++i) {
+    const auto t0 = Clock::now();
+    step();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+}  // namespace
+
 std::vector<BenchShape> defaultBenchShapes() {
   return {{"small-d128", 2, 4, 128, 64, 256, 8},
           {"gpt-d512", 4, 8, 512, 128, 1024, 8},
@@ -72,13 +88,7 @@ nlohmann::json runBench(const BenchOptions& options, std::ostream& out) {
         clipGradNorm(model, backend.get(), 1.0);
         opt->step(1e-4f);
       };
-      for (int i = 0; i < options.warmupSteps; ++i) step();
-      double bestS = 1e30;
-      for (int i = 0; i < options.steps; ++i) {
-        const auto t0 = Clock::now();
-        step();
-        bestS = std::min(bestS, std::chrono::duration<double>(Clock::now() - t0).count());
-      }
+      const double bestS = bestSeconds(step, options.warmupSteps, options.steps);
       // One extra traced step for the breakdown (tracing costs a little; not in the timing).
       auto& tracer = profiler::Tracer::instance();
       tracer.drain();
@@ -194,13 +204,7 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
       clipGradNorm(model, backend.get(), 1.0);
       opt->step(1e-4f);
     };
-    for (int i = 0; i < options.warmupSteps; ++i) step();
-    double bestS = 1e30;
-    for (int i = 0; i < options.steps; ++i) {
-      const auto t0 = Clock::now();
-      step();
-      bestS = std::min(bestS, std::chrono::duration<double>(Clock::now() - t0).count());
-    }
+    const double bestS = bestSeconds(step, options.warmupSteps, options.steps);
     const double tokPerS = N / bestS;
     if (base == 0) base = tokPerS;
     auto mib = [&](core::MemoryCategory c) {

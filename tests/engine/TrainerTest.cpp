@@ -20,8 +20,7 @@ fs::path tempDir(const std::string& name) {
 using ts::testsupport::Recorded;
 
 ts::core::RunConfig smallConfig() {
-  auto c = ts::testsupport::tinyAdditionConfig();
-  return c;
+  return ts::testsupport::tinyAdditionConfig();
 }
 
 TrainResult runWith(const ts::core::RunConfig& c, Recorded& rec, const std::string& runDir,
