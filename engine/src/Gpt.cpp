@@ -198,9 +198,93 @@ void Gpt::quantizeFp8Weights() {
       // Delayed: this update's weights use the scale from the previous weights' amaxes.
       const float scale = s.wt.scale();
       kernels::cpu::floatToFp8(w, w8 + s.w8Offset, OC * IC, kernels::Fp8Format::E4M3, scale);
+      s.wUsed = scale;
       s.wScaleInv.assign(1, 1.f / scale);
       s.wt.record(kernels::cpu::amax(w, OC * IC));
     }
+  }
+}
+
+namespace {
+uint32_t floatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+float bitsFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+nlohmann::json delayedState(const kernels::Fp8DelayedScale& d) {
+  nlohmann::json h = nlohmann::json::array();
+  for (float a : d.history()) h.push_back(floatBits(a));
+  return {{"history", h}, {"position", d.position()}, {"scale", floatBits(d.scale())}};
+}
+void restoreDelayed(kernels::Fp8DelayedScale& d, const nlohmann::json& j) {
+  std::vector<float> h;
+  for (const auto& v : j.at("history")) h.push_back(bitsFloat(v.get<uint32_t>()));
+  d.restore(std::move(h), j.at("position").get<size_t>(), bitsFloat(j.at("scale").get<uint32_t>()));
+}
+}  // namespace
+
+nlohmann::json Gpt::fp8State() const {
+  nlohmann::json sites = nlohmann::json::array();
+  for (const auto& s : fp8Sites_)
+    sites.push_back({{"weight", s.w->name},
+                     {"x", delayedState(s.x)},
+                     {"w", delayedState(s.wt)},
+                     {"g", delayedState(s.g)},
+                     {"x_used", floatBits(s.xUsed)},
+                     {"g_used", floatBits(s.gUsed)},
+                     {"w_used", floatBits(s.wUsed)}});
+  return {{"recipe", config_.fp8 == GptConfig::Fp8Recipe::Blockwise ? "blockwise" : "delayed"},
+          {"sites", sites}};
+}
+
+void Gpt::loadFp8State(const nlohmann::json& state) {
+  if (!fp8()) throw std::invalid_argument("fp8 state given to a model without fp8 GEMMs");
+  const std::string recipe =
+      config_.fp8 == GptConfig::Fp8Recipe::Blockwise ? "blockwise" : "delayed";
+  if (state.value("recipe", "") != recipe)
+    throw std::invalid_argument("fp8 state is for recipe '" + state.value("recipe", "?") +
+                                "', the run uses '" + recipe + "'");
+  const auto& sites = state.at("sites");
+  if (sites.size() != fp8Sites_.size())
+    throw std::invalid_argument("fp8 state has " + std::to_string(sites.size()) +
+                                " GEMM sites, the model has " + std::to_string(fp8Sites_.size()));
+  // Validate every site into copies first: a bad entry leaves the model untouched.
+  std::vector<Fp8Site> next = fp8Sites_;
+  for (size_t i = 0; i < next.size(); ++i) {
+    auto& s = next[i];
+    const auto& j = sites[i];
+    const std::string where = "fp8 state of " + s.w->name;
+    if (j.value("weight", "") != s.w->name)
+      throw std::invalid_argument(where + ": saved for '" + j.value("weight", "?") + "'");
+    for (auto [key, d] : {std::pair{"x", &s.x}, {"w", &s.wt}, {"g", &s.g}}) {
+      try {
+        restoreDelayed(*d, j.at(key));
+      } catch (const std::exception& e) {
+        throw std::invalid_argument(where + ", " + key + " (precision.fp8.amax_history " +
+                                    std::to_string(d->historyLength()) + "): " + e.what());
+      }
+    }
+    s.xUsed = bitsFloat(j.at("x_used").get<uint32_t>());
+    s.gUsed = bitsFloat(j.at("g_used").get<uint32_t>());
+    s.wUsed = bitsFloat(j.at("w_used").get<uint32_t>());
+    if (!(s.wUsed > 0.f) || !std::isfinite(s.wUsed))
+      throw std::invalid_argument(where + ": weight scale is not finite and positive");
+  }
+  fp8Sites_ = std::move(next);
+  if (config_.fp8 != GptConfig::Fp8Recipe::Delayed) return;  // blockwise: weights are current
+  // setWeightsFrom() quantized with (and recorded into) the fresh histories; redo it with the
+  // scales the saved fp8 weights had.
+  uint8_t* w8 = static_cast<uint8_t*>(w8_.data());
+  for (auto& s : fp8Sites_) {
+    const int64_t n = s.w->numel;
+    kernels::cpu::floatToFp8(paramBuf_.f32() + s.w->offset, w8 + s.w8Offset, n,
+                             kernels::Fp8Format::E4M3, s.wUsed);
+    s.wScaleInv.assign(1, 1.f / s.wUsed);
   }
 }
 

@@ -200,6 +200,15 @@ TrainResult Trainer::run() {
       result.lastCheckpoint = loaded.path;
       // 16-bit working copy from the loaded (16-bit representable) weights.
       if (model->mixed()) model->setWeightsFrom(model->paramBuffer().f32());
+      if (model->fp8()) {
+        if (loaded.state.extra.contains("fp8"))
+          model->loadFp8State(loaded.state.extra["fp8"]);
+        else
+          emit(EventType::Warning,
+               {{"message", "checkpoint " + loaded.path +
+                                " has no fp8 scaling state (written before it was saved): the "
+                                "amax histories start empty"}});
+      }
       log("resumed from " + loaded.path + " at step " + std::to_string(step));
     } catch (const std::exception& e) {
       return fail("resume: " + std::string(e.what()), true);
@@ -216,6 +225,7 @@ TrainResult Trainer::run() {
         {"best_val_loss", std::isfinite(bestVal) ? nlohmann::json(bestVal) : nlohmann::json()},
         {"reason", why}};
     if (scaler) st.extra["loss_scaler"] = scaler->state();
+    if (model->fp8()) st.extra["fp8"] = model->fp8State();
     try {
       auto info = saveCheckpoint(ckptDir, *model, *opt, configJson, st);
       pruneCheckpoints(ckptDir, std::max(1, options_.keepCheckpoints));

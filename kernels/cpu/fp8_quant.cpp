@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "cpu/VecMath.h"
@@ -34,6 +36,24 @@ void Fp8DelayedScale::record(float amax) {
   for (float a : history_)
     if (a <= 3.40282347e38f && a > m) m = a;
   scale_ = fp8ScaleFor(m, format_, margin_, scale_);
+}
+
+void Fp8DelayedScale::restore(std::vector<float> history, size_t position, float scale) {
+  if (history.size() > static_cast<size_t>(length_))
+    throw std::invalid_argument("amax history has " + std::to_string(history.size()) +
+                                " entries, more than its length " + std::to_string(length_));
+  // The ring only wraps once full: a partial history always appends at its end (position 0).
+  if (history.size() < static_cast<size_t>(length_) ? position != 0
+                                                     : position >= history.size())
+    throw std::invalid_argument("amax history position " + std::to_string(position) +
+                                " is out of range for " + std::to_string(history.size()) +
+                                " entries");
+  if (!(scale > 0.0f) || !std::isfinite(scale))
+    throw std::invalid_argument("fp8 scale must be finite and positive");
+  history_ = std::move(history);
+  history_.reserve(static_cast<size_t>(length_));
+  pos_ = position;
+  scale_ = scale;
 }
 
 }  // namespace ts::kernels

@@ -109,14 +109,17 @@ TEST(Trainer, StepEventsHaveFieldsAndMemoryMatchesTracker) {
 
 // A run resumed from its step-6 checkpoint reproduces steps 7..12 of the uninterrupted run
 // bit for bit (same thread count).
-// Every precision policy whose full state is in the checkpoint resumes bitwise (pure_bf16 keeps
-// its Adam state in bf16, fp16 its loss scaler). fp8 is left out: its amax histories are not
-// checkpointed yet, so a resumed fp8 run restarts its scaling (docs/config.md).
+// Every precision policy resumes bitwise (pure_bf16 keeps its Adam state in bf16, fp16 its loss
+// scaler, fp8 its amax histories and the scales of its fp8 weights).
 class ResumePolicy : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ResumePolicy, ResumeIsBitwiseIdentical) {
   auto c = smallConfig();
-  c.precision.policy = GetParam();
+  const std::string policy = GetParam();
+  c.precision.policy = policy == "fp8_blockwise" ? "fp8" : policy;
+  if (policy == "fp8_blockwise") c.precision.fp8.recipe = "blockwise";
+  // A short history so the amax ring has wrapped (position != 0) by the checkpoint.
+  c.precision.fp8.amax_history = 4;
   c.train.checkpoint_every = 6;
   c.train.eval_every = 4;
   const std::string tag = std::string("resume_") + GetParam();
@@ -149,7 +152,31 @@ TEST_P(ResumePolicy, ResumeIsBitwiseIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Trainer, ResumePolicy,
-                         ::testing::Values("fp32", "bf16", "fp16", "pure_bf16"));
+                         ::testing::Values("fp32", "bf16", "fp16", "pure_bf16", "fp8",
+                                           "fp8_blockwise"));
+
+// An fp8 checkpoint resumed with a different amax history length is refused, naming the key.
+TEST(Trainer, Fp8ResumeWithAnotherHistoryLengthSaysWhy) {
+  auto c = smallConfig();
+  c.precision.policy = "fp8";
+  c.precision.fp8.amax_history = 4;
+  c.train.steps = 6;
+  c.train.checkpoint_every = 6;
+  const fs::path dirA = tempDir("fp8histA"), dirB = tempDir("fp8histB");
+  Recorded full;
+  ASSERT_EQ(runWith(c, full, dirA.string()).status, "completed");
+  c.precision.fp8.amax_history = 2;
+  c.train.steps = 8;
+  Recorded resumed;
+  auto r = runWith(c, resumed, dirB.string(),
+                   (dirA / "checkpoints" / "step_00000006").string());
+  EXPECT_EQ(r.status, "failed");
+  EXPECT_NE(r.reason.find("precision.fp8.amax_history 2"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("h.0.attn.c_attn.weight"), std::string::npos) << r.reason;
+  EXPECT_TRUE(resumed.of(EventType::Step).empty());
+  fs::remove_all(dirA);
+  fs::remove_all(dirB);
+}
 
 // A diverging run (huge SGD step, no clipping) stops with an error, status failed, and the
 // checkpoint written before it stays the last good one.

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "RefFormat.h"
@@ -132,6 +134,33 @@ TEST(Fp8Delayed, ScaleComesFromTheAmaxHistory) {
   t.record(4.f);
   t.record(std::numeric_limits<float>::infinity());
   EXPECT_EQ(t.scale(), 112.f);
+}
+
+// Checkpointing: a history restored from another's state (mid-ring, with an inf entry) then
+// produces the same scales as the original for every further amax.
+TEST(Fp8Delayed, RestoredStateContinuesIdentically) {
+  k::Fp8DelayedScale a(3, 0, k::Fp8Format::E4M3);
+  for (float v : {2.f, std::numeric_limits<float>::infinity(), 8.f, 0.5f}) a.record(v);
+  ASSERT_EQ(a.position(), 1u);  // the ring has wrapped once
+  k::Fp8DelayedScale b(3, 0, k::Fp8Format::E4M3);
+  b.restore(a.history(), a.position(), a.scale());
+  for (float v : {0.25f, 16.f, 1.f, 0.125f, 0.f, 4.f}) {
+    a.record(v);
+    b.record(v);
+    EXPECT_EQ(a.scale(), b.scale()) << "after amax " << v;
+    EXPECT_EQ(a.position(), b.position());
+  }
+  // States that cannot come from a history of length 3 are refused, and say why.
+  k::Fp8DelayedScale c(3, 0, k::Fp8Format::E4M3);
+  EXPECT_THROW(c.restore({1.f, 2.f, 3.f, 4.f}, 0, 1.f), std::invalid_argument);
+  EXPECT_THROW(c.restore({1.f, 2.f}, 1, 1.f), std::invalid_argument);
+  EXPECT_THROW(c.restore({1.f, 2.f, 3.f}, 3, 1.f), std::invalid_argument);
+  EXPECT_THROW(c.restore({1.f}, 0, 0.f), std::invalid_argument);
+  try {
+    c.restore({1.f, 2.f, 3.f, 4.f}, 0, 1.f);
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("more than its length 3"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Fp8Delayed, FakeQuantizeIsQuantizeThenDequantize) {

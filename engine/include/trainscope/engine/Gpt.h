@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "trainscope/core/Config.h"
 #include "trainscope/engine/MemoryTracker.h"
 #include "trainscope/engine/Tensor.h"
@@ -172,8 +174,17 @@ class Gpt {
     kernels::Fp8DelayedScale x, wt, g;  // input, weight, output gradient (delayed)
     float xUsed = 1.f, gUsed = 1.f;     // scales of the last forward / backward (delayed)
     std::vector<float> wScaleInv;       // per block (blockwise) or one (delayed)
+    float wUsed = 1.f;                  // delayed: the scale fp8Weights() were quantized with
   };
   const Fp8Site& fp8Site(int l, int j) const { return fp8Sites_[4 * l + j]; }
+  // The fp8 scaling state for checkpoints: every site's amax histories with their ring
+  // positions and scales, and the scale the fp8 weights were quantized with. Floats are stored
+  // as their bit patterns (exact, and an overflowed step records inf, which JSON cannot hold).
+  // loadFp8State() belongs after setWeightsFrom() on resume: it restores the histories and
+  // re-quantizes the fp8 weights with the saved scales, so training continues bit for bit.
+  // Throws std::invalid_argument naming the site and field that do not fit this model.
+  nlohmann::json fp8State() const;
+  void loadFp8State(const nlohmann::json& state);
 
   // GPT-2 init from `seed`: weights N(0, 0.02), residual projections (attn.c_proj, mlp.c_proj)
   // N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1 / bias 0.

@@ -33,6 +33,14 @@ class Fp8DelayedScale {
   // length) and recomputes scale() from the max over the history.
   void record(float amax);
   int historySize() const { return static_cast<int>(history_.size()); }
+  int historyLength() const { return length_; }
+
+  // Checkpoint state: the recorded amaxes in storage order, the ring position of the next
+  // overwrite and the current scale. restore() takes exactly what these returned and throws
+  // std::invalid_argument (saying what is wrong) when it cannot come from this history length.
+  const std::vector<float>& history() const { return history_; }
+  size_t position() const { return pos_; }
+  void restore(std::vector<float> history, size_t position, float scale);
 
  private:
   int length_ = 1, margin_ = 0;
