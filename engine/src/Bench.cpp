@@ -8,6 +8,7 @@
 #include "trainscope/engine/Capabilities.h"
 #include "trainscope/engine/Gpt.h"
 #include "trainscope/engine/Optimizer.h"
+#include "trainscope/kernels/CpuOps.h"
 #include "trainscope/kernels/Numeric.h"
 #include "trainscope/profiler/Aggregation.h"
 #include "trainscope/profiler/Tracer.h"
@@ -166,13 +167,16 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "\n== precision policies: %s L=%d C=%d T=%d V=%d B=%d, %d thread%s, AdamW\n"
-                "%-9s %10s %8s %10s %10s %10s %10s %10s\n",
+                "%-14s %-11s %10s %8s %10s %10s %10s %10s %10s\n",
                 s.name.c_str(), s.layers, s.d_model, s.seq_len, s.vocab, s.batch, threads,
-                threads == 1 ? "" : "s", "policy", "tok/s", "vs fp32", "params", "grads",
+                threads == 1 ? "" : "s", "policy", "gemm", "tok/s", "vs fp32", "params", "grads",
                 "opt_state", "workspace", "peak MiB");
   out << buf;
   double base = 0;
-  for (const char* policy : {"fp32", "bf16", "fp16", "fp8", "fp8-block", "pure_bf16"}) {
+  std::string bf16Impl;
+  const bool nativeBf16 = kernels::cpu::matmulBf16Native(&bf16Impl);
+  for (const char* policy : {"fp32", "bf16", "bf16-gemm", "fp16", "fp8", "fp8-block",
+                             "pure_bf16", "pure_bf16-gemm"}) {
     auto backend = kernels::makeCpuBackend();
     backend->setThreads(threads);
     MemoryTracker tracker;
@@ -182,10 +186,19 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
     rc.model.heads = s.heads;
     rc.model.d_model = s.d_model;
     rc.model.seq_len = s.seq_len;
-    const std::string pol = policy;
+    std::string pol = policy;
+    // "-gemm": precision.gemm bf16 (oneDNN's bf16 kernel, or emulated where there is none).
+    if (pol.size() > 5 && pol.substr(pol.size() - 5) == "-gemm") {
+      rc.precision.gemm = "bf16";
+      pol = pol.substr(0, pol.size() - 5);
+    }
     rc.precision.policy = pol == "fp8-block" ? "fp8" : pol;
     if (pol == "fp8-block") rc.precision.fp8.recipe = "blockwise";
-    const GptConfig gc = gptConfigFrom(rc, s.vocab);
+    const GptConfig gc = gptConfigFrom(rc, s.vocab, backend.get());
+    const std::string gemm = gc.fp8 != GptConfig::Fp8Recipe::None ? "fp8-emul"
+                             : !gc.bf16Gemm                         ? "fp32"
+                             : nativeBf16                           ? "bf16"
+                                                                    : "bf16-emul";
     Gpt model(gc, backend.get(), &tracker);
     model.initWeights(1);
     model.allocate(s.batch);
@@ -210,13 +223,15 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
     auto mib = [&](core::MemoryCategory c) {
       return tracker.peak(core::MemoryTier::Device, c) / 1048576.0;
     };
-    std::snprintf(buf, sizeof buf, "%-9s %10.0f %7.2fx %10.2f %10.2f %10.2f %10.2f %10.2f\n",
-                  policy, tokPerS, tokPerS / base, mib(core::MemoryCategory::Parameters),
+    std::snprintf(buf, sizeof buf,
+                  "%-14s %-11s %10.0f %7.2fx %10.2f %10.2f %10.2f %10.2f %10.2f\n", policy,
+                  gemm.c_str(), tokPerS, tokPerS / base, mib(core::MemoryCategory::Parameters),
                   mib(core::MemoryCategory::Gradients), mib(core::MemoryCategory::OptimizerState),
                   mib(core::MemoryCategory::Workspace), tracker.totalPeak() / 1048576.0);
     out << buf;
     results.push_back(
         {{"policy", policy},
+         {"gemm", gemm},
          {"tokens_per_s", tokPerS},
          {"step_ms", bestS * 1000},
          {"peak_bytes", tracker.totalPeak()},
@@ -226,17 +241,53 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
           tracker.peak(core::MemoryTier::Device, core::MemoryCategory::OptimizerState)}});
     out.flush();
   }
+  // The GEMM itself at the model's MLP shape: fp32 sgemm vs the bf16 GEMM (native / emulated).
+  {
+    const int M = s.batch * s.seq_len, Nn = 4 * s.d_model, K = s.d_model;
+    auto backend = kernels::makeCpuBackend();
+    backend->setThreads(threads);
+    std::vector<float> a(size_t(M) * K), b(size_t(Nn) * K), c(size_t(M) * Nn);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = float((i * 37) % 101) / 101.f - 0.5f;
+    for (size_t i = 0; i < b.size(); ++i) b[i] = float((i * 53) % 97) / 97.f - 0.5f;
+    std::vector<uint16_t> a16(a.size()), w16(b.size());
+    kernels::cpu::floatToBf16(a.data(), a16.data(), int64_t(a.size()));
+    kernels::cpu::floatToBf16(b.data(), w16.data(), int64_t(b.size()));
+    const double flops = 2.0 * M * Nn * K;
+    const double f32 = flops / bestSeconds(
+                                   [&] {
+                                     backend->matmul(c.data(), a.data(), b.data(), M, Nn, K, false,
+                                                     true, 1.f, 0.f);
+                                   },
+                                   options.warmupSteps, options.steps * 4) / 1e9;
+    const double bf = flops / bestSeconds(
+                                   [&] {
+                                     backend->matmulBf16(c.data(), a16.data(), w16.data(), M, Nn,
+                                                         K, false, true, 1.f, 0.f);
+                                   },
+                                   options.warmupSteps, options.steps * 4) / 1e9;
+    std::snprintf(buf, sizeof buf,
+                  "GEMM %dx%dx%d (x W^T): fp32 sgemm %.1f GFLOP/s, bf16 %s %.1f GFLOP/s = %.2fx\n",
+                  M, Nn, K, f32, nativeBf16 ? ("oneDNN " + bf16Impl).c_str() : "emulated", bf,
+                  bf / f32);
+    out << buf;
+    results.push_back({{"gemm_shape", {M, Nn, K}},
+                       {"sgemm_gflops", f32},
+                       {"bf16_gemm_gflops", bf},
+                       {"bf16_gemm_native", nativeBf16},
+                       {"bf16_vs_fp32", bf / f32}});
+  }
   const CpuFeatures f = detectCpuFeatures();
   out << "bf16/fp16/pure_bf16 store 2-byte weights and gradients, fp8 adds 1-byte copies of the "
          "block linear weights (E4M3; gradients E5M2), emulated: quantize -> dequantize -> fp32 "
-         "sgemm.\nCPU: F16C "
+         "sgemm. gemm fp32: the block linear GEMMs run on fp32 copies upcast from the 16-bit "
+         "weights; bf16: oneDNN's bf16 kernel on the bf16 weights and bf16-rounded inputs (fp32 "
+         "accumulation); bf16-emul: the same operands widened to fp32 (no bf16 kernel here).\n"
+         "CPU: F16C "
       << (kernels::cpu::hasF16cConversion() ? "yes (fp16 conversion vectorised)" : "no")
       << ", AVX512-BF16 " << (f.avx512_bf16 ? "yes" : "no") << ", AMX-BF16 "
-      << (f.amx_bf16 ? "yes" : "no")
-      << ". The engine has no bf16/fp8 GEMM path yet: all GEMMs run in fp32 on upcast copies "
-         "(workspace)"
-      << (f.avx512_bf16 || f.amx_bf16 ? " even though this CPU has bf16 instructions.\n"
-                                      : "; this CPU has no bf16 arithmetic anyway.\n");
+      << (f.amx_bf16 ? "yes" : "no") << "; bf16 GEMM kernel: "
+      << (nativeBf16 ? "oneDNN " + bf16Impl : bf16Impl) << ". precision.gemm auto picks "
+      << (nativeBf16 && f.amx_bf16 ? "bf16" : "fp32") << " here.\n";
   return results;
 }
 

@@ -10,6 +10,7 @@
 
 #include "trainscope/core/Protocol.h"
 #include "trainscope/kernels/Backend.h"
+#include "trainscope/kernels/CpuOps.h"
 
 namespace ts::engine {
 
@@ -126,14 +127,22 @@ nlohmann::json capabilitiesJson() {
     if (!ok) c["why"] = why;
     return c;
   };
+  // bf16 GEMMs (precision.gemm): native where oneDNN has a bf16 kernel for this CPU; "auto"
+  // uses them only with AMX (without it they are slower than fp32 sgemm, reference.md).
+  std::string gemmImpl;
+  const bool nativeGemm = kernels::cpu::matmulBf16Native(&gemmImpl);
+  json bf16 = cap(true);
+  bf16["native_gemm"] = nativeGemm;
+  bf16[nativeGemm ? "gemm_impl" : "gemm_why"] = gemmImpl;
+  bf16["auto_gemm"] = nativeGemm && f.amx_bf16 ? "bf16" : "fp32";
   j["precisions"] = {{"fp32", cap(true)},
-                     // cpu backend: 16-bit stored weights/grads, fp32 compute copies
-                     {"bf16", cap(true)},
+                     // cpu backend: 16-bit stored weights/grads; GEMMs per precision.gemm
+                     {"bf16", bf16},
                      {"fp16", cap(true)},
                      // cpu backend: GEMM operands quantized to real fp8 values (E4M3/E5M2,
                      // delayed or block scaling), multiplied in fp32: emulated, not faster
                      {"fp8", cap(true)},
-                     {"pure_bf16", cap(true)}};
+                     {"pure_bf16", bf16}};
   j["techniques"] = {
       {"gradient_accumulation", cap(true)},
       {"flash_attention", cap(true)},

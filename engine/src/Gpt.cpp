@@ -32,7 +32,20 @@ double Rng::normal() {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
 
-GptConfig gptConfigFrom(const core::RunConfig& config, int vocab) {
+bool useBf16Gemm(const core::RunConfig& config, const kernels::Backend* backend) {
+  const auto& p = config.precision;
+  if (p.policy != "bf16" && p.policy != "pure_bf16") return false;
+  if (p.gemm == "bf16") return true;
+  if (p.gemm != "auto" || !backend || !backend->supports(kernels::Op::MatmulBF16) ||
+      backend->emulates(kernels::Op::MatmulBF16))
+    return false;
+  if (backend->kind() != kernels::DeviceKind::Cpu) return false;  // bf16 policies: CPU only
+  const auto f = backend->device().features;
+  return std::find(f.begin(), f.end(), "amx_bf16") != f.end();
+}
+
+GptConfig gptConfigFrom(const core::RunConfig& config, int vocab,
+                        const kernels::Backend* backend) {
   GptConfig g;
   g.layers = config.model.layers;
   g.heads = config.model.heads;
@@ -52,6 +65,7 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab) {
               : pol == "bf16" || pol == "fp8" || pol == "pure_bf16" ? DType::BF16
                                                                     : DType::F32;
   g.masterWeights = pol != "pure_bf16";
+  g.bf16Gemm = useBf16Gemm(config, backend);
   if (pol == "fp8") {
     const auto& f = config.precision.fp8;
     g.fp8 =
@@ -135,6 +149,10 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
     param16_.zero();
     grad16_.zero();
   }
+  if (config_.bf16Gemm && (config_.working != DType::BF16 || fp8()))
+    throw std::invalid_argument("bf16 GEMMs need bf16 working weights (policy bf16 or pure_bf16)");
+  if (config_.bf16Gemm && !backend_->supports(kernels::Op::MatmulBF16))
+    throw std::invalid_argument("the " + backend_->name() + " backend has no bf16 GEMM");
   // In 16-bit mode these are the fp32 compute copies (workspace), see GptConfig::working.
   const auto pc = mixed() ? MemoryCategory::Workspace : MemoryCategory::Parameters;
   const auto gc = mixed() ? MemoryCategory::Workspace : MemoryCategory::Gradients;
@@ -470,6 +488,13 @@ void Gpt::allocate(int B) {
   if (!config_.flash) ws_.datt = wsT({B, NH, T, T});
   ws_.dfc = wsT({B, T, 4 * C});
   ws_.dfc2 = wsT({B, T, 4 * C});
+  if (config_.bf16Gemm) {
+    auto ws16 = [&](int64_t n) {
+      return Tensor(backend_, tracker_, MemoryCategory::Workspace, DType::BF16, {n});
+    };
+    x16_ = ws16(N * 4 * C);
+    g16_ = ws16(N * 4 * C);
+  }
   if (fp8()) {
     fp8X_ = wsT({N * 4 * C});
     fp8G_ = wsT({N * 4 * C});
@@ -480,18 +505,36 @@ void Gpt::allocate(int B) {
 
 void Gpt::linearForward(float* out, const float* inp, const ParamInfo& w, const ParamInfo& b, int N,
                         int OC, int IC) {
-  ScopedRange r("linear_fwd", SpanCategory::Gemm, 2.0 * N * OC * IC);
+  ScopedRange r(config_.bf16Gemm ? "linear_fwd_bf16" : "linear_fwd", SpanCategory::Gemm,
+                2.0 * N * OC * IC);
   // out = 1 * b (broadcast as a rank-1 GEMM), then out += inp W^T.
   backend_->matmul(out, ws_.ones.f32(), param(b), N, OC, 1, false, false, 1.f, 0.f);
+  if (config_.bf16Gemm) {
+    uint16_t* X = static_cast<uint16_t*>(x16_.data());
+    kernels::cpu::floatToBf16(inp, X, int64_t(N) * IC);
+    backend_->matmulBf16(out, X, weight16(w), N, OC, IC, false, true, 1.f, 1.f);
+    return;
+  }
   backend_->matmul(out, inp, param(w), N, OC, IC, false, true, 1.f, 1.f);
 }
 
 void Gpt::linearBackward(float* dinp, const float* dout, const float* inp, const ParamInfo& w,
                          const ParamInfo& b, int N, int OC, int IC) {
-  ScopedRange r("linear_bwd", SpanCategory::Gemm, 4.0 * N * OC * IC);
+  ScopedRange r(config_.bf16Gemm ? "linear_bwd_bf16" : "linear_bwd", SpanCategory::Gemm,
+                4.0 * N * OC * IC);
   // dW += dout^T inp; db += 1^T dout; dinp = dout W.
-  backend_->matmul(grad(w), dout, inp, OC, IC, N, true, false, 1.f, 1.f);
   backend_->matmul(grad(b), ws_.ones.f32(), dout, 1, OC, N, false, false, 1.f, 1.f);
+  if (config_.bf16Gemm) {
+    // The bias gradient above sums the fp32 dout; the GEMMs see it rounded to bf16.
+    uint16_t* G = static_cast<uint16_t*>(g16_.data());
+    uint16_t* X = static_cast<uint16_t*>(x16_.data());
+    kernels::cpu::floatToBf16(dout, G, int64_t(N) * OC);
+    kernels::cpu::floatToBf16(inp, X, int64_t(N) * IC);
+    backend_->matmulBf16(grad(w), G, X, OC, IC, N, true, false, 1.f, 1.f);
+    if (dinp) backend_->matmulBf16(dinp, G, weight16(w), N, IC, OC, false, false, 1.f, 0.f);
+    return;
+  }
+  backend_->matmul(grad(w), dout, inp, OC, IC, N, true, false, 1.f, 1.f);
   if (dinp) backend_->matmul(dinp, dout, param(w), N, IC, OC, false, false, 1.f, 0.f);
 }
 

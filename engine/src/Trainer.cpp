@@ -9,6 +9,7 @@
 
 #include "trainscope/core/Schedule.h"
 #include "trainscope/engine/Checkpoint.h"
+#include "trainscope/kernels/CpuOps.h"
 #include "trainscope/engine/Dataset.h"
 #include "trainscope/engine/Gpt.h"
 #include "trainscope/engine/LossScaler.h"
@@ -147,7 +148,7 @@ TrainResult Trainer::run() {
   std::unique_ptr<Gpt> model;
   std::unique_ptr<Optimizer> opt;
   try {
-    model = std::make_unique<Gpt>(gptConfigFrom(config_, vocab), backend_, &tracker_);
+    model = std::make_unique<Gpt>(gptConfigFrom(config_, vocab, backend_), backend_, &tracker_);
     model->initWeights(config_.train.seed);
     model->allocate(B);
     opt = makeOptimizer(config_.optimizer, *model, backend_, &tracker_);
@@ -167,6 +168,23 @@ TrainResult Trainer::run() {
   else if (config_.precision.policy == "pure_bf16")
     log("precision pure_bf16: bf16 weights, gradients and optimizer state, no fp32 master "
         "(updates below half a bf16 ulp of a weight are lost)");
+  if (config_.precision.policy == "bf16" || config_.precision.policy == "pure_bf16") {
+    std::string impl;
+    const bool native = kernels::cpu::matmulBf16Native(&impl);
+    if (model->config().bf16Gemm && native)
+      log("block linear GEMMs in bf16 (fp32 accumulation): oneDNN " + impl);
+    else if (model->config().bf16Gemm)
+      emit(EventType::Warning,
+           {{"message", "precision.gemm bf16: bf16 GEMMs are emulated on this CPU (" + impl +
+                            "), which is slower than precision.gemm fp32"}});
+    else
+      log("block linear GEMMs on fp32 copies of the bf16 weights (precision.gemm " +
+          config_.precision.gemm +
+          (config_.precision.gemm == "auto" ? "; bf16 GEMMs need AMX and a oneDNN kernel: " +
+                                                  (native ? "this CPU has no AMX" : impl)
+                                            : "") +
+          ")");
+  }
 
   const nlohmann::json configJson = core::toJson(config_);
   const std::string ckptDir =

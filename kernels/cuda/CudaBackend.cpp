@@ -40,7 +40,7 @@ class CudaBackend final : public Backend {
     return info;
   }
   bool supports(Op op) const override {
-    return op != Op::MatmulBF16 && op != Op::Convert;  // fp32 ops only so far
+    return op != Op::Convert;
   }
   void setThreads(int) override {}  // host threads do not apply to the GPU
   int threads() const override { return 1; }
@@ -68,6 +68,10 @@ class CudaBackend final : public Backend {
   void matmul(float* C, const float* A, const float* B, int M, int N, int K, bool transA,
               bool transB, float alpha, float beta) override {
     cuda::matmul(C, A, B, M, N, K, transA, transB, alpha, beta);
+  }
+  void matmulBf16(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K, bool transA,
+                  bool transB, float alpha, float beta) override {
+    cuda::matmulBf16(C, A, B, M, N, K, transA, transB, alpha, beta);
   }
   void layernormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                         const float* bias, int N, int C, float eps) override {

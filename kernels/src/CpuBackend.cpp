@@ -63,13 +63,14 @@ class CpuBackend final : public Backend {
   }
   bool supports(Op op) const override {
     switch (op) {
-      case Op::MatmulBF16:  // needs AMX to beat fp32 here (reference.md); not implemented
       case Op::Convert:
         return false;
       default:
         return true;
     }
   }
+  // bf16 GEMMs are emulated unless oneDNN has a kernel for this CPU's bf16 instructions.
+  bool emulates(Op op) const override { return op == Op::MatmulBF16 && !cpu::matmulBf16Native(); }
   void setThreads(int n) override {
     threads_ = n > 0 ? n : omp_get_num_procs();
     omp_set_num_threads(threads_);
@@ -95,6 +96,10 @@ class CpuBackend final : public Backend {
   void matmul(float* C, const float* A, const float* B, int M, int N, int K, bool transA,
               bool transB, float alpha, float beta) override {
     cpu::matmul(C, A, B, M, N, K, transA, transB, alpha, beta);
+  }
+  void matmulBf16(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K, bool transA,
+                  bool transB, float alpha, float beta) override {
+    cpu::matmulBf16(C, A, B, M, N, K, transA, transB, alpha, beta);
   }
   void layernormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                         const float* bias, int N, int C, float eps) override {

@@ -279,6 +279,25 @@ TEST(ConfigValidation, NumberTypes) {
   EXPECT_EQ(r.config->train.seed, UINT64_MAX);
 }
 
+TEST(ConfigValidation, Bf16GemmNeedsABf16Policy) {
+  for (const char* policy : {"bf16", "pure_bf16"})
+    EXPECT_TRUE(
+        parseConfigJson({{"precision", {{"policy", policy}, {"gemm", "bf16"}}}}).ok())
+        << policy;
+  for (const char* policy : {"fp32", "fp16", "fp8"}) {
+    auto r = parseConfigJson({{"precision", {{"policy", policy}, {"gemm", "bf16"}}}});
+    ASSERT_EQ(r.issues.size(), 1u) << policy << dump(r.issues);
+    EXPECT_EQ(r.issues[0].path, "precision.gemm");
+    EXPECT_NE(r.issues[0].message.find("bf16 or pure_bf16"), std::string::npos)
+        << r.issues[0].message;
+    // "auto" and "fp32" are valid with every policy.
+    EXPECT_TRUE(parseConfigJson({{"precision", {{"policy", policy}, {"gemm", "auto"}}}}).ok());
+  }
+  auto bad = parseConfigJson({{"precision", {{"gemm", "tf32"}}}});
+  ASSERT_EQ(bad.issues.size(), 1u);
+  EXPECT_EQ(bad.issues[0].path, "precision.gemm");
+}
+
 TEST(ConfigValidation, Fp8NeedsCudaOrEmulation) {
   json doc = {{"precision", {{"policy", "fp8"}}}};
   ValidationContext none;

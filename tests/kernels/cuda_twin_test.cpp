@@ -8,6 +8,7 @@
 
 #include "TestUtil.h"
 #include "trainscope/kernels/Backend.h"
+#include "trainscope/kernels/Numeric.h"
 
 using namespace ts::kernels;
 using namespace ts::kernels::test;
@@ -63,6 +64,22 @@ TEST_F(CudaTwin, MatmulAllTransposes) {
       float* dC = up(C);
       gpu_->matmul(dC, up(A), up(B), M, N, K, ta, tb, 0.5f, 0.25f);
       cpu_->matmul(C.data(), A.data(), B.data(), M, N, K, ta, tb, 0.5f, 0.25f);
+      EXPECT_TRUE(allClose(down(dC, C.size()), C, 1e-5, 1e-5)) << tr << " " << M;
+    }
+}
+
+TEST_F(CudaTwin, MatmulBf16AllTransposes) {
+  for (int tr = 0; tr < 4; ++tr)
+    for (auto [M, N, K] : {std::tuple{7, 13, 37}, {61, 37, 129}, {1, 1, 1}}) {
+      const bool ta = tr & 1, tb = tr & 2;
+      const auto a32 = randomVec(size_t(M) * K, 1), b32 = randomVec(size_t(K) * N, 2);
+      std::vector<uint16_t> A(a32.size()), B(b32.size());
+      cpu::floatToBf16(a32.data(), A.data(), int64_t(A.size()));
+      cpu::floatToBf16(b32.data(), B.data(), int64_t(B.size()));
+      auto C = randomVec(size_t(M) * N, 3);
+      float* dC = up(C);
+      gpu_->matmulBf16(dC, up(A), up(B), M, N, K, ta, tb, 0.5f, 0.25f);
+      cpu_->matmulBf16(C.data(), A.data(), B.data(), M, N, K, ta, tb, 0.5f, 0.25f);
       EXPECT_TRUE(allClose(down(dC, C.size()), C, 1e-5, 1e-5)) << tr << " " << M;
     }
 }

@@ -13,6 +13,7 @@
 
 #include "../support/TrainerHarness.h"
 #include "RefFormat.h"
+#include "trainscope/kernels/Numeric.h"
 #include "trainscope/core/Estimator.h"
 #include "trainscope/engine/Dataset.h"
 #include "trainscope/engine/Gpt.h"
@@ -109,6 +110,7 @@ TEST(PrecisionPolicy, EngineAcceptsEveryPolicyOnCpu) {
 // workspace. The estimator (engine activation model) must predict the same bytes.
 TEST(PrecisionPolicy, TrackerShowsModelStateBytesPerPolicy) {
   const fs::path dir = tempDir("mem");
+  const auto cpu = ts::kernels::makeCpuBackend();
   for (const char* policy : {"fp32", "bf16", "fp16", "fp8", "pure_bf16"}) {
     for (const char* recipe : {"delayed", "blockwise"}) {
       const std::string pol = policy;
@@ -148,6 +150,7 @@ TEST(PrecisionPolicy, TrackerShowsModelStateBytesPerPolicy) {
       // The estimator's prediction for the same config.
       auto ec = c;
       ec.model.vocab = static_cast<int>(V);
+      ec.precision.gemm = ts::engine::useBf16Gemm(c, cpu.get()) ? "bf16" : "fp32";
       const auto est = ts::core::estimateMemory(ec);
       const auto& e = est.report.ranks.at(0);
       for (auto cat :
@@ -178,10 +181,13 @@ TEST(PrecisionPolicy, EveryPolicyTracksFp32Loss) {
   const fs::path dir = tempDir("learn");
   std::map<std::string, double> loss;
   double first = 0;
-  for (const char* policy : {"fp32", "bf16", "fp16", "fp8", "fp8-block", "pure_bf16"}) {
+  for (const char* policy :
+       {"fp32", "bf16", "bf16-gemm", "fp16", "fp8", "fp8-block", "pure_bf16"}) {
     const std::string pol = policy;
-    auto c = learnConfig(pol == "fp8-block" ? "fp8" : pol);
+    auto c = learnConfig(pol == "fp8-block" ? "fp8" : pol == "bf16-gemm" ? "bf16" : pol);
     if (pol == "fp8-block") c.precision.fp8.recipe = "blockwise";
+    // bf16 GEMMs (bf16-rounded activations and output gradients), emulated without AMX.
+    if (pol == "bf16-gemm") c.precision.gemm = "bf16";
     c.train.steps = 200;
     c.train.eval_every = 0;
     Recorded rec;
@@ -196,13 +202,15 @@ TEST(PrecisionPolicy, EveryPolicyTracksFp32Loss) {
   }
   auto rel = [&](const char* a, const char* b) { return (loss[a] - loss[b]) / loss[b]; };
   std::printf(
-      "final loss (mean of last 50 steps): fp32 %.5f | bf16 %.5f (%+.2f%%) | fp16 %.5f "
-      "(%+.2f%%) | fp8 %.5f (%+.2f%% vs bf16) | fp8-block %.5f (%+.2f%% vs bf16) | "
-      "pure_bf16 %.5f (%+.2f%%)\n",
-      loss["fp32"], loss["bf16"], 100 * rel("bf16", "fp32"), loss["fp16"],
+      "final loss (mean of last 50 steps): fp32 %.5f | bf16 %.5f (%+.2f%%) | bf16 GEMMs %.5f "
+      "(%+.2f%%) | fp16 %.5f (%+.2f%%) | fp8 %.5f (%+.2f%% vs bf16) | fp8-block %.5f (%+.2f%% "
+      "vs bf16) | pure_bf16 %.5f (%+.2f%%)\n",
+      loss["fp32"], loss["bf16"], 100 * rel("bf16", "fp32"), loss["bf16-gemm"],
+      100 * rel("bf16-gemm", "fp32"), loss["fp16"],
       100 * rel("fp16", "fp32"), loss["fp8"], 100 * rel("fp8", "bf16"), loss["fp8-block"],
       100 * rel("fp8-block", "bf16"), loss["pure_bf16"], 100 * rel("pure_bf16", "fp32"));
   EXPECT_LE(std::fabs(rel("bf16", "fp32")), 0.02);
+  EXPECT_LE(std::fabs(rel("bf16-gemm", "fp32")), 0.02);
   EXPECT_LE(std::fabs(rel("fp16", "fp32")), 0.02);
   EXPECT_LE(std::fabs(rel("fp8", "bf16")), 0.05);
   EXPECT_LE(std::fabs(rel("fp8-block", "bf16")), 0.05);
@@ -369,5 +377,55 @@ TEST(PrecisionPolicy, Fp8GemmSeesTheQuantizedOperands) {
     // fp32 accumulation of 160 products: ~1e-6 relative; the unquantized product is ~1e-2 off.
     EXPECT_LT(maxErr, 2e-5 * maxRef) << (block ? "blockwise" : "delayed");
     EXPECT_GT(maxPlain, 100 * maxErr) << "quantization left no trace";
+  }
+}
+
+// With bf16 GEMMs (precision.gemm bf16) c_attn multiplies the bf16-rounded input (ln_1's
+// output) with the bf16 weights: its output equals a double-precision product of exactly those
+// values plus the bias; with fp32 GEMMs it is the product of the unrounded input.
+TEST(PrecisionPolicy, Bf16GemmSeesBf16RoundedInputs) {
+  for (bool bf16Gemm : {true, false}) {
+    GptConfig g;
+    g.layers = 1;
+    g.heads = 2;
+    g.d_model = 160;
+    g.seq_len = 8;
+    g.vocab = 16;
+    g.working = ts::engine::DType::BF16;
+    g.bf16Gemm = bf16Gemm;
+    auto backend = ts::kernels::makeCpuBackend();
+    MemoryTracker tracker;
+    Gpt model(g, backend.get(), &tracker);
+    model.initWeights(5);
+    const int B = 2, T = 8, N = B * T, C = g.d_model, OC = 3 * C;
+    model.allocate(B);
+    std::vector<int32_t> tok(N);
+    for (int i = 0; i < N; ++i) tok[size_t(i)] = (i * 7 + 3) % g.vocab;
+    model.forward(tok.data(), nullptr, B, T, 0.f);
+    const float* x = model.activations().blocks[0].ln1.f32();
+    const float* w = model.paramBuffer().f32() + model.find("h.0.attn.c_attn.weight")->offset;
+    const float* bias = model.paramBuffer().f32() + model.find("h.0.attn.c_attn.bias")->offset;
+    double errRounded = 0, errPlain = 0, maxRef = 0;
+    for (int n = 0; n < N; ++n)
+      for (int o = 0; o < OC; ++o) {
+        double rounded = bias[o], plain = bias[o];
+        for (int c = 0; c < C; ++c) {
+          const float xv = x[n * C + c];
+          rounded += double(ts::kernels::bf16ToFloat(ts::kernels::floatToBf16(xv))) * w[o * C + c];
+          plain += double(xv) * double(w[o * C + c]);
+        }
+        const double got = model.activations().blocks[0].qkv.f32()[n * OC + o];
+        errRounded = std::max(errRounded, std::fabs(got - rounded));
+        errPlain = std::max(errPlain, std::fabs(got - plain));
+        maxRef = std::max(maxRef, std::fabs(plain));
+      }
+    // fp32 accumulation of 160 products is ~1e-6 relative; bf16 rounding of x is ~1e-3.
+    if (bf16Gemm) {
+      EXPECT_LT(errRounded, 2e-5 * maxRef);
+      EXPECT_GT(errPlain, 20 * errRounded) << "bf16 rounding left no trace";
+    } else {
+      EXPECT_LT(errPlain, 2e-5 * maxRef);
+      EXPECT_GT(errRounded, 20 * errPlain);
+    }
   }
 }

@@ -14,6 +14,7 @@
 #include "Support.h"
 #include "trainscope/core/Estimator.h"
 #include "trainscope/engine/Dataset.h"
+#include "trainscope/engine/Gpt.h"
 
 using namespace ts;
 using namespace ts::validation;
@@ -25,13 +26,13 @@ namespace {
 constexpr double kRelTolerance = 0.05;
 
 std::string describe(const core::RunConfig& c) {
-  char buf[320];
-  std::snprintf(buf, sizeof buf, "L%d H%d D%d T%d mb%d ga%d %s %s %s %s ckpt=%s comp=%s %s",
+  char buf[360];
+  std::snprintf(buf, sizeof buf, "L%d H%d D%d T%d mb%d ga%d %s %s %s %s ckpt=%s comp=%s %s gemm=%s",
                 c.model.layers, c.model.heads, c.model.d_model, c.model.seq_len,
                 c.train.micro_batch, c.train.grad_accum, c.model.activation.c_str(),
                 c.attention.impl.c_str(), c.optimizer.type.c_str(), c.data.task.c_str(),
                 c.memory.checkpointing.c_str(), c.memory.activation_compression.c_str(),
-                c.precision.policy.c_str());
+                c.precision.policy.c_str(), c.precision.gemm.c_str());
   return buf;
 }
 
@@ -116,6 +117,13 @@ std::vector<core::RunConfig> techniqueGrid() {
     out.push_back(c);
     ++k;
   }
+  for (const char* p : {"bf16", "pure_bf16"}) {  // bf16 GEMMs (emulated where no AMX)
+    core::RunConfig c = base[(k * 5) % base.size()];
+    c.precision.policy = p;
+    c.precision.gemm = "bf16";
+    out.push_back(c);
+    ++k;
+  }
   return out;
 }
 
@@ -162,6 +170,7 @@ TEST(MemoryGrid, PredictedPeaksMatchMeasuredOnRealRuns) {
   for (auto& c : techniqueGrid()) candidates.push_back(c);
 
   const fs::path dir = tempDir("grid");
+  const auto cpu = kernels::makeCpuBackend();
   std::vector<Row> rows;
   std::vector<std::string> skipped;
   int ran = 0, mismatched = 0;
@@ -183,6 +192,8 @@ TEST(MemoryGrid, PredictedPeaksMatchMeasuredOnRealRuns) {
       ++mismatched;
       continue;
     }
+    // precision.gemm "auto" resolves on this machine's CPU (bf16 GEMMs only with AMX).
+    predictCfg.precision.gemm = engine::useBf16Gemm(c, cpu.get()) ? "bf16" : "fp32";
     row.predicted = core::predictMemoryReport(predictCfg);
 
     Recorded rec;

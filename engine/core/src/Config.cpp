@@ -459,6 +459,7 @@ void visitSchema(C& c, V& v) {
   v.section("precision", [&] {
     auto& p = c.precision;
     v.field("policy", p.policy, oneOf({"fp32", "bf16", "fp16", "fp8", "pure_bf16"}));
+    v.field("gemm", p.gemm, oneOf({"auto", "fp32", "bf16"}));
     v.section("loss_scale", [&] {
       auto& l = p.loss_scale;
       v.field("mode", l.mode, oneOf({"dynamic", "static"}));
@@ -586,6 +587,13 @@ void checkCrossField(const RunConfig& c, const ValidationContext& ctx,
   }
 
   const auto& p = c.precision;
+  if (ok({"precision.gemm", "precision.policy"}) && p.gemm == "bf16" && p.policy != "bf16" &&
+      p.policy != "pure_bf16") {
+    add("precision.gemm", p.gemm,
+        "bf16 GEMMs multiply the bf16 weights, so they need precision.policy bf16 or pure_bf16 "
+        "(it is \"" +
+            p.policy + "\"); allowed here: auto, fp32");
+  }
   if (ok({"precision.policy", "device.backend"}) && p.policy == "fp8") {
     bool cudaPossible = ctx.cuda_available && c.device.backend != "cpu";
     bool cpuPossible = ctx.fp8_emulation && c.device.backend != "cuda";

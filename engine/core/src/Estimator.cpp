@@ -511,6 +511,14 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       opt.activation_model == ActivationModel::Engine &&
       (policy == "bf16" || policy == "fp16" || policy == "fp8" || policy == "pure_bf16");
   if (engine16) pb.act = 4;
+  // precision.gemm: bf16 GEMMs (the engine's "auto" picks them only on AMX, which the caller
+  // states in opt.native_bf16_gemm).
+  const std::string gemm = lower(cfg.precision.gemm);
+  const bool bf16Gemm = (policy == "bf16" || policy == "pure_bf16") &&
+                        (gemm == "bf16" || (gemm == "auto" && opt.native_bf16_gemm));
+  if (bf16Gemm)
+    est.notes.push_back("bf16 GEMMs: the block linear layers multiply the bf16 weights with "
+                        "bf16-rounded inputs (two bf16 scratch operands in workspace)");
   if (policy == "fp8" && opt.activation_model == ActivationModel::Engine) {
     est.notes.push_back(
         "fp8 (engine): bf16 weights + fp8 copies of the block linear weights (3 B/param), bf16 "
@@ -610,6 +618,11 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
             4.0 * (2.0 * static_cast<double>(B * s.T) * 4.0 * s.C + 4.0 * s.C * s.C);
         wsPeak += fp8Ws;
         wsSteady += fp8Ws;
+      }
+      if (bf16Gemm) {  // bf16 GEMM operands: input and output gradient, up to B*T x 4C each
+        const double g16 = 2.0 * 2.0 * static_cast<double>(B * s.T) * 4.0 * s.C;
+        wsPeak += g16;
+        wsSteady += g16;
       }
     }
     if (stage >= 3 && ranks > 1) {

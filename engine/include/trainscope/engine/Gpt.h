@@ -58,12 +58,22 @@ struct GptConfig {
   int fp8History = 1024;
   int fp8Margin = 0;
   bool fp8GradE4M3 = false;
+  // bf16 GEMMs (working BF16, not fp8): the four linear layers of every block multiply the
+  // stored bf16 weights with bf16-rounded inputs / output gradients (Backend::matmulBf16, fp32
+  // accumulation) instead of the fp32 copies; two bf16 scratch operands (workspace).
+  bool bf16Gemm = false;
 };
 // k for memory.checkpointing (all -> 1, every_k -> checkpoint_every or round(sqrt(L)), capped
 // at L; none -> 0).
 int checkpointSegment(const std::string& mode, int every, int layers);
-// model.* and attention.impl of a run config; `vocab` is the resolved vocabulary size.
-GptConfig gptConfigFrom(const core::RunConfig& config, int vocab);
+// model.*, attention.impl, memory.* and precision.* of a run config; `vocab` is the resolved
+// vocabulary size. precision.gemm "auto" resolves against `backend` (bf16 GEMMs only where it
+// runs them natively on AMX; never without a backend).
+GptConfig gptConfigFrom(const core::RunConfig& config, int vocab,
+                        const kernels::Backend* backend = nullptr);
+// Whether precision.gemm resolves to bf16 GEMMs on `backend` ("auto": AMX + a native kernel;
+// without AMX oneDNN's bf16 kernels are slower than its fp32 sgemm, reference.md).
+bool useBf16Gemm(const core::RunConfig& config, const kernels::Backend* backend);
 
 struct ParamInfo {
   std::string name;            // "wte", "h.0.attn.c_attn.weight", ...
@@ -147,6 +157,10 @@ class Gpt {
   Tensor& gradBuffer() { return gradBuf_; }
   float* param(const ParamInfo& p) { return paramBuf_.f32() + p.offset; }
   float* grad(const ParamInfo& p) { return gradBuf_.f32() + p.offset; }
+  // The stored bf16/fp16 weights of p (working precision != F32).
+  const uint16_t* weight16(const ParamInfo& p) const {
+    return static_cast<const uint16_t*>(param16_.data()) + p.offset;
+  }
 
   // 16-bit working precision (config().working != F32). paramBuffer()/gradBuffer() are then the
   // fp32 compute copies; these are the stored 16-bit tensors.
@@ -250,6 +264,7 @@ class Gpt {
   Tensor w8_;                // fp8 weight copies (fp8 only)
   std::vector<Fp8Site> fp8Sites_;
   Tensor fp8X_, fp8G_, fp8W_;         // fp8: dequantized GEMM operands (workspace, fp32)
+  Tensor x16_, g16_;                  // bf16Gemm: bf16 inputs / output gradients (workspace)
   std::vector<float> fp8TileScales_;  // blockwise: scratch per-tile scales of X / G
   Activations acts_;
   Workspace ws_;

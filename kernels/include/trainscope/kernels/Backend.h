@@ -49,6 +49,12 @@ class Backend {
   virtual std::string name() const = 0;  // "cpu", "cuda"
   virtual DeviceInfo device() const = 0;
   virtual bool supports(Op op) const = 0;
+  // A supported op that runs without dedicated hardware (e.g. MatmulBF16 on a CPU without
+  // AVX512/AMX bf16: correct, but slower than the fp32 op it would replace).
+  virtual bool emulates(Op op) const {
+    (void)op;
+    return false;
+  }
   virtual void setThreads(int n) = 0;  // CPU: OpenMP threads (0 = all cores)
   virtual int threads() const = 0;
 
@@ -63,6 +69,11 @@ class Backend {
   // stored KxM; with transB, B is stored NxK. Row-major, tightly packed.
   virtual void matmul(float* C, const float* A, const float* B, int M, int N, int K, bool transA,
                       bool transB, float alpha, float beta) = 0;
+
+  // As matmul with bf16 operands (uint16_t bit patterns), fp32 accumulation and fp32 C
+  // (Op::MatmulBF16).
+  virtual void matmulBf16(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K,
+                          bool transA, bool transB, float alpha, float beta) = 0;
 
   // LayerNorm over the last dim C for N rows. mean/rstd (N each) are saved for backward.
   virtual void layernormForward(float* out, float* mean, float* rstd, const float* inp,

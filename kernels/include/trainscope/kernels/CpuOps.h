@@ -4,11 +4,23 @@
 // of the same name (see Backend.h). All are OpenMP-threaded with the current
 // omp_get_max_threads() and deterministic for a fixed thread count (fixed-order reductions).
 #include <cstdint>
+#include <string>
 
 namespace ts::kernels::cpu {
 
 void matmul(float* C, const float* A, const float* B, int M, int N, int K, bool transA, bool transB,
             float alpha, float beta);
+
+// bf16 operands (bit patterns), fp32 accumulation and output; otherwise as matmul. Runs
+// oneDNN's bf16 kernel where this CPU has one (matmulBf16Native), else matmulBf16Emulated.
+void matmulBf16(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K, bool transA,
+                bool transB, float alpha, float beta);
+// Widens the operands to fp32 (exact) and runs sgemm: the same products, fp32 sums.
+void matmulBf16Emulated(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K,
+                        bool transA, bool transB, float alpha, float beta);
+// Whether oneDNN has a (non-reference) bf16 matmul kernel for this CPU; `impl` gets its
+// implementation name, or why there is none.
+bool matmulBf16Native(std::string* impl = nullptr);
 
 void layernormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                       const float* bias, int N, int C, float eps);

@@ -9,6 +9,8 @@ namespace ts::kernels::cuda {
 
 void matmul(float* C, const float* A, const float* B, int M, int N, int K, bool transA, bool transB,
             float alpha, float beta);
+void matmulBf16(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K, bool transA,
+                bool transB, float alpha, float beta);
 
 void layernormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                       const float* bias, int N, int C, float eps);

@@ -78,6 +78,10 @@ struct Fp8Config {
 
 struct PrecisionConfig {
   std::string policy = "fp32";  // fp32 | bf16 | fp16 | fp8 | pure_bf16
+  // GEMMs of the block linear layers under bf16 / pure_bf16: "bf16" multiplies the bf16
+  // weights with bf16-rounded inputs (fp32 accumulation); "fp32" uses fp32 copies upcast from
+  // the bf16 weights; "auto" is bf16 where the CPU has AMX and oneDNN a kernel for it.
+  std::string gemm = "auto";  // auto | fp32 | bf16
   LossScaleConfig loss_scale;
   Fp8Config fp8;
 };

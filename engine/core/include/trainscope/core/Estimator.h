@@ -36,6 +36,9 @@ struct EstimateOptions {
   int64_t default_vocab = 50257;  // used when model.vocab == 0 (taken from the data later)
   bool nf4_double_quant = false;  // NF4 absmaxes stored in 8 bits (QLoRA double quantization)
   std::optional<ModelConfig> teacher_model;  // distillation teacher shape; default = student
+  // precision.gemm "auto" means bf16 GEMMs on this machine (the engine's capabilities say
+  // precisions.bf16.native_gemm; it needs AMX).
+  bool native_bf16_gemm = false;
   bool rank0_only = false;  // report only rank 0 (it holds the largest shard); the planner's
                             // fast path
 };
