@@ -175,8 +175,8 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
   double base = 0;
   std::string bf16Impl;
   const bool nativeBf16 = kernels::cpu::matmulBf16Native(&bf16Impl);
-  for (const char* policy : {"fp32", "bf16", "bf16-gemm", "fp16", "fp8", "fp8-block",
-                             "pure_bf16", "pure_bf16-gemm"}) {
+  for (const char* policy :
+       {"fp32", "bf16", "bf16-gemm", "fp16", "fp8", "fp8-block", "pure_bf16", "pure_bf16-gemm"}) {
     auto backend = kernels::makeCpuBackend();
     backend->setThreads(threads);
     MemoryTracker tracker;
@@ -196,9 +196,9 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
     if (pol == "fp8-block") rc.precision.fp8.recipe = "blockwise";
     const GptConfig gc = gptConfigFrom(rc, s.vocab, backend.get());
     const std::string gemm = gc.fp8 != GptConfig::Fp8Recipe::None ? "fp8-emul"
-                             : !gc.bf16Gemm                         ? "fp32"
-                             : nativeBf16                           ? "bf16"
-                                                                    : "bf16-emul";
+                             : !gc.bf16Gemm                       ? "fp32"
+                             : nativeBf16                         ? "bf16"
+                                                                  : "bf16-emul";
     Gpt model(gc, backend.get(), &tracker);
     model.initWeights(1);
     model.allocate(s.batch);
@@ -223,11 +223,11 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
     auto mib = [&](core::MemoryCategory c) {
       return tracker.peak(core::MemoryTier::Device, c) / 1048576.0;
     };
-    std::snprintf(buf, sizeof buf,
-                  "%-14s %-11s %10.0f %7.2fx %10.2f %10.2f %10.2f %10.2f %10.2f\n", policy,
-                  gemm.c_str(), tokPerS, tokPerS / base, mib(core::MemoryCategory::Parameters),
-                  mib(core::MemoryCategory::Gradients), mib(core::MemoryCategory::OptimizerState),
-                  mib(core::MemoryCategory::Workspace), tracker.totalPeak() / 1048576.0);
+    std::snprintf(buf, sizeof buf, "%-14s %-11s %10.0f %7.2fx %10.2f %10.2f %10.2f %10.2f %10.2f\n",
+                  policy, gemm.c_str(), tokPerS, tokPerS / base,
+                  mib(core::MemoryCategory::Parameters), mib(core::MemoryCategory::Gradients),
+                  mib(core::MemoryCategory::OptimizerState), mib(core::MemoryCategory::Workspace),
+                  tracker.totalPeak() / 1048576.0);
     out << buf;
     results.push_back(
         {{"policy", policy},
@@ -253,18 +253,20 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
     kernels::cpu::floatToBf16(a.data(), a16.data(), int64_t(a.size()));
     kernels::cpu::floatToBf16(b.data(), w16.data(), int64_t(b.size()));
     const double flops = 2.0 * M * Nn * K;
-    const double f32 = flops / bestSeconds(
-                                   [&] {
-                                     backend->matmul(c.data(), a.data(), b.data(), M, Nn, K, false,
-                                                     true, 1.f, 0.f);
-                                   },
-                                   options.warmupSteps, options.steps * 4) / 1e9;
-    const double bf = flops / bestSeconds(
-                                   [&] {
-                                     backend->matmulBf16(c.data(), a16.data(), w16.data(), M, Nn,
-                                                         K, false, true, 1.f, 0.f);
-                                   },
-                                   options.warmupSteps, options.steps * 4) / 1e9;
+    const double f32 =
+        flops /
+        bestSeconds(
+            [&] { backend->matmul(c.data(), a.data(), b.data(), M, Nn, K, false, true, 1.f, 0.f); },
+            options.warmupSteps, options.steps * 4) /
+        1e9;
+    const double bf = flops /
+                      bestSeconds(
+                          [&] {
+                            backend->matmulBf16(c.data(), a16.data(), w16.data(), M, Nn, K, false,
+                                                true, 1.f, 0.f);
+                          },
+                          options.warmupSteps, options.steps * 4) /
+                      1e9;
     std::snprintf(buf, sizeof buf,
                   "GEMM %dx%dx%d (x W^T): fp32 sgemm %.1f GFLOP/s, bf16 %s %.1f GFLOP/s = %.2fx\n",
                   M, Nn, K, f32, nativeBf16 ? ("oneDNN " + bf16Impl).c_str() : "emulated", bf,
@@ -285,9 +287,10 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
          "CPU: F16C "
       << (kernels::cpu::hasF16cConversion() ? "yes (fp16 conversion vectorised)" : "no")
       << ", AVX512-BF16 " << (f.avx512_bf16 ? "yes" : "no") << ", AMX-BF16 "
-      << (f.amx_bf16 ? "yes" : "no") << "; bf16 GEMM kernel: "
-      << (nativeBf16 ? "oneDNN " + bf16Impl : bf16Impl) << ". precision.gemm auto picks "
-      << (nativeBf16 && f.amx_bf16 ? "bf16" : "fp32") << " here.\n";
+      << (f.amx_bf16 ? "yes" : "no")
+      << "; bf16 GEMM kernel: " << (nativeBf16 ? "oneDNN " + bf16Impl : bf16Impl)
+      << ". precision.gemm auto picks " << (nativeBf16 && f.amx_bf16 ? "bf16" : "fp32")
+      << " here.\n";
   return results;
 }
 

@@ -44,8 +44,7 @@ bool useBf16Gemm(const core::RunConfig& config, const kernels::Backend* backend)
   return std::find(f.begin(), f.end(), "amx_bf16") != f.end();
 }
 
-GptConfig gptConfigFrom(const core::RunConfig& config, int vocab,
-                        const kernels::Backend* backend) {
+GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels::Backend* backend) {
   GptConfig g;
   g.layers = config.model.layers;
   g.heads = config.model.heads;

@@ -9,11 +9,11 @@
 
 #include "trainscope/core/Schedule.h"
 #include "trainscope/engine/Checkpoint.h"
-#include "trainscope/kernels/CpuOps.h"
 #include "trainscope/engine/Dataset.h"
 #include "trainscope/engine/Gpt.h"
 #include "trainscope/engine/LossScaler.h"
 #include "trainscope/engine/Optimizer.h"
+#include "trainscope/kernels/CpuOps.h"
 #include "trainscope/profiler/Aggregation.h"
 #include "trainscope/profiler/ProfileSchedule.h"
 #include "trainscope/profiler/Tracer.h"

@@ -43,8 +43,7 @@ void Fp8DelayedScale::restore(std::vector<float> history, size_t position, float
     throw std::invalid_argument("amax history has " + std::to_string(history.size()) +
                                 " entries, more than its length " + std::to_string(length_));
   // The ring only wraps once full: a partial history always appends at its end (position 0).
-  if (history.size() < static_cast<size_t>(length_) ? position != 0
-                                                     : position >= history.size())
+  if (history.size() < static_cast<size_t>(length_) ? position != 0 : position >= history.size())
     throw std::invalid_argument("amax history position " + std::to_string(position) +
                                 " is out of range for " + std::to_string(history.size()) +
                                 " entries");

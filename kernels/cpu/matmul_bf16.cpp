@@ -62,8 +62,8 @@ const Native& native() {
       r.available = r.impl.rfind("ref", 0) != 0;
       if (!r.available) r.why = "oneDNN only has its reference bf16 kernel (" + r.impl + ") here";
     } catch (const dnnl::error& e) {
-      r.why = "oneDNN has no bf16 matmul for this CPU (needs AVX512 or AMX): " +
-              std::string(e.what());
+      r.why =
+          "oneDNN has no bf16 matmul for this CPU (needs AVX512 or AMX): " + std::string(e.what());
     }
     return r;
   }();

@@ -39,9 +39,7 @@ class CudaBackend final : public Backend {
     if (prop.major > 8 || (prop.major == 8 && prop.minor >= 9)) info.features.push_back("fp8");
     return info;
   }
-  bool supports(Op op) const override {
-    return op != Op::Convert;
-  }
+  bool supports(Op op) const override { return op != Op::Convert; }
   void setThreads(int) override {}  // host threads do not apply to the GPU
   int threads() const override { return 1; }
 

@@ -22,10 +22,10 @@ void matmulBf16(float* C, const uint16_t* A, const uint16_t* B, int M, int N, in
                 bool transB, float alpha, float beta) {
   if (M <= 0 || N <= 0) return;
   const int lda = transA ? M : K, ldb = transB ? K : N;
-  const cublasStatus_t st = cublasGemmEx(
-      handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-      &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C, CUDA_R_32F, N,
-      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  const cublasStatus_t st =
+      cublasGemmEx(handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
+                   N, M, K, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C, CUDA_R_32F,
+                   N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   if (st != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error("cublasGemmEx (bf16) failed with status " + std::to_string(int(st)));
 }

@@ -281,8 +281,7 @@ TEST(ConfigValidation, NumberTypes) {
 
 TEST(ConfigValidation, Bf16GemmNeedsABf16Policy) {
   for (const char* policy : {"bf16", "pure_bf16"})
-    EXPECT_TRUE(
-        parseConfigJson({{"precision", {{"policy", policy}, {"gemm", "bf16"}}}}).ok())
+    EXPECT_TRUE(parseConfigJson({{"precision", {{"policy", policy}, {"gemm", "bf16"}}}}).ok())
         << policy;
   for (const char* policy : {"fp32", "fp16", "fp8"}) {
     auto r = parseConfigJson({{"precision", {{"policy", policy}, {"gemm", "bf16"}}}});

@@ -168,8 +168,7 @@ TEST(Trainer, Fp8ResumeWithAnotherHistoryLengthSaysWhy) {
   c.precision.fp8.amax_history = 2;
   c.train.steps = 8;
   Recorded resumed;
-  auto r = runWith(c, resumed, dirB.string(),
-                   (dirA / "checkpoints" / "step_00000006").string());
+  auto r = runWith(c, resumed, dirB.string(), (dirA / "checkpoints" / "step_00000006").string());
   EXPECT_EQ(r.status, "failed");
   EXPECT_NE(r.reason.find("precision.fp8.amax_history 2"), std::string::npos) << r.reason;
   EXPECT_NE(r.reason.find("h.0.attn.c_attn.weight"), std::string::npos) << r.reason;

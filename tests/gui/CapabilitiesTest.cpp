@@ -48,3 +48,13 @@ TEST(Capabilities, UnsupportedTechniquesBecomeIssuesWithTheEnginesReason) {
   EXPECT_NE(issues[1].message.find("needs MPI"), std::string::npos);
   EXPECT_TRUE(engineLimitations(nlohmann::json(), c).empty());  // unknown: no verdict
 }
+
+// precision.gemm "auto" follows the engine's machine: bf16 GEMMs only where it says so.
+TEST(Capabilities, AutoGemmComesFromTheEngine) {
+  auto caps = nlohmann::json::parse(kCaps);
+  EXPECT_FALSE(summarizeCapabilities(caps).nativeBf16Gemm);  // not stated: fp32
+  caps["precisions"]["bf16"] = {{"supported", true}, {"native_gemm", false}, {"auto_gemm", "fp32"}};
+  EXPECT_FALSE(summarizeCapabilities(caps).nativeBf16Gemm);
+  caps["precisions"]["bf16"]["auto_gemm"] = "bf16";
+  EXPECT_TRUE(summarizeCapabilities(caps).nativeBf16Gemm);
+}

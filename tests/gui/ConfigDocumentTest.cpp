@@ -98,3 +98,30 @@ TEST(ConfigDocument, ImportsDeepSpeedJson) {
   EXPECT_EQ(j["train"]["steps"], 2000);
   EXPECT_NE(d.importText("{not json"), "");
 }
+
+// With bf16 GEMMs ("auto" on an AMX machine, or "bf16") the estimate adds their two bf16 scratch
+// operands, 2 x (micro_batch * seq_len x 4 d_model) x 2 bytes, to the workspace.
+TEST(ConfigDocument, NativeBf16GemmChangesTheWorkspaceEstimate) {
+  ConfigDocument doc;
+  doc.setValue("precision.policy", "bf16");
+  ASSERT_TRUE(doc.estimate().has_value());
+  auto workspace = [&] {
+    return doc.estimate()
+        ->report.ranks.at(0)
+        .at(ts::core::MemoryTier::Device, ts::core::MemoryCategory::Workspace)
+        .peak;
+  };
+  const int64_t fp32Gemm = workspace();
+  QSignalSpy spy(&doc, &ConfigDocument::changed);
+  doc.setNativeBf16Gemm(true);
+  EXPECT_EQ(spy.count(), 1);
+  const auto c = *doc.config();
+  const int64_t scratch =
+      2 * 2 * int64_t(c.train.micro_batch) * c.model.seq_len * 4 * c.model.d_model;
+  EXPECT_EQ(workspace() - fp32Gemm, scratch);
+  doc.setValue("precision.gemm", "fp32");  // explicit fp32 wins over the machine
+  EXPECT_EQ(workspace(), fp32Gemm);
+  doc.setNativeBf16Gemm(false);
+  doc.setValue("precision.gemm", "bf16");  // explicit bf16 everywhere
+  EXPECT_EQ(workspace() - fp32Gemm, scratch);
+}

@@ -72,7 +72,7 @@ void checkBf16(MatmulFn fn, Shape s, bool ta, bool tb, float alpha, float beta, 
   }
 }
 
-const Shape kShapes[] = {{7, 13, 37}, {61, 37, 13}, {1, 1, 1},   {1, 61, 7},
+const Shape kShapes[] = {{7, 13, 37}, {61, 37, 13}, {1, 1, 1},    {1, 61, 7},
                          {37, 1, 61}, {13, 7, 1},   {97, 67, 129}};
 
 void checkAll(MatmulFn fn, bool ta, bool tb) {

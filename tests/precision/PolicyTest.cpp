@@ -13,11 +13,11 @@
 
 #include "../support/TrainerHarness.h"
 #include "RefFormat.h"
-#include "trainscope/kernels/Numeric.h"
 #include "trainscope/core/Estimator.h"
 #include "trainscope/engine/Dataset.h"
 #include "trainscope/engine/Gpt.h"
 #include "trainscope/engine/Trainer.h"
+#include "trainscope/kernels/Numeric.h"
 
 using namespace ts::engine;
 using ts::core::EventType;
@@ -206,9 +206,9 @@ TEST(PrecisionPolicy, EveryPolicyTracksFp32Loss) {
       "(%+.2f%%) | fp16 %.5f (%+.2f%%) | fp8 %.5f (%+.2f%% vs bf16) | fp8-block %.5f (%+.2f%% "
       "vs bf16) | pure_bf16 %.5f (%+.2f%%)\n",
       loss["fp32"], loss["bf16"], 100 * rel("bf16", "fp32"), loss["bf16-gemm"],
-      100 * rel("bf16-gemm", "fp32"), loss["fp16"],
-      100 * rel("fp16", "fp32"), loss["fp8"], 100 * rel("fp8", "bf16"), loss["fp8-block"],
-      100 * rel("fp8-block", "bf16"), loss["pure_bf16"], 100 * rel("pure_bf16", "fp32"));
+      100 * rel("bf16-gemm", "fp32"), loss["fp16"], 100 * rel("fp16", "fp32"), loss["fp8"],
+      100 * rel("fp8", "bf16"), loss["fp8-block"], 100 * rel("fp8-block", "bf16"),
+      loss["pure_bf16"], 100 * rel("pure_bf16", "fp32"));
   EXPECT_LE(std::fabs(rel("bf16", "fp32")), 0.02);
   EXPECT_LE(std::fabs(rel("bf16-gemm", "fp32")), 0.02);
   EXPECT_LE(std::fabs(rel("fp16", "fp32")), 0.02);

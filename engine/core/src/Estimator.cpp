@@ -517,8 +517,9 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
   const bool bf16Gemm = (policy == "bf16" || policy == "pure_bf16") &&
                         (gemm == "bf16" || (gemm == "auto" && opt.native_bf16_gemm));
   if (bf16Gemm)
-    est.notes.push_back("bf16 GEMMs: the block linear layers multiply the bf16 weights with "
-                        "bf16-rounded inputs (two bf16 scratch operands in workspace)");
+    est.notes.push_back(
+        "bf16 GEMMs: the block linear layers multiply the bf16 weights with "
+        "bf16-rounded inputs (two bf16 scratch operands in workspace)");
   if (policy == "fp8" && opt.activation_model == ActivationModel::Engine) {
     est.notes.push_back(
         "fp8 (engine): bf16 weights + fp8 copies of the block linear weights (3 B/param), bf16 "

@@ -115,6 +115,11 @@ CapabilitySummary summarizeCapabilities(const nlohmann::json& caps) {
     s.cudaAvailable = true;
   if (gpus == 0) parts << (s.cudaAvailable ? "CUDA" : "no GPU");
   if (s.deviceMemory == 0) s.deviceMemory = hostMemoryBytes();
+  if (caps.contains("precisions") && caps["precisions"].is_object()) {
+    const auto& p = caps["precisions"];
+    if (p.contains("bf16") && p["bf16"].is_object())
+      s.nativeBf16Gemm = p["bf16"].value("auto_gemm", std::string()) == "bf16";
+  }
   s.text = parts.join(QStringLiteral(" · "));
   return s;
 }

@@ -51,6 +51,13 @@ void ConfigDocument::setValue(std::string_view path, nlohmann::json v) {
   emit changed();
 }
 
+void ConfigDocument::setNativeBf16Gemm(bool native) {
+  if (native == nativeBf16Gemm_) return;
+  nativeBf16Gemm_ = native;
+  revalidate();
+  emit changed();
+}
+
 void ConfigDocument::revalidate() {
   ++revision_;
   core::ConfigResult r;
@@ -64,7 +71,9 @@ void ConfigDocument::revalidate() {
   estimate_.reset();
   if (config_) {
     try {
-      estimate_ = core::estimateMemory(*config_);
+      core::EstimateOptions eo;
+      eo.native_bf16_gemm = nativeBf16Gemm_;
+      estimate_ = core::estimateMemory(*config_, eo);
     } catch (const std::exception&) {
       estimate_.reset();
     }

@@ -16,7 +16,8 @@ struct CapabilitySummary {
   bool known = false;
   QString text;  // one line for the status bar ("CPU (AVX2, 2 threads) · no GPU")
   bool cudaAvailable = false;
-  int64_t deviceMemory = 0;  // bytes of the first device (GPU memory, else host RAM)
+  int64_t deviceMemory = 0;     // bytes of the first device (GPU memory, else host RAM)
+  bool nativeBf16Gemm = false;  // precision.gemm "auto" runs bf16 GEMMs (AMX + oneDNN kernel)
   nlohmann::json raw;
 };
 // Tolerant reading of the capabilities document (missing fields are simply not shown).

@@ -41,6 +41,10 @@ class ConfigDocument : public QObject {
   // Soft warnings that are not validation errors (e.g. estimate over device capacity).
   std::vector<std::string> warnings(int64_t deviceCapacity) const;
 
+  // What precision.gemm "auto" means on the engine's machine (capabilities:
+  // precisions.bf16.auto_gemm == "bf16"); the estimate counts the bf16 GEMM scratch then.
+  void setNativeBf16Gemm(bool native);
+
   int64_t effectiveBatch() const;  // micro_batch * grad_accum * ranks
   int revision() const { return revision_; }
 
@@ -63,6 +67,7 @@ class ConfigDocument : public QObject {
   std::optional<core::RunConfig> config_;
   std::optional<core::MemoryEstimate> estimate_;
   int revision_ = 0;
+  bool nativeBf16Gemm_ = false;
 };
 
 // Splits "a.b.c" into a JSON pointer "/a/b/c".
