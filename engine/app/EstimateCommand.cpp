@@ -14,6 +14,8 @@
 #include "trainscope/core/ConfigExport.h"
 #include "trainscope/core/Estimator.h"
 #include "trainscope/core/Planner.h"
+#include "trainscope/engine/Gpt.h"
+#include "trainscope/kernels/Backend.h"
 
 namespace ts::app {
 namespace {
@@ -110,6 +112,12 @@ void addEstimateCommands(CLI::App& app, int& exitCode) {
       return;
     }
     options.nf4_double_quant = eo->doubleQuant;
+    {  // precision.gemm "auto" as `run` resolves it on this machine (bf16 GEMMs need AMX)
+      core::RunConfig probe = config;
+      probe.precision.policy = "bf16";
+      probe.precision.gemm = "auto";
+      options.native_bf16_gemm = engine::useBf16Gemm(probe, kernels::makeCpuBackend().get());
+    }
     core::MemoryEstimate e = core::estimateMemory(config, options);
     if (eo->json)
       std::cout << core::toJson(e).dump() << std::endl;

@@ -117,8 +117,15 @@ TEST_P(MatmulBf16Test, NativeKernelAgreesWithEmulation) {
   auto native = nanVec(size_t(s.M) * s.N), emulated = nanVec(native.size());
   cpu::matmulBf16(native.data(), A.data(), B.data(), s.M, s.N, s.K, ta, tb, 1.f, 0.f);
   cpu::matmulBf16Emulated(emulated.data(), A.data(), B.data(), s.M, s.N, s.K, ta, tb, 1.f, 0.f);
-  for (size_t i = 0; i < native.size(); ++i)
-    ASSERT_NEAR(native[i], emulated[i], 1e-5 * (1 + std::fabs(emulated[i]))) << i;
+  for (int i = 0; i < s.M; ++i)
+    for (int j = 0; j < s.N; ++j) {
+      double mag = 0;  // sum |a*b|: both are within fp32 summation error of the exact sum
+      for (int k = 0; k < s.K; ++k)
+        mag += std::fabs(value(ta ? A[size_t(k) * s.M + i] : A[size_t(i) * s.K + k]) *
+                         value(tb ? B[size_t(j) * s.K + k] : B[size_t(k) * s.N + j]));
+      const size_t idx = size_t(i) * s.N + j;
+      ASSERT_NEAR(native[idx], emulated[idx], 4e-6 * mag + 1e-7) << i << ", " << j;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTransposes, MatmulBf16Test,
