@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-call check on a lent GPU machine: build the headless engine with CUDA (sm_90 only, to keep
 # the build short), run every gpu-labelled test (CUDA twins vs CPU ops, fp8/bf16/fp16 conversions
-# bit for bit, CUPTI collector), the engine's CPU bench on a quiet machine, and print a table.
+# bit for bit, CUPTI collector), the engine's CPU benches (GEMM peak; precision policies with
+# oneDNN's bf16 GEMM where the host has AMX) on a quiet machine, and print a table.
 # The machine has no package registry, so the Debian packages the build needs travel as .deb
 # files in .devdeps/ (fetch them here with `scripts/device-check.sh --fetch`; pass
 # carry=[".devdeps"]) and are unpacked into / there.
@@ -50,11 +51,16 @@ run_test kernels_cpu build/device/tests/kernels/kernels_tests
 if [ -x $E ]; then
   OMP_WAIT_POLICY=passive timeout 240 $E bench --threads 1 --threads 2 2>&1 | tee "$OUT/bench.log" | tail -40
   RESULT[bench]=${PIPESTATUS[0]}
+  # The host CPU may have AMX: precision policies with the bf16 GEMM row (native vs emulated)
+  # and the kernels_cpu run above compared oneDNN's bf16 kernel with the emulation.
+  OMP_WAIT_POLICY=passive timeout 240 $E bench --precision --quick --threads 1 2>&1 |
+    tee "$OUT/bench-precision.log" | tail -16
+  RESULT[bench_precision]=${PIPESTATUS[0]}
 fi
 echo
 echo "| step | result (0 = ok) |"
 echo "|---|---|"
-for k in configure build kernels_gpu precision_gpu cupti kernels_cpu bench; do
+for k in configure build kernels_gpu precision_gpu cupti kernels_cpu bench bench_precision; do
   echo "| $k | ${RESULT[$k]:-n/a} |"
 done
 echo "| build time | $((t1 - t0)) s |"

@@ -19,6 +19,7 @@
 #include "trainscope/engine/Capabilities.h"
 #include "trainscope/engine/Dataset.h"
 #include "trainscope/engine/EventWriter.h"
+#include "trainscope/engine/Gpt.h"
 #include "trainscope/engine/Trainer.h"
 #include "trainscope/kernels/Backend.h"
 #if __has_include("trainscope/core/Estimator.h")
@@ -266,6 +267,8 @@ int runMain(const RunOptions& o) {
     // back to GPT-2's 50257 for the tiny built-in corpora. A data error is the trainer's to
     // report (with its file and field), so it only leaves the fallback here.
     core::RunConfig planConfig = config;
+    // precision.gemm "auto" as the model resolves it on this backend.
+    planConfig.precision.gemm = engine::useBf16Gemm(config, &*backend) ? "bf16" : "fp32";
     if (planConfig.model.vocab <= 0) {
       try {
         planConfig.model.vocab = engine::makeDataset(config)->vocabSize();
