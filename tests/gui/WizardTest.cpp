@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <QComboBox>
+#include <QGroupBox>
 #include <QListWidget>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -143,4 +144,41 @@ TEST_F(WizardTest, LaunchWithMissingEngineShowsErrorNotHang) {
   auto* d = win->launch();
   EXPECT_EQ(d, nullptr);
   EXPECT_TRUE(win->lastError().contains("not found")) << win->lastError().toStdString();
+}
+
+// The precision page enables only the groups the chosen policy uses; choosing the GEMM mode
+// through its combo writes precision.gemm.
+TEST_F(WizardTest, PrecisionGroupsFollowThePolicy) {
+  RunWizard* wiz = win->wizard();
+  auto groupNamed = [&](const QString& title) -> QGroupBox* {
+    for (QGroupBox* g : wiz->findChildren<QGroupBox*>())
+      if (g->title() == title) return g;
+    return nullptr;
+  };
+  QGroupBox* gemm = groupNamed("GEMMs (bf16, pure bf16)");
+  QGroupBox* scaling = groupNamed("Loss scaling (fp16)");
+  QGroupBox* fp8 = groupNamed("fp8");
+  ASSERT_TRUE(gemm && scaling && fp8);
+  auto* policy = byPath<QComboBox>(wiz, "precision.policy");
+  ASSERT_NE(policy, nullptr);
+  const struct {
+    const char* policy;
+    bool gemm, scaling, fp8;
+  } cases[] = {{"fp32", false, false, false},
+               {"bf16", true, false, false},
+               {"fp16", false, true, false},
+               {"fp8", false, false, true},
+               {"pure_bf16", true, false, false}};
+  for (const auto& c : cases) {
+    policy->setCurrentIndex(policy->findData(QString(c.policy)));
+    QCoreApplication::processEvents();
+    ASSERT_EQ(win->wizard()->document()->value("precision.policy"), c.policy);
+    EXPECT_EQ(gemm->isEnabled(), c.gemm) << c.policy;
+    EXPECT_EQ(scaling->isEnabled(), c.scaling) << c.policy;
+    EXPECT_EQ(fp8->isEnabled(), c.fp8) << c.policy;
+  }
+  auto* gemmMode = byPath<QComboBox>(wiz, "precision.gemm");
+  ASSERT_NE(gemmMode, nullptr);
+  gemmMode->setCurrentIndex(gemmMode->findData(QString("bf16")));
+  EXPECT_EQ(win->wizard()->document()->value("precision.gemm"), "bf16");
 }
