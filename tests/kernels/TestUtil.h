@@ -61,6 +61,29 @@ inline ::testing::AssertionResult allClose(const std::vector<float>& got,
   return allClose(got, std::vector<double>(want.begin(), want.end()), rtol, atol);
 }
 
+// fp64 reference of C = alpha * op(A) op(B) + beta * C (row-major, as Backend::matmul) with
+// its summation bound sum |alpha a b| + |beta c| per element, for elements read through
+// a(i, k) and b(k, j). beta 0 ignores C (it may be NaN-poisoned).
+template <class GetA, class GetB>
+void referenceGemm(int M, int N, int K, GetA a, GetB b, float alpha, float beta,
+                   const std::vector<float>& C, std::vector<double>& want,
+                   std::vector<double>& bound) {
+  want.assign(size_t(M) * N, 0.0);
+  bound.assign(want.size(), 0.0);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double acc = 0, mag = 0;
+      for (int k = 0; k < K; ++k) {
+        const double p = double(a(i, k)) * double(b(k, j));
+        acc += p;
+        mag += std::fabs(p);
+      }
+      const size_t idx = size_t(i) * N + j;
+      want[idx] = alpha * acc + (beta == 0.0f ? 0.0 : double(beta) * C[idx]);
+      bound[idx] = std::fabs(alpha) * mag + (beta == 0.0f ? 0.0 : std::fabs(beta * C[idx]));
+    }
+}
+
 // Central finite difference of a scalar function f(x) (double) w.r.t. every element of x.
 template <class F>
 std::vector<double> finiteDiff(std::vector<double> x, F f, double h = 1e-5) {

@@ -48,20 +48,12 @@ void checkBf16(MatmulFn fn, Shape s, bool ta, bool tb, float alpha, float beta, 
   const auto A = randomBf16(size_t(s.M) * s.K, seed);
   const auto B = randomBf16(size_t(s.K) * s.N, seed + 1);
   auto C = beta == 0.0f ? nanVec(size_t(s.M) * s.N) : randomVec(size_t(s.M) * s.N, seed + 2);
-  std::vector<double> want(C.size()), bound(C.size());
-  for (int i = 0; i < s.M; ++i)
-    for (int j = 0; j < s.N; ++j) {
-      double acc = 0, mag = 0;
-      for (int k = 0; k < s.K; ++k) {
-        const double a = value(ta ? A[size_t(k) * s.M + i] : A[size_t(i) * s.K + k]);
-        const double b = value(tb ? B[size_t(j) * s.K + k] : B[size_t(k) * s.N + j]);
-        acc += a * b;
-        mag += std::fabs(a * b);
-      }
-      const size_t idx = size_t(i) * s.N + j;
-      want[idx] = alpha * acc + (beta == 0.0f ? 0.0 : double(beta) * C[idx]);
-      bound[idx] = std::fabs(alpha) * mag + (beta == 0.0f ? 0.0 : std::fabs(beta * C[idx]));
-    }
+  std::vector<double> want, bound;
+  referenceGemm(
+      s.M, s.N, s.K,
+      [&](int i, int k) { return value(ta ? A[size_t(k) * s.M + i] : A[size_t(i) * s.K + k]); },
+      [&](int k, int j) { return value(tb ? B[size_t(j) * s.K + k] : B[size_t(k) * s.N + j]); },
+      alpha, beta, C, want, bound);
   fn(C.data(), A.data(), B.data(), s.M, s.N, s.K, ta, tb, alpha, beta);
   // fp32 accumulation of exact bf16 products: the fp32 sgemm tolerance applies.
   for (size_t i = 0; i < C.size(); ++i) {
@@ -117,15 +109,14 @@ TEST_P(MatmulBf16Test, NativeKernelAgreesWithEmulation) {
   auto native = nanVec(size_t(s.M) * s.N), emulated = nanVec(native.size());
   cpu::matmulBf16(native.data(), A.data(), B.data(), s.M, s.N, s.K, ta, tb, 1.f, 0.f);
   cpu::matmulBf16Emulated(emulated.data(), A.data(), B.data(), s.M, s.N, s.K, ta, tb, 1.f, 0.f);
-  for (int i = 0; i < s.M; ++i)
-    for (int j = 0; j < s.N; ++j) {
-      double mag = 0;  // sum |a*b|: both are within fp32 summation error of the exact sum
-      for (int k = 0; k < s.K; ++k)
-        mag += std::fabs(value(ta ? A[size_t(k) * s.M + i] : A[size_t(i) * s.K + k]) *
-                         value(tb ? B[size_t(j) * s.K + k] : B[size_t(k) * s.N + j]));
-      const size_t idx = size_t(i) * s.N + j;
-      ASSERT_NEAR(native[idx], emulated[idx], 4e-6 * mag + 1e-7) << i << ", " << j;
-    }
+  std::vector<double> exact, bound;  // both are within fp32 summation error of the exact sum
+  referenceGemm(
+      s.M, s.N, s.K,
+      [&](int i, int k) { return value(ta ? A[size_t(k) * s.M + i] : A[size_t(i) * s.K + k]); },
+      [&](int k, int j) { return value(tb ? B[size_t(j) * s.K + k] : B[size_t(k) * s.N + j]); },
+      1.f, 0.f, native, exact, bound);
+  for (size_t i = 0; i < native.size(); ++i)
+    ASSERT_NEAR(native[i], emulated[i], 4e-6 * bound[i] + 1e-7) << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTransposes, MatmulBf16Test,

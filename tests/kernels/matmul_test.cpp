@@ -19,20 +19,12 @@ void checkMatmul(Backend& be, Shape s, bool ta, bool tb, float alpha, float beta
   const auto A = randomVec(size_t(s.M) * s.K, seed);
   const auto B = randomVec(size_t(s.K) * s.N, seed + 1);
   auto C = beta == 0.0f ? nanVec(size_t(s.M) * s.N) : randomVec(size_t(s.M) * s.N, seed + 2);
-  std::vector<double> want(C.size()), bound(C.size());
-  for (int i = 0; i < s.M; ++i)
-    for (int j = 0; j < s.N; ++j) {
-      double acc = 0, mag = 0;
-      for (int k = 0; k < s.K; ++k) {
-        const double a = ta ? A[size_t(k) * s.M + i] : A[size_t(i) * s.K + k];
-        const double b = tb ? B[size_t(j) * s.K + k] : B[size_t(k) * s.N + j];
-        acc += a * b;
-        mag += std::fabs(a * b);
-      }
-      const size_t idx = size_t(i) * s.N + j;
-      want[idx] = alpha * acc + (beta == 0.0f ? 0.0 : double(beta) * C[idx]);
-      bound[idx] = std::fabs(alpha) * mag + (beta == 0.0f ? 0.0 : std::fabs(beta * C[idx]));
-    }
+  std::vector<double> want, bound;
+  referenceGemm(
+      s.M, s.N, s.K,
+      [&](int i, int k) { return ta ? A[size_t(k) * s.M + i] : A[size_t(i) * s.K + k]; },
+      [&](int k, int j) { return tb ? B[size_t(j) * s.K + k] : B[size_t(k) * s.N + j]; }, alpha,
+      beta, C, want, bound);
   be.matmul(C.data(), A.data(), B.data(), s.M, s.N, s.K, ta, tb, alpha, beta);
   for (size_t i = 0; i < C.size(); ++i) {
     ASSERT_TRUE(std::isfinite(C[i])) << "index " << i;

@@ -263,6 +263,24 @@ TEST(PrecisionPolicy, Fp16HugeLossScaleSkipsBacksOffThenTrains) {
   fs::remove_all(dir);
 }
 
+namespace {
+// One block, d_model 160 (4C = 640: several 128x128 fp8 blocks with partial edges), bf16
+// working weights: the model the GEMM-operand tests inspect.
+GptConfig oneBlockBf16(GptConfig::Fp8Recipe fp8 = GptConfig::Fp8Recipe::None,
+                       bool bf16Gemm = false) {
+  GptConfig g;
+  g.layers = 1;
+  g.heads = 2;
+  g.d_model = 160;
+  g.seq_len = 8;
+  g.vocab = 16;
+  g.working = ts::engine::DType::BF16;
+  g.fp8 = fp8;
+  g.bf16Gemm = bf16Gemm;
+  return g;
+}
+}  // namespace
+
 // The fp8 weight copies the GEMMs read are the E4M3 encodings of the bf16 weights with the
 // recipe's scales, recomputed here independently (RefEncoder: exact midpoint rounding).
 TEST(PrecisionPolicy, Fp8WeightCopiesAreE4M3OfTheBf16Weights) {
@@ -270,14 +288,7 @@ TEST(PrecisionPolicy, Fp8WeightCopiesAreE4M3OfTheBf16Weights) {
   using ts::test::RefEncoder;
   const RefEncoder enc(kE4M3);
   for (auto recipe : {GptConfig::Fp8Recipe::Delayed, GptConfig::Fp8Recipe::Blockwise}) {
-    GptConfig g;
-    g.layers = 1;
-    g.heads = 2;
-    g.d_model = 160;  // 4C = 640: several 128x128 blocks, partial ones at the edges
-    g.seq_len = 8;
-    g.vocab = 16;
-    g.working = ts::engine::DType::BF16;
-    g.fp8 = recipe;
+    const GptConfig g = oneBlockBf16(recipe);
     auto backend = ts::kernels::makeCpuBackend();
     MemoryTracker tracker;
     Gpt model(g, backend.get(), &tracker);
@@ -319,14 +330,7 @@ TEST(PrecisionPolicy, Fp8GemmSeesTheQuantizedOperands) {
   const ts::test::RefEncoder enc(kE4M3);
   for (auto recipe : {GptConfig::Fp8Recipe::Delayed, GptConfig::Fp8Recipe::Blockwise}) {
     const bool block = recipe == GptConfig::Fp8Recipe::Blockwise;
-    GptConfig g;
-    g.layers = 1;
-    g.heads = 2;
-    g.d_model = 160;
-    g.seq_len = 8;
-    g.vocab = 16;
-    g.working = ts::engine::DType::BF16;
-    g.fp8 = recipe;
+    const GptConfig g = oneBlockBf16(recipe);
     auto backend = ts::kernels::makeCpuBackend();
     MemoryTracker tracker;
     Gpt model(g, backend.get(), &tracker);
@@ -385,14 +389,7 @@ TEST(PrecisionPolicy, Fp8GemmSeesTheQuantizedOperands) {
 // values plus the bias; with fp32 GEMMs it is the product of the unrounded input.
 TEST(PrecisionPolicy, Bf16GemmSeesBf16RoundedInputs) {
   for (bool bf16Gemm : {true, false}) {
-    GptConfig g;
-    g.layers = 1;
-    g.heads = 2;
-    g.d_model = 160;
-    g.seq_len = 8;
-    g.vocab = 16;
-    g.working = ts::engine::DType::BF16;
-    g.bf16Gemm = bf16Gemm;
+    const GptConfig g = oneBlockBf16(GptConfig::Fp8Recipe::None, bf16Gemm);
     auto backend = ts::kernels::makeCpuBackend();
     MemoryTracker tracker;
     Gpt model(g, backend.get(), &tracker);
