@@ -286,9 +286,13 @@ void Gpt::loadFp8State(const nlohmann::json& state) {
                                     std::to_string(d->historyLength()) + "): " + e.what());
       }
     }
-    s.xUsed = bitsFloat(j.at("x_used").get<uint32_t>());
-    s.gUsed = bitsFloat(j.at("g_used").get<uint32_t>());
-    s.wUsed = bitsFloat(j.at("w_used").get<uint32_t>());
+    try {
+      s.xUsed = bitsFloat(j.at("x_used").get<uint32_t>());
+      s.gUsed = bitsFloat(j.at("g_used").get<uint32_t>());
+      s.wUsed = bitsFloat(j.at("w_used").get<uint32_t>());
+    } catch (const nlohmann::json::exception& e) {
+      throw std::invalid_argument(where + ": " + e.what());
+    }
     if (!(s.wUsed > 0.f) || !std::isfinite(s.wUsed))
       throw std::invalid_argument(where + ": weight scale is not finite and positive");
   }

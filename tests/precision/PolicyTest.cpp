@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <numeric>
@@ -425,4 +426,64 @@ TEST(PrecisionPolicy, Bf16GemmSeesBf16RoundedInputs) {
       EXPECT_GT(errRounded, 20 * errPlain);
     }
   }
+}
+
+// The fp8 scaling state survives fp8State() -> loadFp8State() into a fresh model with the same
+// weights: same state and the same fp8 weight bytes (re-quantized with the saved scales). A
+// malformed or mismatched state is refused with the site named, and changes nothing.
+TEST(PrecisionPolicy, Fp8StateRoundTripsAndBadStateIsRefused) {
+  GptConfig g = oneBlockBf16(GptConfig::Fp8Recipe::Delayed);
+  g.fp8History = 3;
+  auto backend = ts::kernels::makeCpuBackend();
+  MemoryTracker tracker;
+  Gpt a(g, backend.get(), &tracker);
+  a.initWeights(5);
+  const int B = 2, T = 8, N = B * T;
+  a.allocate(B);
+  std::vector<int32_t> tok(N), tgt(N);
+  for (int i = 0; i < N; ++i) tok[size_t(i)] = (i * 7 + 3) % g.vocab, tgt[size_t(i)] = i % g.vocab;
+  for (int step = 0; step < 4; ++step) {  // histories of 3 wrap; weights change every step
+    a.zeroGrad();
+    a.forward(tok.data(), tgt.data(), B, T, 1.f / N);
+    a.backward();
+    a.paramBuffer().f32()[a.find("h.0.mlp.c_fc.weight")->offset + step] += 0.25f;
+    a.setWeightsFrom(a.paramBuffer().f32());
+  }
+  const nlohmann::json state = a.fp8State();
+  ASSERT_EQ(state["sites"].size(), 4u);
+  EXPECT_EQ(state["sites"][0]["w"]["history"].size(), 3u);
+
+  Gpt b(g, backend.get(), &tracker);
+  b.initWeights(5);
+  b.setWeightsFrom(a.paramBuffer().f32());  // fresh histories: quantized at scale 1
+  b.loadFp8State(state);
+  EXPECT_EQ(b.fp8State(), state);
+  ASSERT_EQ(a.fp8Weights().bytes(), b.fp8Weights().bytes());
+  EXPECT_EQ(
+      std::memcmp(a.fp8Weights().data(), b.fp8Weights().data(), size_t(a.fp8Weights().bytes())), 0);
+
+  auto refused = [&](nlohmann::json bad, const std::string& needle) {
+    try {
+      b.loadFp8State(bad);
+      ADD_FAILURE() << "accepted: " << needle;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(b.fp8State(), state) << "changed by a refused state: " << needle;
+  };
+  auto bad = state;
+  bad["sites"][3]["x_used"] = "not a number";
+  refused(bad, "h.0.mlp.c_proj.weight");
+  bad = state;
+  bad["sites"][1]["weight"] = "h.7.attn.c_proj.weight";
+  refused(bad, "saved for 'h.7.attn.c_proj.weight'");
+  bad = state;
+  bad["recipe"] = "blockwise";
+  refused(bad, "recipe 'blockwise'");
+  bad = state;
+  bad["sites"].erase(0);
+  refused(bad, "has 3 GEMM sites, the model has 4");
+  bad = state;
+  bad["sites"][2]["g"]["position"] = 7;
+  refused(bad, "position 7 is out of range");
 }
