@@ -164,13 +164,19 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
       throw std::invalid_argument("fp8 GEMMs need bf16 working weights");
     using kernels::Fp8Format;
     const Fp8Format gf = config_.fp8GradE4M3 ? Fp8Format::E4M3 : Fp8Format::E5M2;
-    int64_t off = 0;
+    const bool block = config_.fp8 == GptConfig::Fp8Recipe::Blockwise;
+    int64_t off = 0, scales = 0;
     for (const auto& bp : blockParams_) {
       for (const ParamInfo* w : {bp.qkvw, bp.attprojw, bp.fcw, bp.fcprojw}) {
         Fp8Site site;
         site.w = w;
         site.w8Offset = off;
         off += w->numel;
+        // Dequantization scales of the fp8 weight: one per 128x128 block, or one per tensor.
+        site.scaleOffset = scales;
+        site.scaleCount =
+            block ? kernels::cpu::fp8TileCount(w->shape[0], w->shape[1], 128, 128) : 1;
+        scales += site.scaleCount;
         site.x = kernels::Fp8DelayedScale(config_.fp8History, config_.fp8Margin, Fp8Format::E4M3);
         site.wt = kernels::Fp8DelayedScale(config_.fp8History, config_.fp8Margin, Fp8Format::E4M3);
         site.g = kernels::Fp8DelayedScale(config_.fp8History, config_.fp8Margin, gf);
@@ -179,6 +185,8 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
     }
     w8_ = Tensor(backend_, tracker_, MemoryCategory::Parameters, DType::I8, {off});
     w8_.zero();
+    w8Scales_ = Tensor(backend_, tracker_, MemoryCategory::Parameters, DType::F32, {scales});
+    w8Scales_.zero();
   }
 }
 
@@ -208,15 +216,14 @@ void Gpt::quantizeFp8Weights() {
     const float* w = paramBuf_.f32() + s.w->offset;
     const int64_t OC = s.w->shape[0], IC = s.w->shape[1];
     if (config_.fp8 == GptConfig::Fp8Recipe::Blockwise) {
-      s.wScaleInv.resize(static_cast<size_t>(kernels::cpu::fp8TileCount(OC, IC, 128, 128)));
-      kernels::cpu::quantizeFp8Tiles(w, w8 + s.w8Offset, nullptr, s.wScaleInv.data(), OC, IC, 128,
-                                     128, kernels::Fp8Format::E4M3, config_.fp8Margin);
+      kernels::cpu::quantizeFp8Tiles(w, w8 + s.w8Offset, nullptr, wScaleInv(s), OC, IC, 128, 128,
+                                     kernels::Fp8Format::E4M3, config_.fp8Margin);
     } else {
       // Delayed: this update's weights use the scale from the previous weights' amaxes.
       const float scale = s.wt.scale();
       kernels::cpu::floatToFp8(w, w8 + s.w8Offset, OC * IC, kernels::Fp8Format::E4M3, scale);
       s.wUsed = scale;
-      s.wScaleInv.assign(1, 1.f / scale);
+      wScaleInv(s)[0] = 1.f / scale;
       s.wt.record(kernels::cpu::amax(w, OC * IC));
     }
   }
@@ -305,7 +312,7 @@ void Gpt::loadFp8State(const nlohmann::json& state) {
     const int64_t n = s.w->numel;
     kernels::cpu::floatToFp8(paramBuf_.f32() + s.w->offset, w8 + s.w8Offset, n,
                              kernels::Fp8Format::E4M3, s.wUsed);
-    s.wScaleInv.assign(1, 1.f / s.wUsed);
+    wScaleInv(s)[0] = 1.f / s.wUsed;
   }
 }
 
@@ -313,10 +320,10 @@ void Gpt::dequantizeFp8Weight(const Fp8Site& s, float* dst) {
   const int64_t OC = s.w->shape[0], IC = s.w->shape[1];
   const uint8_t* q = static_cast<const uint8_t*>(w8_.data()) + s.w8Offset;
   if (config_.fp8 == GptConfig::Fp8Recipe::Blockwise)
-    kernels::cpu::dequantizeFp8Tiles(q, s.wScaleInv.data(), dst, OC, IC, 128, 128,
+    kernels::cpu::dequantizeFp8Tiles(q, wScaleInv(s), dst, OC, IC, 128, 128,
                                      kernels::Fp8Format::E4M3);
   else
-    kernels::cpu::fp8ToFloat(q, dst, OC * IC, kernels::Fp8Format::E4M3, s.wScaleInv[0]);
+    kernels::cpu::fp8ToFloat(q, dst, OC * IC, kernels::Fp8Format::E4M3, wScaleInv(s)[0]);
 }
 
 void Gpt::linearForwardFp8(int site, float* out, const float* inp, const ParamInfo& b, int N,
@@ -328,8 +335,7 @@ void Gpt::linearForwardFp8(int site, float* out, const float* inp, const ParamIn
   const int64_t n = int64_t(N) * IC;
   if (config_.fp8 == GptConfig::Fp8Recipe::Blockwise) {
     // Current scaling is a pure function of the values: recomputation quantizes identically.
-    fp8TileScales_.resize(static_cast<size_t>(kernels::cpu::fp8TileCount(N, IC, 1, 128)));
-    kernels::cpu::quantizeFp8Tiles(inp, nullptr, X, fp8TileScales_.data(), N, IC, 1, 128,
+    kernels::cpu::quantizeFp8Tiles(inp, nullptr, X, fp8TileScales_.f32(), N, IC, 1, 128,
                                    kernels::Fp8Format::E4M3, config_.fp8Margin);
   } else {
     if (!recompute) s.xUsed = s.x.scale();
@@ -355,16 +361,13 @@ void Gpt::linearBackwardFp8(int site, float* dinp, const float* dout, const floa
   dequantizeFp8Weight(s, W);
   if (config_.fp8 == GptConfig::Fp8Recipe::Blockwise) {
     // dgrad (reduction over OC): 1x128 tiles of dout along OC; weights in their 128x128 blocks.
-    fp8TileScales_.resize(static_cast<size_t>(kernels::cpu::fp8TileCount(N, OC, 1, 128)));
-    kernels::cpu::quantizeFp8Tiles(dout, nullptr, G, fp8TileScales_.data(), N, OC, 1, 128, gf,
+    kernels::cpu::quantizeFp8Tiles(dout, nullptr, G, fp8TileScales_.f32(), N, OC, 1, 128, gf,
                                    config_.fp8Margin);
     if (dinp) backend_->matmul(dinp, G, W, N, IC, OC, false, false, 1.f, 0.f);
     // wgrad (reduction over the N tokens): both operands re-tiled 128x1 (DeepSeek-V3).
-    fp8TileScales_.resize(static_cast<size_t>(std::max(kernels::cpu::fp8TileCount(N, OC, 128, 1),
-                                                       kernels::cpu::fp8TileCount(N, IC, 128, 1))));
-    kernels::cpu::quantizeFp8Tiles(dout, nullptr, G, fp8TileScales_.data(), N, OC, 128, 1, gf,
+    kernels::cpu::quantizeFp8Tiles(dout, nullptr, G, fp8TileScales_.f32(), N, OC, 128, 1, gf,
                                    config_.fp8Margin);
-    kernels::cpu::quantizeFp8Tiles(inp, nullptr, X, fp8TileScales_.data(), N, IC, 128, 1,
+    kernels::cpu::quantizeFp8Tiles(inp, nullptr, X, fp8TileScales_.f32(), N, IC, 128, 1,
                                    kernels::Fp8Format::E4M3, config_.fp8Margin);
   } else {
     const int64_t n = int64_t(N) * OC;
@@ -502,6 +505,9 @@ void Gpt::allocate(int B) {
     fp8X_ = wsT({N * 4 * C});
     fp8G_ = wsT({N * 4 * C});
     fp8W_ = wsT({4 * C * C});
+    if (config_.fp8 == GptConfig::Fp8Recipe::Blockwise)  // the most tiles of any one operand:
+      fp8TileScales_ = wsT({std::max(kernels::cpu::fp8TileCount(N, 4 * C, 1, 128),     // 1x128
+                                     kernels::cpu::fp8TileCount(N, 4 * C, 128, 1))});  // 128x1
   }
   haveLoss_ = false;
 }

@@ -131,7 +131,14 @@ TEST(PrecisionPolicy, TrackerShowsModelStateBytesPerPolicy) {
       const auto& m = r.memory.ranks[0];
       int64_t pb = 4 * P, gb = 4 * P, ob = 8 * P;
       if (pol == "bf16" || pol == "fp16") pb = 2 * P, gb = 2 * P, ob = 12 * P;
-      if (pol == "fp8") pb = 2 * P + blockLinear, gb = 2 * P, ob = 12 * P;
+      if (pol == "fp8") {
+        // + fp32 dequantization scales: one per weight (delayed) or per 128x128 block.
+        int64_t scales = 0;
+        for (auto [oc, ic] : {std::pair{3 * C, C}, {C, C}, {4 * C, C}, {C, 4 * C}})
+          scales +=
+              std::string(recipe) == "blockwise" ? ((oc + 127) / 128) * ((ic + 127) / 128) : 1;
+        pb = 2 * P + blockLinear + 4 * L * scales, gb = 2 * P, ob = 12 * P;
+      }
       if (pol == "pure_bf16") pb = 2 * P, gb = 2 * P, ob = 4 * P;
       auto peak = [&](const ts::core::RankMemory& rm, MemoryCategory cat) {
         return rm.at(MemoryTier::Device, cat).peak;

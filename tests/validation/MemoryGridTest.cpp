@@ -27,12 +27,14 @@ constexpr double kRelTolerance = 0.05;
 
 std::string describe(const core::RunConfig& c) {
   char buf[360];
-  std::snprintf(buf, sizeof buf, "L%d H%d D%d T%d mb%d ga%d %s %s %s %s ckpt=%s comp=%s %s gemm=%s",
-                c.model.layers, c.model.heads, c.model.d_model, c.model.seq_len,
-                c.train.micro_batch, c.train.grad_accum, c.model.activation.c_str(),
-                c.attention.impl.c_str(), c.optimizer.type.c_str(), c.data.task.c_str(),
-                c.memory.checkpointing.c_str(), c.memory.activation_compression.c_str(),
-                c.precision.policy.c_str(), c.precision.gemm.c_str());
+  std::snprintf(
+      buf, sizeof buf, "L%d H%d D%d T%d mb%d ga%d %s %s %s %s ckpt=%s comp=%s %s%s gemm=%s",
+      c.model.layers, c.model.heads, c.model.d_model, c.model.seq_len, c.train.micro_batch,
+      c.train.grad_accum, c.model.activation.c_str(), c.attention.impl.c_str(),
+      c.optimizer.type.c_str(), c.data.task.c_str(), c.memory.checkpointing.c_str(),
+      c.memory.activation_compression.c_str(), c.precision.policy.c_str(),
+      c.precision.policy == "fp8" ? ("/" + c.precision.fp8.recipe).c_str() : "",
+      c.precision.gemm.c_str());
   return buf;
 }
 
@@ -114,6 +116,13 @@ std::vector<core::RunConfig> techniqueGrid() {
   for (const char* p : {"bf16", "fp16"}) {
     core::RunConfig c = base[(k * 5) % base.size()];
     c.precision.policy = p;
+    out.push_back(c);
+    ++k;
+  }
+  for (const char* recipe : {"delayed", "blockwise"}) {  // fp8 weights, scales, tile scratch
+    core::RunConfig c = base[(k * 5) % base.size()];
+    c.precision.policy = "fp8";
+    c.precision.fp8.recipe = recipe;
     out.push_back(c);
     ++k;
   }

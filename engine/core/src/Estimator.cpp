@@ -553,6 +553,14 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
     if (t.kind == Kind::BlockLinear) largestBlockLinear = std::max(largestBlockLinear, n);
   }
   const double trainable = static_cast<double>(est.params.trainable);
+  // The engine's fp8 weights keep fp32 dequantization scales next to their bytes: one per
+  // tensor (delayed) or per 128x128 block (blockwise) of the four block linear weights.
+  const bool fp8Block = lower(cfg.precision.fp8.recipe) == "blockwise";
+  if (policy == "fp8" && opt.activation_model == ActivationModel::Engine) {
+    const int64_t c = ceilDiv(s.C, 128), f = ceilDiv(s.F, 128);
+    const int64_t perLayer = fp8Block ? ceilDiv(3 * s.C, 128) * c + c * c + 2 * f * c : 4;
+    trainParamBytes += 4.0 * static_cast<double>(s.L * perLayer);
+  }
 
   // Activations for one micro-batch.
   const int64_t B = std::max(1, cfg.train.micro_batch);
@@ -615,8 +623,13 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       wsPeak += 8.0 * static_cast<double>(P);
       wsSteady += 8.0 * static_cast<double>(P);
       if (policy == "fp8") {
+        const int64_t N = B * s.T;  // blockwise: scales of the operand with the most tiles
+        const double tileScales = fp8Block
+                                      ? static_cast<double>(std::max(N * ceilDiv(4 * s.C, 128),
+                                                                     ceilDiv(N, 128) * 4 * s.C))
+                                      : 0.0;
         const double fp8Ws =
-            4.0 * (2.0 * static_cast<double>(B * s.T) * 4.0 * s.C + 4.0 * s.C * s.C);
+            4.0 * (2.0 * static_cast<double>(N) * 4.0 * s.C + 4.0 * s.C * s.C + tileScales);
         wsPeak += fp8Ws;
         wsSteady += fp8Ws;
       }

@@ -184,11 +184,11 @@ class Gpt {
   const Tensor& fp8Weights() const { return w8_; }
   struct Fp8Site {
     const ParamInfo* w = nullptr;
-    int64_t w8Offset = 0;               // into fp8Weights()
-    kernels::Fp8DelayedScale x, wt, g;  // input, weight, output gradient (delayed)
-    float xUsed = 1.f, gUsed = 1.f;     // scales of the last forward / backward (delayed)
-    std::vector<float> wScaleInv;       // per block (blockwise) or one (delayed)
-    float wUsed = 1.f;                  // delayed: the scale fp8Weights() were quantized with
+    int64_t w8Offset = 0;                     // into fp8Weights()
+    kernels::Fp8DelayedScale x, wt, g;        // input, weight, output gradient (delayed)
+    float xUsed = 1.f, gUsed = 1.f;           // scales of the last forward / backward (delayed)
+    int64_t scaleOffset = 0, scaleCount = 0;  // its dequantization scales in w8Scales_
+    float wUsed = 1.f;                        // delayed: the scale fp8Weights() were quantized with
   };
   const Fp8Site& fp8Site(int l, int j) const { return fp8Sites_[4 * l + j]; }
   // The fp8 scaling state for checkpoints: every site's amax histories with their ring
@@ -237,6 +237,7 @@ class Gpt {
   void linearBackwardFp8(int site, float* dinp, const float* dout, const float* inp,
                          const ParamInfo& b, int N, int OC, int IC);
   void quantizeFp8Weights();
+  float* wScaleInv(const Fp8Site& s) { return w8Scales_.f32() + s.scaleOffset; }
   void dequantizeFp8Weight(const Fp8Site& s, float* dst);
   // One block's forward from `in`; `out` == nullptr skips the final residual add (recompute).
   void blockForward(int l, BlockActivations& a, const float* in, float* out, bool recompute);
@@ -263,9 +264,10 @@ class Gpt {
   Tensor param16_, grad16_;  // 16-bit working precision only
   Tensor w8_;                // fp8 weight copies (fp8 only)
   std::vector<Fp8Site> fp8Sites_;
-  Tensor fp8X_, fp8G_, fp8W_;         // fp8: dequantized GEMM operands (workspace, fp32)
-  Tensor x16_, g16_;                  // bf16Gemm: bf16 inputs / output gradients (workspace)
-  std::vector<float> fp8TileScales_;  // blockwise: scratch per-tile scales of X / G
+  Tensor fp8X_, fp8G_, fp8W_;  // fp8: dequantized GEMM operands (workspace, fp32)
+  Tensor x16_, g16_;           // bf16Gemm: bf16 inputs / output gradients (workspace)
+  Tensor w8Scales_;            // fp8: the weights' dequantization scales (parameters, fp32)
+  Tensor fp8TileScales_;       // blockwise: per-tile scales of X / G (workspace, fp32)
   Activations acts_;
   Workspace ws_;
   int curB_ = 0, curT_ = 0;
