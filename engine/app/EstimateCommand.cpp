@@ -112,12 +112,8 @@ void addEstimateCommands(CLI::App& app, int& exitCode) {
       return;
     }
     options.nf4_double_quant = eo->doubleQuant;
-    {  // precision.gemm "auto" as `run` resolves it on this machine (bf16 GEMMs need AMX)
-      core::RunConfig probe = config;
-      probe.precision.policy = "bf16";
-      probe.precision.gemm = "auto";
-      options.native_bf16_gemm = engine::useBf16Gemm(probe, kernels::makeCpuBackend().get());
-    }
+    // precision.gemm "auto" as `run` resolves it on this machine.
+    options.native_bf16_gemm = engine::autoPicksBf16Gemm(kernels::makeCpuBackend().get());
     core::MemoryEstimate e = core::estimateMemory(config, options);
     if (eo->json)
       std::cout << core::toJson(e).dump() << std::endl;

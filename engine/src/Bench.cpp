@@ -289,8 +289,8 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
       << ", AVX512-BF16 " << (f.avx512_bf16 ? "yes" : "no") << ", AMX-BF16 "
       << (f.amx_bf16 ? "yes" : "no")
       << "; bf16 GEMM kernel: " << (nativeBf16 ? "oneDNN " + bf16Impl : bf16Impl)
-      << ". precision.gemm auto picks " << (nativeBf16 && f.amx_bf16 ? "bf16" : "fp32")
-      << " here.\n";
+      << ". precision.gemm auto picks "
+      << (autoPicksBf16Gemm(kernels::makeCpuBackend().get()) ? "bf16" : "fp32") << " here.\n";
   return results;
 }
 

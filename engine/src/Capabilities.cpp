@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "trainscope/core/Protocol.h"
+#include "trainscope/engine/Gpt.h"
 #include "trainscope/kernels/Backend.h"
 #include "trainscope/kernels/CpuOps.h"
 
@@ -134,7 +135,7 @@ nlohmann::json capabilitiesJson() {
   json bf16 = cap(true);
   bf16["native_gemm"] = nativeGemm;
   bf16[nativeGemm ? "gemm_impl" : "gemm_why"] = gemmImpl;
-  bf16["auto_gemm"] = nativeGemm && f.amx_bf16 ? "bf16" : "fp32";
+  bf16["auto_gemm"] = autoPicksBf16Gemm(kernels::makeCpuBackend().get()) ? "bf16" : "fp32";
   j["precisions"] = {{"fp32", cap(true)},
                      // cpu backend: 16-bit stored weights/grads; GEMMs per precision.gemm
                      {"bf16", bf16},

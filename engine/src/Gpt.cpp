@@ -32,16 +32,18 @@ double Rng::normal() {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
 
+bool autoPicksBf16Gemm(const kernels::Backend* backend) {
+  if (!backend || backend->kind() != kernels::DeviceKind::Cpu ||  // bf16 policies: CPU only
+      !backend->supports(kernels::Op::MatmulBF16) || backend->emulates(kernels::Op::MatmulBF16))
+    return false;
+  const auto f = backend->device().features;
+  return std::find(f.begin(), f.end(), "amx_bf16") != f.end();
+}
+
 bool useBf16Gemm(const core::RunConfig& config, const kernels::Backend* backend) {
   const auto& p = config.precision;
   if (p.policy != "bf16" && p.policy != "pure_bf16") return false;
-  if (p.gemm == "bf16") return true;
-  if (p.gemm != "auto" || !backend || !backend->supports(kernels::Op::MatmulBF16) ||
-      backend->emulates(kernels::Op::MatmulBF16))
-    return false;
-  if (backend->kind() != kernels::DeviceKind::Cpu) return false;  // bf16 policies: CPU only
-  const auto f = backend->device().features;
-  return std::find(f.begin(), f.end(), "amx_bf16") != f.end();
+  return p.gemm == "bf16" || (p.gemm == "auto" && autoPicksBf16Gemm(backend));
 }
 
 GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels::Backend* backend) {
@@ -220,10 +222,7 @@ void Gpt::quantizeFp8Weights() {
                                      kernels::Fp8Format::E4M3, config_.fp8Margin);
     } else {
       // Delayed: this update's weights use the scale from the previous weights' amaxes.
-      const float scale = s.wt.scale();
-      kernels::cpu::floatToFp8(w, w8 + s.w8Offset, OC * IC, kernels::Fp8Format::E4M3, scale);
-      s.wUsed = scale;
-      wScaleInv(s)[0] = 1.f / scale;
+      quantizeFp8WeightDelayed(s, s.wt.scale());
       s.wt.record(kernels::cpu::amax(w, OC * IC));
     }
   }
@@ -307,13 +306,14 @@ void Gpt::loadFp8State(const nlohmann::json& state) {
   if (config_.fp8 != GptConfig::Fp8Recipe::Delayed) return;  // blockwise: weights are current
   // setWeightsFrom() quantized with (and recorded into) the fresh histories; redo it with the
   // scales the saved fp8 weights had.
-  uint8_t* w8 = static_cast<uint8_t*>(w8_.data());
-  for (auto& s : fp8Sites_) {
-    const int64_t n = s.w->numel;
-    kernels::cpu::floatToFp8(paramBuf_.f32() + s.w->offset, w8 + s.w8Offset, n,
-                             kernels::Fp8Format::E4M3, s.wUsed);
-    wScaleInv(s)[0] = 1.f / s.wUsed;
-  }
+  for (auto& s : fp8Sites_) quantizeFp8WeightDelayed(s, s.wUsed);
+}
+
+void Gpt::quantizeFp8WeightDelayed(Fp8Site& s, float scale) {
+  kernels::cpu::floatToFp8(param(*s.w), static_cast<uint8_t*>(w8_.data()) + s.w8Offset, s.w->numel,
+                           kernels::Fp8Format::E4M3, scale);
+  s.wUsed = scale;
+  wScaleInv(s)[0] = 1.f / scale;
 }
 
 void Gpt::dequantizeFp8Weight(const Fp8Site& s, float* dst) {

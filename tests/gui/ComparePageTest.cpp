@@ -20,6 +20,7 @@
 #include "ChartView.h"
 #include "ComparePage.h"
 #include "CompareTestRuns.h"
+#include "GuiTestUtil.h"
 #include "RunsPage.h"
 
 using namespace ts::gui;
@@ -79,12 +80,7 @@ std::string ComparePageTest::db_;
 RunSpec ComparePageTest::alpha_, ComparePageTest::beta_, ComparePageTest::gamma_;
 int64_t ComparePageTest::idAlpha_ = 0, ComparePageTest::idBeta_ = 0, ComparePageTest::idGamma_ = 0;
 
-QString screenshotDir() {
-  QString d = qEnvironmentVariable("TRAINSCOPE_SCREENSHOT_DIR");
-  if (d.isEmpty()) d = TRAINSCOPE_SCREENSHOT_DEFAULT;
-  QDir().mkpath(d);
-  return d;
-}
+using ts::gui::testutil::screenshotDir;
 
 void saveShot(QWidget* w, const QString& name) {
   QCoreApplication::processEvents();

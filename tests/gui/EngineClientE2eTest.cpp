@@ -10,6 +10,7 @@
 #include <QTest>
 
 #include "ChartView.h"
+#include "GuiTestUtil.h"
 #include "MainWindow.h"
 #include "RunDashboard.h"
 #include "trainscope/core/RunStore.h"
@@ -30,15 +31,7 @@ QString engineUnusableReason() {
   return {};
 }
 
-bool waitFor(const std::function<bool()>& cond, int ms) {
-  QElapsedTimer t;
-  t.start();
-  while (!cond()) {
-    if (t.elapsed() > ms) return false;
-    QTest::qWait(50);
-  }
-  return true;
-}
+using ts::gui::testutil::waitFor;
 
 }  // namespace
 

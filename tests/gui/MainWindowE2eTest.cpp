@@ -11,6 +11,7 @@
 #include <QTest>
 
 #include "ChartView.h"
+#include "GuiTestUtil.h"
 #include "MainWindow.h"
 #include "RunDashboard.h"
 #include "RunsPage.h"
@@ -21,15 +22,7 @@ using namespace ts::gui;
 
 namespace {
 
-bool waitFor(const std::function<bool()>& cond, int ms) {
-  QElapsedTimer t;
-  t.start();
-  while (!cond()) {
-    if (t.elapsed() > ms) return false;
-    QTest::qWait(50);
-  }
-  return true;
-}
+using ts::gui::testutil::waitFor;
 
 MainWindow::Options optionsFor(const QTemporaryDir& tmp) {
   MainWindow::Options o;

@@ -13,6 +13,7 @@
 #include <QTest>
 
 #include "ChartView.h"
+#include "GuiTestUtil.h"
 #include "MainWindow.h"
 #include "PlannerPage.h"
 #include "RunDashboard.h"
@@ -29,12 +30,7 @@ namespace core = ts::core;
 
 namespace {
 
-QString screenshotDir() {
-  QString d = qEnvironmentVariable("TRAINSCOPE_SCREENSHOT_DIR");
-  if (d.isEmpty()) d = TRAINSCOPE_SCREENSHOT_DEFAULT;
-  QDir().mkpath(d);
-  return d;
-}
+using ts::gui::testutil::screenshotDir;
 
 void save(QWidget* w, const QString& name) {
   QCoreApplication::processEvents();

@@ -15,6 +15,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "GuiTestUtil.h"
 #include "TimelinePage.h"
 #include "TimelineView.h"
 #include "trainscope/core/RunStore.h"
@@ -25,12 +26,7 @@ namespace core = ts::core;
 
 namespace {
 
-QString screenshotDir() {
-  QString d = qEnvironmentVariable("TRAINSCOPE_SCREENSHOT_DIR");
-  if (d.isEmpty()) d = TRAINSCOPE_SCREENSHOT_DEFAULT;
-  QDir().mkpath(d);
-  return d;
-}
+using ts::gui::testutil::screenshotDir;
 
 }  // namespace
 

@@ -18,6 +18,7 @@
 #include "trainscope/engine/Dataset.h"
 #include "trainscope/engine/Gpt.h"
 #include "trainscope/engine/Trainer.h"
+#include "trainscope/kernels/CpuOps.h"
 #include "trainscope/kernels/Numeric.h"
 
 using namespace ts::engine;
@@ -493,4 +494,47 @@ TEST(PrecisionPolicy, Fp8StateRoundTripsAndBadStateIsRefused) {
   bad = state;
   bad["sites"][2]["g"]["position"] = 7;
   refused(bad, "position 7 is out of range");
+}
+
+// bf16 GEMMs need bf16 working weights and no fp8: other combinations are refused by the model.
+TEST(PrecisionPolicy, Bf16GemmNeedsBf16WorkingWeights) {
+  auto backend = ts::kernels::makeCpuBackend();
+  MemoryTracker tracker;
+  GptConfig fp32 = oneBlockBf16(GptConfig::Fp8Recipe::None, true);
+  fp32.working = ts::engine::DType::F32;
+  GptConfig fp8 = oneBlockBf16(GptConfig::Fp8Recipe::Delayed, true);
+  for (const GptConfig& g : {fp32, fp8}) {
+    try {
+      Gpt model(g, backend.get(), &tracker);
+      ADD_FAILURE() << "accepted bf16 GEMMs without plain bf16 weights";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("policy bf16 or pure_bf16"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// A run that asks for bf16 GEMMs on a CPU without a bf16 kernel is told they are emulated
+// (and slower than fp32 GEMMs); with a native kernel it logs which one.
+TEST(PrecisionPolicy, ForcedBf16GemmSaysWhetherItIsEmulated) {
+  auto c = smallConfig();
+  c.train.steps = 2;
+  c.precision.policy = "bf16";
+  c.precision.gemm = "bf16";
+  Recorded rec;
+  const fs::path dir = tempDir("gemm_warning");
+  ASSERT_EQ(runWith(c, rec, dir.string()).status, "completed");
+  std::string impl;
+  const bool native = ts::kernels::cpu::matmulBf16Native(&impl);
+  bool warned = false;
+  for (const auto& w : rec.of(EventType::Warning)) {
+    const std::string m = w["message"];
+    if (m.find("emulated") != std::string::npos) {
+      warned = true;
+      EXPECT_NE(m.find("precision.gemm fp32"), std::string::npos) << m;
+      EXPECT_NE(m.find(impl), std::string::npos) << m;  // says why there is no kernel
+    }
+  }
+  EXPECT_EQ(warned, !native);
+  fs::remove_all(dir);
 }

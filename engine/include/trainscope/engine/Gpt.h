@@ -71,8 +71,11 @@ int checkpointSegment(const std::string& mode, int every, int layers);
 // runs them natively on AMX; never without a backend).
 GptConfig gptConfigFrom(const core::RunConfig& config, int vocab,
                         const kernels::Backend* backend = nullptr);
-// Whether precision.gemm resolves to bf16 GEMMs on `backend` ("auto": AMX + a native kernel;
-// without AMX oneDNN's bf16 kernels are slower than its fp32 sgemm, reference.md).
+// What precision.gemm "auto" means on `backend`: bf16 GEMMs only on a CPU with AMX whose bf16
+// GEMM is native (without AMX oneDNN's bf16 kernels are slower than its fp32 sgemm,
+// reference.md).
+bool autoPicksBf16Gemm(const kernels::Backend* backend);
+// Whether the config's precision.gemm resolves to bf16 GEMMs on `backend`.
 bool useBf16Gemm(const core::RunConfig& config, const kernels::Backend* backend);
 
 struct ParamInfo {
@@ -237,6 +240,8 @@ class Gpt {
   void linearBackwardFp8(int site, float* dinp, const float* dout, const float* inp,
                          const ParamInfo& b, int N, int OC, int IC);
   void quantizeFp8Weights();
+  // Delayed recipe: the fp8 bytes of s's weight at `scale` (recorded as the weight's scale).
+  void quantizeFp8WeightDelayed(Fp8Site& s, float scale);
   float* wScaleInv(const Fp8Site& s) { return w8Scales_.f32() + s.scaleOffset; }
   void dequantizeFp8Weight(const Fp8Site& s, float* dst);
   // One block's forward from `in`; `out` == nullptr skips the final residual add (recompute).
