@@ -136,14 +136,22 @@ nlohmann::json capabilitiesJson() {
   bf16["native_gemm"] = nativeGemm;
   bf16[nativeGemm ? "gemm_impl" : "gemm_why"] = gemmImpl;
   bf16["auto_gemm"] = autoPicksBf16Gemm(kernels::makeCpuBackend().get()) ? "bf16" : "fp32";
+  // `backends`: where the engine runs it (absent: every backend); the same rule as
+  // unsupportedFeatures in Trainer.cpp, so the GUI refuses what a launch would.
+  auto onlyOn = [](json c, std::vector<std::string> backends, std::string why) {
+    c["backends"] = std::move(backends);
+    c["backends_why"] = std::move(why);
+    return c;
+  };
+  const std::string cpuOnly = "runs on the cpu backend only so far; use fp32 on cuda";
   j["precisions"] = {{"fp32", cap(true)},
                      // cpu backend: 16-bit stored weights/grads; GEMMs per precision.gemm
-                     {"bf16", bf16},
-                     {"fp16", cap(true)},
+                     {"bf16", onlyOn(bf16, {"cpu"}, cpuOnly)},
+                     {"fp16", onlyOn(cap(true), {"cpu"}, cpuOnly)},
                      // cpu backend: GEMM operands quantized to real fp8 values (E4M3/E5M2,
                      // delayed or block scaling), multiplied in fp32: emulated, not faster
-                     {"fp8", cap(true)},
-                     {"pure_bf16", bf16}};
+                     {"fp8", onlyOn(cap(true), {"cpu"}, cpuOnly)},
+                     {"pure_bf16", onlyOn(bf16, {"cpu"}, cpuOnly)}};
   j["techniques"] = {
       {"gradient_accumulation", cap(true)},
       {"flash_attention", cap(true)},
@@ -153,7 +161,7 @@ nlohmann::json capabilitiesJson() {
       {"checkpoint_resume", cap(true)},
       {"mixed_precision", cap(true)},
       {"activation_checkpointing", cap(true)},
-      {"activation_compression", cap(true)},
+      {"activation_compression", onlyOn(cap(true), {"cpu"}, "runs on the cpu backend only so far")},
       {"zero", cap(false, later)},
       {"offload", cap(false, later)},
       {"lora", cap(false, later)},

@@ -65,6 +65,34 @@ QWidget* ChartView::plotWidget() const {
   return view_->viewport();
 }
 
+QRect ChartView::plotRectIn(const QWidget* ancestor) const {
+  const QRect r = view_->mapFromScene(chart_->mapToScene(chart_->plotArea())).boundingRect();
+  return QRect(view_->viewport()->mapTo(ancestor, r.topLeft()), r.size());
+}
+
+QColor ChartView::seriesColor(int series) const {
+  if (series < 0 || series >= static_cast<int>(series_.size())) return {};
+  if (auto* ls = qobject_cast<QLineSeries*>(series_[series]);
+      ls && !qobject_cast<QScatterSeries*>(ls))
+    return ls->pen().color();
+  return series_[series]->color();
+}
+
+bool ChartView::seriesVisible(int series) const {
+  return series >= 0 && series < static_cast<int>(series_.size()) && series_[series]->isVisible();
+}
+
+QVector<QPointF> ChartView::drawnPoints(int series) const {
+  if (series < 0 || series >= static_cast<int>(series_.size())) return {};
+  return series_[series]->points();
+}
+
+QPoint ChartView::positionIn(const QWidget* ancestor, QPointF value, int series) const {
+  if (series < 0 || series >= static_cast<int>(series_.size())) return {};
+  const QPointF scene = chart_->mapToScene(chart_->mapToPosition(value, series_[series]));
+  return view_->viewport()->mapTo(ancestor, view_->mapFromScene(scene));
+}
+
 bool ChartView::eventFilter(QObject* watched, QEvent* event) {
   if (watched == view_->viewport() && event->type() == QEvent::MouseButtonRelease) {
     auto* me = static_cast<QMouseEvent*>(event);

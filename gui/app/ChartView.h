@@ -44,6 +44,14 @@ class ChartView : public QWidget {
   // The data x under a widget-local point of the plot (for click handling and tests).
   double xAt(const QPoint& viewPos) const;
   QWidget* plotWidget() const;  // the widget that receives the mouse
+  // For screenshot checks: the plot area, a series' colour (alpha < 255 for faint ones), its
+  // reduced points as drawn, and where a data point lands, all in `ancestor`'s coordinates.
+  QRect plotRectIn(const QWidget* ancestor) const;
+  QColor seriesColor(int series) const;
+  bool seriesVisible(int series) const;
+  int seriesCount() const { return static_cast<int>(series_.size()); }
+  QVector<QPointF> drawnPoints(int series) const;
+  QPoint positionIn(const QWidget* ancestor, QPointF value, int series) const;
 
  signals:
   // A left click inside the plot, at data coordinate x (e.g. a step).

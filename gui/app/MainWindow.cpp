@@ -145,6 +145,7 @@ MainWindow::MainWindow(Options options, QWidget* parent)
     caps_ = s;
     capsLabel_->setText("Backends: " + s.text);
     wizard_->setCapabilities(s);
+    planner_->setCapabilities(s.raw);
   });
   probe_->start(options_.enginePath.isEmpty() ? EngineLocator::findEngine() : options_.enginePath);
 

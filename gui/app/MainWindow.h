@@ -55,6 +55,7 @@ class MainWindow : public QMainWindow {
   // after a clear dialog when it could not start.
   RunDashboard* launch(const QStringList& extraArgs = {});
   const QString& databasePath() const { return dbPath_; }
+  const CapabilitySummary& capabilities() const { return caps_; }  // known once probed
   void setShowDialogs(bool v);
   QString lastError() const { return lastError_; }
   // Opens a dashboard tab for a run (takes ownership of both).

@@ -19,6 +19,7 @@
 #include <QVBoxLayout>
 
 #include "MemoryBars.h"
+#include "trainscope/gui/Capabilities.h"
 
 namespace ts::gui {
 
@@ -82,10 +83,15 @@ PlannerPage::PlannerPage(QWidget* parent)
   ranks_ = new QSpinBox;
   ranks_->setRange(1, 4096);
   goal_ = combo({"fit", "fastest", "largest_batch"});
+  backend_ = combo({"cpu", "cuda"});
+  backend_->setToolTip(
+      "The engine backend the setup would run on: suggestions say whether this engine can run "
+      "them there");
   mf->addRow("Model", model_);
   mf->addRow("Sequence length", seqLen_);
   mf->addRow("Device memory", deviceGiB_);
   mf->addRow("Ranks (GPUs)", ranks_);
+  mf->addRow("Backend", backend_);
   mf->addRow("Planner goal", goal_);
   left->addWidget(machineBox);
 
@@ -144,6 +150,14 @@ PlannerPage::PlannerPage(QWidget* parent)
   planMessage_ = new QLabel;
   planMessage_->setObjectName("Muted");
   planMessage_->setWordWrap(true);
+  filter_ = combo({"Fits and runs here", "All that fit"});
+  filter_->setToolTip(
+      "Fits and runs here: only setups this engine can run on the chosen backend (from its "
+      "capabilities). All that fit: also those it cannot run yet, with the reason.");
+  auto* planBar = new QHBoxLayout;
+  planBar->addWidget(planMessage_, 1);
+  planBar->addWidget(new QLabel("Show"));
+  planBar->addWidget(filter_);
   table_ = new QTableView;
   table_->setModel(plans_);
   table_->setSelectionBehavior(QAbstractItemView::SelectRows);
@@ -154,7 +168,12 @@ PlannerPage::PlannerPage(QWidget* parent)
   table_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
   table_->horizontalHeader()->setSectionResizeMode(PlanTableModel::Techniques,
                                                    QHeaderView::Stretch);
-  pv->addWidget(planMessage_);
+  // The verdict is elided (the tooltip has the reasons): the techniques get the room.
+  table_->horizontalHeader()->setSectionResizeMode(PlanTableModel::RunsHere,
+                                                   QHeaderView::Interactive);
+  table_->setColumnWidth(PlanTableModel::RunsHere, 170);
+  table_->setTextElideMode(Qt::ElideRight);
+  pv->addLayout(planBar);
   pv->addWidget(table_, 1);
   right->addWidget(planBox, 1);
   connect(table_->selectionModel(), &QItemSelectionModel::selectionChanged, this,
@@ -181,7 +200,8 @@ PlannerPage::PlannerPage(QWidget* parent)
   connect(hf, &QPushButton::clicked, this, [this] { exportDialog(PlannerExport::HuggingFace); });
 
   connect(model_, &QComboBox::currentIndexChanged, this, &PlannerPage::loadChoice);
-  for (auto* c : {goal_, precision_, checkpointing_, zero_, offloadOpt_, offloadParams_})
+  for (auto* c :
+       {goal_, backend_, filter_, precision_, checkpointing_, zero_, offloadOpt_, offloadParams_})
     connect(c, &QComboBox::currentIndexChanged, this, &PlannerPage::scheduleUpdate);
   for (auto* s : {seqLen_, ranks_, lora_, micro_})
     connect(s, &QSpinBox::valueChanged, this, &PlannerPage::scheduleUpdate);
@@ -211,6 +231,24 @@ void PlannerPage::setDeviceMemoryGiB(double gib) {
 }
 void PlannerPage::setRanks(int ranks) {
   ranks_->setValue(ranks);
+}
+
+void PlannerPage::setCapabilities(const nlohmann::json& caps) {
+  caps_ = caps;
+  const auto s = summarizeCapabilities(caps);
+  loading_ = true;
+  backend_->setCurrentIndex(s.cudaAvailable ? 1 : 0);
+  loading_ = false;
+  scheduleUpdate();
+}
+void PlannerPage::setBackend(const QString& backend) {
+  setComboText(backend_, backend.toStdString());
+}
+void PlannerPage::setRunnableOnly(bool v) {
+  filter_->setCurrentIndex(v ? 0 : 1);
+}
+QString PlannerPage::setupNote() const {
+  return details_->text();
 }
 
 void PlannerPage::setTechniques(const PlannerTechniques& t) {
@@ -264,6 +302,9 @@ void PlannerPage::recompute() {
   PlannerInput in;
   in.ranks = ranks_->value();
   in.config = applyTechniques(choices_[i].base, formTechniques(), in.ranks);
+  in.config.device.backend = backend_->currentText().toStdString();
+  in.capabilities = caps_;
+  in.runnableOnly = filter_->currentIndex() == 0;
   in.deviceMemory = static_cast<int64_t>(deviceGiB_->value() * double(1LL << 30));
   in.goal =
       core::planGoalFromString(goal_->currentText().toStdString()).value_or(core::PlanGoal::Fit);
@@ -295,17 +336,27 @@ void PlannerPage::showOutput(const PlannerInput& in, const PlannerOutput& out) {
                     .arg(e.bytes_per_param, 0, 'f', 1);
     if (e.peak_host > 0) d += " · host " + formatBytes(double(e.peak_host));
     if (e.peak_nvme > 0) d += " · NVMe " + formatBytes(double(e.peak_nvme));
+    if (!out.limitations.isEmpty())
+      d += QStringLiteral("\nThis engine cannot run this setup on %1: %2")
+               .arg(QString::fromStdString(in.config.device.backend), out.limitations.join("; "));
     details_->setText(d);
     bars_->setReports(e.report, std::nullopt, in.deviceMemory, true);
   }
   verdict_->style()->unpolish(verdict_);
   verdict_->style()->polish(verdict_);
-  plans_->setPlans(out.plans.plans);
-  planMessage_->setText(
+  plans_->setPlans(out.plans.plans, QString::fromStdString(out.plans.baseline_summary));
+  QString msg =
       out.plans.plans.empty()
           ? QString::fromStdString(out.plans.message.empty() ? "No setup fits." : out.plans.message)
-          : QStringLiteral("%1 configurations evaluated; hover a row for its summary.")
-                .arg(out.plans.evaluated));
+          : QStringLiteral(
+                "%1 configurations evaluated; step time relative to the setup as "
+                "configured; hover a row for its summary.")
+                .arg(out.plans.evaluated);
+  if (!out.plans.plans.empty() && out.plans.not_runnable > 0)
+    msg += QStringLiteral(" %1 more fit but need what this engine cannot run yet.")
+               .arg(out.plans.not_runnable);
+  if (caps_.is_null()) msg += " (Engine capabilities unknown: not checked whether it runs here.)";
+  planMessage_->setText(msg);
   updateExportLabel();
   emit updated();
 }

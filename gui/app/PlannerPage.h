@@ -32,7 +32,13 @@ class PlannerPage : public QWidget {
   void setDeviceMemoryGiB(double gib);
   void setRanks(int ranks);
   void setTechniques(const PlannerTechniques& t);
-  void recompute();  // schedules a computation now
+  // The engine's capabilities: suggestions say whether it can run them on the chosen backend,
+  // and the backend defaults to cuda where the engine found a GPU.
+  void setCapabilities(const nlohmann::json& caps);
+  void setBackend(const QString& backend);  // "cpu" | "cuda"
+  void setRunnableOnly(bool v);             // the suggestions filter: fits and runs here
+  QString setupNote() const;                // the text under the setup's verdict
+  void recompute();                         // schedules a computation now
   bool computing() const { return controller_->busy() || pendingTimer(); }
   PlanTableModel* planModel() const { return plans_; }
   QTableView* planView() const { return table_; }
@@ -67,6 +73,9 @@ class PlannerPage : public QWidget {
   QDoubleSpinBox* deviceGiB_;
   QSpinBox* ranks_;
   QComboBox* goal_;
+  QComboBox* backend_;
+  QComboBox* filter_;
+  nlohmann::json caps_;
   QComboBox* precision_;
   QComboBox* checkpointing_;
   QCheckBox* flash_;

@@ -218,6 +218,10 @@ void TimelinePage::reloadRuns() {
     const int i = runs_->findData(current);
     runs_->setCurrentIndex(i >= 0 ? i : (current > 0 ? -1 : 0));
     fillingRuns_ = false;
+    // The picker shows a run: show its profile too (the newest run when none was loaded), not
+    // "No profile loaded" until the user picks another run and back.
+    const qlonglong shown = runs_->currentData().toLongLong();
+    if (shown > 0 && shown != model_->runId()) showRun(shown);
   });
   RunRepository repo = repo_;
   watcher->setFuture(QtConcurrent::run([repo] { return repo.listRuns(); }));

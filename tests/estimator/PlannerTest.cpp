@@ -126,6 +126,91 @@ TEST(Planner, CostComponents) {
   for (const auto& p : r.plans) {
     EXPECT_EQ(p.cost.recompute_s > 0, p.config.memory.checkpointing != "none") << p.summary;
     EXPECT_EQ(p.cost.offload_s > 0, p.config.parallel.offload_optimizer != "none") << p.summary;
-    EXPECT_GT(p.cost.relative, 0.5);
+    EXPECT_GT(p.cost.relative_to_ideal, 0.5);
+    EXPECT_NEAR(p.cost.relative, p.cost.total_s / r.baseline.total_s, 1e-12);
   }
+}
+
+namespace {
+RunConfig defaultPreset() {
+  auto c = loadConfigFile(std::string(TRAINSCOPE_PRESET_DIR) + "/default.json");
+  EXPECT_TRUE(c.ok());
+  return c.ok() ? *c.config : RunConfig{};
+}
+bool sameSetup(const RunConfig& a, const RunConfig& b) {
+  return a.precision.policy == b.precision.policy &&
+         a.memory.checkpointing == b.memory.checkpointing &&
+         a.memory.activation_compression == b.memory.activation_compression &&
+         a.attention.impl == b.attention.impl && a.parallel.zero_stage == b.parallel.zero_stage &&
+         a.parallel.offload_optimizer == b.parallel.offload_optimizer &&
+         a.parallel.offload_params == b.parallel.offload_params &&
+         a.optimizer.state_bits == b.optimizer.state_bits &&
+         a.finetune.lora.r == b.finetune.lora.r && a.train.micro_batch == b.train.micro_batch &&
+         a.train.grad_accum == b.train.grad_accum;
+}
+}  // namespace
+
+// Step time is relative to the setup as configured: that setup reads 1.00x (the default preset's
+// tiny model is all overhead, so relative to the compute ideal it read 2480x).
+TEST(Planner, StepTimeIsRelativeToTheConfiguredSetup) {
+  PlanRequest req;
+  req.base = defaultPreset();
+  req.device_memory = 24 * GiB;
+  req.max_plans = 1000;
+  auto r = planTraining(req);
+  ASSERT_FALSE(r.plans.empty()) << r.message;
+  EXPECT_GT(r.baseline.total_s, 0);
+  EXPECT_NE(r.baseline_summary.find("fp32"), std::string::npos) << r.baseline_summary;
+  const Plan* asIs = nullptr;
+  for (const auto& p : r.plans)
+    if (sameSetup(p.config, req.base)) asIs = &p;
+  ASSERT_NE(asIs, nullptr) << "the configured setup fits and should be among the plans";
+  EXPECT_NEAR(asIs->cost.relative, 1.0, 1e-9);
+  for (const auto& p : r.plans) {
+    // A handful of techniques cannot make a step more than a few times faster or slower.
+    EXPECT_GT(p.cost.relative, 0.2) << p.summary;
+    EXPECT_LT(p.cost.relative, 5.0) << p.summary;
+  }
+  EXPECT_NE(formatPlans(r).find("relative to the setup as configured"), std::string::npos);
+}
+
+// The engine's limitations: each plan says why it cannot run; runnable_only leaves those out.
+TEST(Planner, LimitationsMarkAndFilterPlans) {
+  PlanRequest req;
+  req.base.model = *modelPreset("gpt2-xl");
+  req.base.train.micro_batch = 4;
+  req.device_memory = 24 * GiB;
+  req.max_plans = 50;
+  req.limitations = [](const RunConfig& c) {
+    std::vector<std::string> why;
+    if (c.finetune.lora.r > 0) why.push_back("LoRA is not implemented");
+    if (c.optimizer.state_bits != 32) why.push_back("8-bit optimizer state is not implemented");
+    return why;
+  };
+  auto all = planTraining(req);
+  ASSERT_FALSE(all.plans.empty());
+  int refused = 0;
+  for (const auto& p : all.plans) {
+    const bool needs = p.config.finetune.lora.r > 0 || p.config.optimizer.state_bits != 32;
+    EXPECT_EQ(!p.limitations.empty(), needs) << p.summary;
+    refused += needs;
+  }
+  ASSERT_GT(refused, 0) << "gpt2-xl on 24 GiB: some plans use LoRA or 8-bit state";
+  EXPECT_EQ(all.not_runnable, 0);
+
+  req.runnable_only = true;
+  auto runnable = planTraining(req);
+  ASSERT_FALSE(runnable.plans.empty()) << runnable.message;
+  EXPECT_GT(runnable.not_runnable, 0);
+  for (const auto& p : runnable.plans) {
+    EXPECT_TRUE(p.limitations.empty()) << p.summary;
+    EXPECT_EQ(p.config.finetune.lora.r, 0) << p.summary;
+    EXPECT_EQ(p.config.optimizer.state_bits, 32) << p.summary;
+  }
+  // Nothing runnable fits: the message says so instead of "no combination fits".
+  req.limitations = [](const RunConfig&) { return std::vector<std::string>{"no device here"}; };
+  auto none = planTraining(req);
+  EXPECT_TRUE(none.plans.empty());
+  EXPECT_NE(none.message.find("cannot run"), std::string::npos) << none.message;
+  EXPECT_NE(none.message.find("no device here"), std::string::npos) << none.message;
 }

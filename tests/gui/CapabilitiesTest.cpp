@@ -49,6 +49,36 @@ TEST(Capabilities, UnsupportedTechniquesBecomeIssuesWithTheEnginesReason) {
   EXPECT_TRUE(engineLimitations(nlohmann::json(), c).empty());  // unknown: no verdict
 }
 
+// Restrictions per backend: what runs on the cpu backend only is refused for cuda, and a
+// backend without a usable device is refused itself ("auto" is cuda only where one answers).
+TEST(Capabilities, BackendRestrictionsFollowTheChosenBackend) {
+  auto caps = nlohmann::json::parse(kCaps);
+  caps["precisions"]["bf16"] = {
+      {"supported", true}, {"backends", {"cpu"}}, {"backends_why", "cpu only so far"}};
+  ts::core::RunConfig c;
+  c.precision.policy = "bf16";
+  c.device.backend = "cpu";
+  EXPECT_TRUE(engineLimitations(caps, c).empty());
+  c.device.backend = "auto";  // no usable GPU: auto is cpu
+  EXPECT_TRUE(engineLimitations(caps, c).empty());
+  c.device.backend = "cuda";
+  auto issues = engineLimitations(caps, c);
+  ASSERT_EQ(issues.size(), 2u);
+  EXPECT_EQ(issues[0].path, "precision.policy");
+  EXPECT_NE(issues[0].message.find("cuda backend"), std::string::npos) << issues[0].message;
+  EXPECT_NE(issues[0].message.find("cpu only so far"), std::string::npos);
+  EXPECT_EQ(issues[1].path, "device.backend");
+  EXPECT_NE(issues[1].message.find("not built"), std::string::npos) << issues[1].message;
+  // With a usable GPU, auto means cuda: bf16 is refused, the backend is not.
+  caps["backends"][1]["usable"] = true;
+  c.device.backend = "auto";
+  issues = engineLimitations(caps, c);
+  ASSERT_EQ(issues.size(), 1u);
+  EXPECT_EQ(issues[0].path, "precision.policy");
+  c.precision.policy = "fp32";
+  EXPECT_TRUE(engineLimitations(caps, c).empty());
+}
+
 // precision.gemm "auto" follows the engine's machine: bf16 GEMMs only where it says so.
 TEST(Capabilities, AutoGemmComesFromTheEngine) {
   auto caps = nlohmann::json::parse(kCaps);

@@ -1,5 +1,7 @@
 // Memory planner page: model choices, technique application, the suggestions table (under
 // QAbstractItemModelTester), the worker-thread controller and the exports.
+#include <cmath>
+
 #include <gtest/gtest.h>
 #include <QAbstractItemModelTester>
 #include <QFile>
@@ -242,4 +244,104 @@ TEST(PlannerPageTest, SelectingASuggestionExportsIt) {
   EXPECT_EQ(nlohmann::json::parse(f.readAll().toStdString()), core::toDeepSpeedConfig(chosen));
   EXPECT_FALSE(page.exportTo(PlannerExport::DeepSpeed, tmp.filePath("no/such/dir/x.json"), &err));
   EXPECT_TRUE(err.contains("no/such/dir")) << err.toStdString();
+}
+
+namespace {
+// What this engine says of itself today (engine/src/Capabilities.cpp): LoRA, QLoRA, 8-bit state,
+// ZeRO and offload not implemented; 16-bit and fp8 policies on the cpu backend only.
+nlohmann::json engineLikeCaps(bool gpu) {
+  auto no = [](const char* why) { return nlohmann::json{{"supported", false}, {"why", why}}; };
+  nlohmann::json cpuOnly = {{"supported", true}, {"backends", {"cpu"}}, {"backends_why", "cpu"}};
+  return {{"backends",
+           {{{"name", "cpu"}, {"usable", true}},
+            {{"name", "cuda"}, {"usable", gpu}, {"why", "no CUDA device"}}}},
+          {"precisions",
+           {{"fp32", {{"supported", true}}},
+            {"bf16", cpuOnly},
+            {"fp16", cpuOnly},
+            {"fp8", cpuOnly},
+            {"pure_bf16", cpuOnly}}},
+          {"techniques",
+           {{"zero", no("later")},
+            {"offload", no("later")},
+            {"lora", no("later")},
+            {"qlora", no("later")},
+            {"optimizer_8bit", no("later")},
+            {"activation_compression", cpuOnly}}}};
+}
+
+void waitForPlanner(PlannerPage& page, QSignalSpy& spy) {
+  const int before = spy.count();
+  page.recompute();
+  for (int i = 0; i < 600 && (page.computing() || spy.count() == before); ++i) QTest::qWait(50);
+  ASSERT_GT(spy.count(), before);
+}
+}  // namespace
+
+// Default preset on the planner: the configured setup is the 1.00x of the step-time column (it
+// read 2480x for every row), with the basis in the tooltip.
+TEST(PlannerPageTest, DefaultPresetStepTimeIsRelativeToTheSetup) {
+  PlannerPage page;
+  QSignalSpy spy(&page, &PlannerPage::updated);
+  page.selectModel("preset:default");
+  page.setCapabilities(engineLikeCaps(false));
+  page.setRunnableOnly(false);
+  ASSERT_NO_FATAL_FAILURE(waitForPlanner(page, spy));
+  auto* m = page.planModel();
+  ASSERT_GT(m->rowCount(), 0);
+  // (Planner.StepTimeIsRelativeToTheConfiguredSetup checks the configured setup reads 1.00x.)
+  for (int r = 0; r < m->rowCount(); ++r) {
+    const double rel = m->data(m->index(r, PlanTableModel::StepTime), Qt::UserRole).toDouble();
+    EXPECT_GT(rel, 0.2) << r;
+    EXPECT_LT(rel, 5.0) << r;
+    EXPECT_EQ(m->data(m->index(r, PlanTableModel::StepTime)).toString(),
+              QStringLiteral("%1×").arg(rel, 0, 'f', 2));
+  }
+  const QString tip = m->data(m->index(0, PlanTableModel::StepTime), Qt::ToolTipRole).toString();
+  EXPECT_TRUE(tip.contains("as configured")) << tip.toStdString();
+  EXPECT_TRUE(tip.contains("fp32")) << tip.toStdString();
+}
+
+// Suggestions say whether this engine runs them on the chosen backend; the default filter is
+// "fits and runs here", so nothing it refuses (LoRA, 8-bit state, ZeRO) is proposed.
+TEST(PlannerPageTest, SuggestionsSayWhetherTheyRunHere) {
+  PlannerPage page;
+  QSignalSpy spy(&page, &PlannerPage::updated);
+  page.selectModel("shape:gpt2");
+  page.setDeviceMemoryGiB(24);
+  page.setCapabilities(engineLikeCaps(false));  // no GPU: the backend defaults to cpu
+  ASSERT_NO_FATAL_FAILURE(waitForPlanner(page, spy));
+  auto* m = page.planModel();
+  ASSERT_GT(m->rowCount(), 0) << "gpt2 small trains in fp32 or bf16 on 24 GiB";
+  for (int r = 0; r < m->rowCount(); ++r) {
+    const auto& c = m->plan(r)->config;
+    SCOPED_TRACE(m->plan(r)->summary);
+    EXPECT_TRUE(m->data(m->index(r, PlanTableModel::RunsHere), Qt::UserRole).toBool());
+    EXPECT_EQ(m->data(m->index(r, PlanTableModel::RunsHere)).toString(), "yes");
+    EXPECT_EQ(c.finetune.lora.r, 0);
+    EXPECT_EQ(c.optimizer.state_bits, 32);
+    EXPECT_EQ(c.parallel.zero_stage, 0);
+    EXPECT_EQ(c.device.backend, "cpu");
+  }
+  // All that fit: the refused ones are there, each saying why.
+  page.setRunnableOnly(false);
+  ASSERT_NO_FATAL_FAILURE(waitForPlanner(page, spy));
+  int refused = 0;
+  for (int r = 0; r < m->rowCount(); ++r) {
+    const QString text = m->data(m->index(r, PlanTableModel::RunsHere)).toString();
+    if (text.startsWith("no: ")) {
+      ++refused;
+      EXPECT_TRUE(m->data(m->index(r, PlanTableModel::RunsHere), Qt::ToolTipRole)
+                      .toString()
+                      .contains("cannot run"));
+    }
+  }
+  EXPECT_GT(refused, 0);
+  // On cuda with no GPU here, nothing runs: the message says why instead of listing them.
+  page.setRunnableOnly(true);
+  page.setBackend("cuda");
+  ASSERT_NO_FATAL_FAILURE(waitForPlanner(page, spy));
+  EXPECT_EQ(m->rowCount(), 0);
+  EXPECT_TRUE(page.setupNote().contains("cannot run this setup on cuda"))
+      << page.setupNote().toStdString();
 }

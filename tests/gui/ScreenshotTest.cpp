@@ -1,7 +1,8 @@
 // Writes PNGs of every wizard page and of the dashboard mid-run to $TRAINSCOPE_SCREENSHOT_DIR
-// (default: <build>/screenshots) for people to look at. Checks only that they were written
-// and are not blank.
+// (default: <build>/screenshots) for people to look at, each checked: the page's widgets
+// visible and not blank, charts with their points drawn inside the plot area, expected text.
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 #include "RunDashboard.h"
 #include "RunWizard.h"
 #include "RunsPage.h"
+#include "ScreenshotCheck.h"
 #include "trainscope/core/Estimator.h"
 #include "trainscope/core/Protocol.h"
 #include "trainscope/core/RunRecorder.h"
@@ -32,18 +34,17 @@ namespace {
 
 using ts::gui::testutil::screenshotDir;
 
-void save(QWidget* w, const QString& name) {
+// Saves the grab and runs the checks on it (widgets not blank, charts drawn, text present).
+void save(QWidget* w, const QString& name,
+          const std::function<void(ScreenshotCheck&)>& checks = {}) {
   QCoreApplication::processEvents();
   QTest::qWait(50);
   const QImage img = w->grab().toImage();
   const QString path = QDir(screenshotDir()).filePath(name + ".png");
   ASSERT_TRUE(img.save(path)) << path.toStdString();
-  // Not blank: some variation in the pixels.
-  QRgb first = img.pixel(img.width() / 2, img.height() / 2);
-  bool varied = false;
-  for (int y = 0; y < img.height() && !varied; y += 17)
-    for (int x = 0; x < img.width() && !varied; x += 17) varied = img.pixel(x, y) != first;
-  EXPECT_TRUE(varied) << path.toStdString();
+  ScreenshotCheck c(w, img);
+  if (checks) checks(c);
+  EXPECT_TRUE(c.ok()) << path.toStdString() << ": " << c.problems().join("; ").toStdString();
 }
 
 // A plausible mid-run stream (what the engine sends), fed through the client's decoder.
@@ -111,7 +112,10 @@ TEST(Screenshots, WizardPagesAndDashboard) {
     wiz->goToPage(i);
     QString name = wiz->pageTitle(i).section(".", 1).trimmed().toLower();
     name.replace("&", "and").replace(' ', '-');
-    save(&win, QStringLiteral("wizard-%1-%2").arg(i + 1, 2, 10, QChar('0')).arg(name));
+    const QString title = wiz->pageTitle(i);
+    save(
+        &win, QStringLiteral("wizard-%1-%2").arg(i + 1, 2, 10, QChar('0')).arg(name),
+        [&](ScreenshotCheck& c) { c.widget(wiz, "wizard").text(title.section(".", 1).trimmed()); });
   }
   // Dashboard mid-run (240 of 400 steps of the default preset).
   auto* run = new LiveRun("default");
@@ -125,7 +129,11 @@ TEST(Screenshots, WizardPagesAndDashboard) {
   QTest::qWait(300);
   d->refresh();
   EXPECT_GT(d->lossChart()->pointCount(d->lossRawSeries()), 0);
-  save(&win, "dashboard");
+  save(&win, "dashboard", [&](ScreenshotCheck& c) {
+    c.chart(d->lossChart(), "loss chart", 10)
+        .chart(d->lrChart(), "learning-rate chart", 10)
+        .chart(d->throughputChart(), "throughput chart", 10);
+  });
 
   // Memory planner: LLaMA-7B full training on one 24 GiB GPU does not fit; the planner's
   // suggestions do.
@@ -138,7 +146,8 @@ TEST(Screenshots, WizardPagesAndDashboard) {
   planner->recompute();
   for (int i = 0; i < 600 && (planner->computing() || updated.isEmpty()); ++i) QTest::qWait(50);
   ASSERT_FALSE(updated.isEmpty());
-  save(&win, "planner");
+  save(&win, "planner",
+       [&](ScreenshotCheck& c) { c.widget(planner->planView(), "suggestions").text("Runs here"); });
 
   // Runs browser over a few recorded runs.
   for (int i = 0; i < 12; ++i) {
@@ -182,5 +191,7 @@ TEST(Screenshots, WizardPagesAndDashboard) {
   win.showSection(2);
   ASSERT_TRUE(loaded.wait(20000));
   win.runsPage()->view()->selectRow(1);
-  save(&win, "runs");
+  save(&win, "runs", [&](ScreenshotCheck& c) {
+    c.widget(win.runsPage()->view(), "runs table").text("gpt-small-bf16-0").text("Best eval loss");
+  });
 }

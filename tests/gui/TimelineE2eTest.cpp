@@ -4,8 +4,10 @@
 // $TRAINSCOPE_SCREENSHOT_DIR (default <build>/screenshots) for people to look at.
 #include <cmath>
 #include <map>
+#include <memory>
 
 #include <gtest/gtest.h>
+#include <QComboBox>
 #include <QDir>
 #include <QFileInfo>
 #include <QImage>
@@ -28,29 +30,72 @@ namespace {
 
 using ts::gui::testutil::screenshotDir;
 
+// One profiled run of the real engine, shared by the tests of this file (it takes a while).
+struct ProfiledRun {
+  QTemporaryDir tmp;
+  QString db;
+  QString error;  // why there is none
+};
+const ProfiledRun& profiledRun() {
+  static const std::unique_ptr<ProfiledRun> run = [] {
+    auto r = std::make_unique<ProfiledRun>();
+    const QString bin = TRAINSCOPE_ENGINE_BIN;
+    if (!QFileInfo(bin).isExecutable()) {
+      r->error = "engine binary not built: " + bin;
+      return r;
+    }
+    r->db = r->tmp.filePath("runs.db");
+    QProcess engine;
+    engine.setProcessChannelMode(QProcess::ForwardedErrorChannel);
+    engine.start(bin, {"run",       QString(TRAINSCOPE_PRESET_DIR) + "/default.json",
+                       "--db",      r->db,
+                       "--run-dir", r->tmp.filePath("run"),
+                       "--set",     "train.steps=6",
+                       "--set",     "train.eval_every=0",
+                       "--set",     "profile.enabled=true",
+                       "--set",     "profile.wait=1",
+                       "--set",     "profile.warmup=1",
+                       "--set",     "profile.active=3",
+                       "--set",     "profile.repeat=1",
+                       "--set",     "device.threads=2"});
+    if (!engine.waitForFinished(120000))
+      r->error = "engine did not finish";
+    else if (engine.exitCode() != 0)
+      r->error = "engine failed: " + engine.readAllStandardOutput().right(2000);
+    return r;
+  }();
+  return *run;
+}
+
 }  // namespace
 
+// Opening the page (as the app does at start and when the Timeline section is shown) loads the
+// run its picker shows, the newest one, without the user picking another run and back.
+TEST(TimelineE2e, OpeningThePageLoadsTheNewestRunsProfile) {
+  const ProfiledRun& run = profiledRun();
+  if (run.db.isEmpty()) GTEST_SKIP() << run.error.toStdString();
+  ASSERT_TRUE(run.error.isEmpty()) << run.error.toStdString();
+  auto store = core::RunStore::open(run.db.toStdString(), core::RunStore::Mode::ReadOnly);
+  const int64_t id = store.listRuns().at(0).id;
+
+  TimelinePage page{RunRepository(run.db.toStdString())};
+  QSignalSpy loaded(&page, &TimelinePage::loaded);
+  page.show();
+  ASSERT_TRUE(loaded.wait(30000)) << "the page never loaded a profile: "
+                                  << page.statusText().toStdString();
+  EXPECT_EQ(loaded.at(0).at(0).toLongLong(), id);
+  EXPECT_EQ(page.runPicker()->currentData().toLongLong(), id);
+  ASSERT_NE(page.model()->data(), nullptr) << page.statusText().toStdString();
+  EXPECT_GT(page.model()->data()->spanCount(), 0u);
+  EXPECT_TRUE(page.statusText().startsWith(QStringLiteral("Run %1:").arg(id)))
+      << page.statusText().toStdString();
+}
+
 TEST(TimelineE2e, RealProfileLoadsMatchesTheEngineSummaryAndIsScreenshot) {
-  const QString bin = TRAINSCOPE_ENGINE_BIN;
-  if (!QFileInfo(bin).isExecutable())
-    GTEST_SKIP() << "engine binary not built: " << bin.toStdString();
-  QTemporaryDir tmp;
-  const QString db = tmp.filePath("runs.db");
-  QProcess engine;
-  engine.setProcessChannelMode(QProcess::ForwardedErrorChannel);
-  engine.start(bin, {"run",       QString(TRAINSCOPE_PRESET_DIR) + "/default.json",
-                     "--db",      db,
-                     "--run-dir", tmp.filePath("run"),
-                     "--set",     "train.steps=6",
-                     "--set",     "train.eval_every=0",
-                     "--set",     "profile.enabled=true",
-                     "--set",     "profile.wait=1",
-                     "--set",     "profile.warmup=1",
-                     "--set",     "profile.active=3",
-                     "--set",     "profile.repeat=1",
-                     "--set",     "device.threads=2"});
-  ASSERT_TRUE(engine.waitForFinished(120000)) << "engine did not finish";
-  ASSERT_EQ(engine.exitCode(), 0) << engine.readAllStandardOutput().right(2000).toStdString();
+  const ProfiledRun& run = profiledRun();
+  if (run.db.isEmpty()) GTEST_SKIP() << run.error.toStdString();
+  ASSERT_TRUE(run.error.isEmpty()) << run.error.toStdString();
+  const QString db = run.db;
 
   auto store = core::RunStore::open(db.toStdString(), core::RunStore::Mode::ReadOnly);
   const auto runs = store.listRuns();

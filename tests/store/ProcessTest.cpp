@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <thread>
@@ -213,4 +214,36 @@ TEST(EngineE2E, KillNineRealEngineMidRun) {
   auto imp = store.importEvents(tmp / "run");
   EXPECT_EQ(imp.runId, id);
   EXPECT_EQ(store.getRun(id)->steps, static_cast<int64_t>(fileLoss.size()));
+}
+
+// e2e: a real engine's evals reach the run's summary ("Best eval loss" on the Runs page). The
+// engine sends `val_loss`; a store that read only `loss` recorded every eval without a loss.
+TEST(EngineE2E, RealEngineEvalsSetBestEvalLoss) {
+  const char* engine = std::getenv("TRAINSCOPE_ENGINE");
+  if (!engine || !*engine) GTEST_SKIP() << "TRAINSCOPE_ENGINE not set (run via ctest -L e2e)";
+  TempDir tmp;
+  std::string db = tmp / "runs.db";
+  std::ofstream(tmp / "run.json")
+      << R"({"name":"e2e-evals","model":{"layers":1,"d_model":16,"heads":2,"seq_len":16},)"
+      << R"("train":{"steps":40,"eval_every":10},"device":{"threads":1}})";
+  Child c({engine, "run", tmp / "run.json", "--db", db, "--run-dir", tmp / "run"});
+  std::string line;
+  while (c.readLine(line)) {
+  }
+  ASSERT_EQ(c.wait(), 0);
+  std::vector<double> fileEvals;
+  for (auto& e : readNdjson(tmp / "run/events.ndjson"))
+    if (e.value("type", "") == "eval") fileEvals.push_back(e.at("val_loss").get<double>());
+  ASSERT_EQ(fileEvals.size(), 4u);
+  auto store = RunStore::open(db, RunStore::Mode::ReadOnly);
+  auto runs = store.listRuns();
+  ASSERT_EQ(runs.size(), 1u);
+  ASSERT_TRUE(runs[0].bestEvalLoss) << "best eval loss not recorded";
+  EXPECT_DOUBLE_EQ(*runs[0].bestEvalLoss, *std::min_element(fileEvals.begin(), fileEvals.end()));
+  auto evals = store.evals(runs[0].id);
+  ASSERT_EQ(evals.size(), fileEvals.size());
+  for (size_t i = 0; i < evals.size(); ++i) {
+    ASSERT_TRUE(evals[i].loss) << "eval " << i;
+    EXPECT_DOUBLE_EQ(*evals[i].loss, fileEvals[i]);
+  }
 }

@@ -478,6 +478,56 @@ TEST(RunStore, MigratesAVersion1File) {
   EXPECT_EQ(again.countRuns(), 2);
 }
 
+// The protocol's eval field is `val_loss` (docs/protocol.md).
+TEST(RunStore, EvalValLossIsTheRunsBestEvalLoss) {
+  TempDir tmp;
+  auto store = RunStore::open(tmp / "runs.db");
+  writeEvents(tmp.path() / "r",
+              {ev("hello", 0, {{"backend", "cpu"}, {"ranks", 1}}),
+               ev("step", 1, {{"step", 1}, {"loss", 3.0}}),
+               ev("eval", 2, {{"step", 1}, {"val_loss", 2.0}, {"val_tokens", 64}}),
+               ev("eval", 3, {{"step", 2}, {"val_loss", 1.5}}),
+               ev("eval", 4, {{"step", 3}, {"val_loss", 1.75}}),
+               ev("finished", 5, {{"status", "completed"}, {"reason", ""}})});
+  const int64_t id = store.importEvents((tmp.path() / "r").string()).runId;
+  auto run = store.getRun(id);
+  ASSERT_TRUE(run && run->bestEvalLoss) << "best eval loss not recorded";
+  EXPECT_DOUBLE_EQ(*run->bestEvalLoss, 1.5);
+}
+
+// Version-2 stores recorded an engine's evals without their loss (the engine sends `val_loss`);
+// opening one recovers the losses from the kept event bodies.
+TEST(RunStore, MigratesVersion2EvalsWithoutLoss) {
+  TempDir tmp;
+  std::string path = tmp / "v2.db";
+  int64_t id;
+  {
+    auto store = RunStore::open(path);
+    id = importLosses(store, tmp.path() / "r", {3, 2, 1});
+  }
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    const std::string sql =
+        "DELETE FROM evals; UPDATE runs SET best_eval_loss = NULL;"
+        "INSERT INTO evals(run_id, step, loss, body) VALUES (" +
+        std::to_string(id) + ", 10, NULL, '{\"type\":\"eval\",\"step\":10,\"val_loss\":2.5}'), (" +
+        std::to_string(id) + ", 20, NULL, '{\"type\":\"eval\",\"step\":20,\"val_loss\":0.75}'), (" +
+        std::to_string(id) + ", 30, NULL, 'not json'); PRAGMA user_version=2;";
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto store = RunStore::open(path);
+  EXPECT_EQ(store.schemaVersion(), kRunStoreSchemaVersion);
+  auto run = store.getRun(id);
+  ASSERT_TRUE(run && run->bestEvalLoss);
+  EXPECT_DOUBLE_EQ(*run->bestEvalLoss, 0.75);
+  auto evals = store.evals(id);
+  ASSERT_EQ(evals.size(), 3u);
+  EXPECT_DOUBLE_EQ(evals[0].loss.value_or(-1), 2.5);
+  EXPECT_FALSE(evals[2].loss);
+}
+
 TEST(RunStore, DeadRunningRunIsCrashed) {
   TempDir tmp;
   std::string path = tmp / "runs.db";

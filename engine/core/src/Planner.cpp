@@ -35,6 +35,15 @@ int classOf(const Combo& c) {
   return (offload ? 2 : 0) + (c.adapters > 0 ? 1 : 0);
 }
 
+// The combination a config already uses (the setup as configured).
+Combo comboOf(const RunConfig& c) {
+  Combo k{c.precision.policy,        c.memory.checkpointing, c.memory.activation_compression,
+          c.attention.impl,          c.parallel.zero_stage,  c.parallel.offload_optimizer,
+          c.parallel.offload_params, c.optimizer.state_bits, 0};
+  if (c.finetune.lora.r > 0) k.adapters = c.finetune.base_quant == "nf4" ? 2 : 1;
+  return k;
+}
+
 const char* classNames[] = {"full", "adapters", "full+offload", "adapters+offload"};
 
 RunConfig applyCombo(const PlanRequest& req, const Combo& c, int micro, int accum) {
@@ -109,7 +118,7 @@ PlanCost costOf(const PlanRequest& req, const Combo& c, const RunConfig& cfg,
   k.overhead_s = accum * hw.micro_step_overhead_s;
   k.total_s = k.compute_s + k.recompute_s + k.attention_s + k.compression_s + k.comm_s +
               k.offload_s + k.optimizer_s + k.overhead_s;
-  k.relative = idealS > 0 ? k.total_s / idealS : 0;
+  k.relative_to_ideal = idealS > 0 ? k.total_s / idealS : 0;
   return k;
 }
 
@@ -200,6 +209,25 @@ PlanResult planTraining(const PlanRequest& req) {
   const double idealS =
       estimateMemory(plain, fast).flops_per_step / ranks / req.hardware.device_flops;
 
+  // The basis of every relative step time: the setup as configured, at the request's ranks and
+  // batch (a tiny model's step is all overhead, so "relative to the ideal" reads 2000x).
+  {
+    const Combo asIs = comboOf(req.base);
+    const int micro = static_cast<int>(std::min(baseMicro, perRank));
+    RunConfig cfg = req.base;
+    cfg.parallel.ranks = ranks;
+    cfg.train.micro_batch = micro;
+    cfg.train.grad_accum = static_cast<int>(std::max<int64_t>(1, perRank / micro));
+    result.baseline = costOf(req, asIs, cfg, estimateMemory(cfg, fast), idealS);
+    std::ostringstream s;
+    const auto t = techniquesOf(asIs, cfg, ranks);
+    for (size_t i = 0; i < t.size(); ++i) s << (i ? " + " : "") << t[i];
+    s << " | micro-batch " << cfg.train.micro_batch << " x " << cfg.train.grad_accum;
+    result.baseline_summary = s.str();
+    result.baseline.relative = 1.0;
+  }
+  const double basisS = result.baseline.total_s;
+
   std::vector<std::string> precisions = {"bf16", "fp16", "pure_bf16", "fp32"};
   if (req.allow_fp8) precisions.push_back("fp8");
   std::vector<std::pair<std::string, std::string>> offloads = {{"none", "none"}};
@@ -288,6 +316,12 @@ PlanResult planTraining(const PlanRequest& req) {
   for (auto& c : fits) {
     if (result.plans.size() >= req.max_plans) break;
     Plan& p = c.plan;
+    p.cost.relative = basisS > 0 ? p.cost.total_s / basisS : 0;
+    if (req.limitations) p.limitations = req.limitations(p.config);
+    if (req.runnable_only && !p.limitations.empty()) {
+      ++result.not_runnable;
+      continue;
+    }
     std::ostringstream s;
     for (size_t i = 0; i < p.techniques.size(); ++i) s << (i ? " + " : "") << p.techniques[i];
     s << " | micro-batch " << p.config.train.micro_batch;
@@ -299,7 +333,17 @@ PlanResult planTraining(const PlanRequest& req) {
     p.estimate = estimateMemory(p.config, full);
     result.plans.push_back(std::move(p));
   }
-  if (result.plans.empty()) {
+  if (result.plans.empty() && result.not_runnable > 0) {
+    std::string why;
+    for (const auto& c : fits)
+      if (!c.plan.limitations.empty()) {
+        why = c.plan.limitations.front();
+        break;
+      }
+    result.message =
+        std::to_string(result.not_runnable) + " setup(s) fit, but this engine cannot run them" +
+        (why.empty() ? std::string() : " (" + why + ")") + "; show all that fit to see them";
+  } else if (result.plans.empty()) {
     result.message =
         "no combination fits in " + formatBytes(budget) + " per device" +
         (req.host_memory > 0 ? " and " + formatBytes(static_cast<double>(req.host_memory)) + " host"
@@ -318,8 +362,10 @@ nlohmann::json toJson(const Plan& p) {
           {"grad_accum", p.config.train.grad_accum},
           {"config", toJson(p.config)},
           {"memory", toJson(p.estimate)},
+          {"limitations", p.limitations},
           {"cost",
            {{"relative", p.cost.relative},
+            {"relative_to_ideal", p.cost.relative_to_ideal},
             {"total_s", p.cost.total_s},
             {"compute_s", p.cost.compute_s},
             {"recompute_s", p.cost.recompute_s},
@@ -334,7 +380,11 @@ nlohmann::json toJson(const Plan& p) {
 nlohmann::json toJson(const PlanResult& r) {
   nlohmann::json plans = nlohmann::json::array();
   for (const auto& p : r.plans) plans.push_back(toJson(p));
-  return {{"plans", plans}, {"evaluated", r.evaluated}, {"message", r.message}};
+  return {{"plans", plans},
+          {"evaluated", r.evaluated},
+          {"message", r.message},
+          {"not_runnable", r.not_runnable},
+          {"baseline", {{"summary", r.baseline_summary}, {"total_s", r.baseline.total_s}}}};
 }
 
 std::string formatPlans(const PlanResult& r) {
@@ -346,7 +396,7 @@ std::string formatPlans(const PlanResult& r) {
   int i = 1;
   for (const auto& p : r.plans) {
     char line[160];
-    std::snprintf(line, sizeof line, "%2d. [%s] relative cost %.2f, device peak %s", i++,
+    std::snprintf(line, sizeof line, "%2d. [%s] step time %.2fx, device peak %s", i++,
                   p.plan_class.c_str(), p.cost.relative,
                   formatBytes(static_cast<double>(p.estimate.peak_device)).c_str());
     out << line;
@@ -358,7 +408,8 @@ std::string formatPlans(const PlanResult& r) {
     }
     out << "\n    " << p.summary << "\n";
   }
-  out << "(" << r.evaluated << " configurations estimated)\n";
+  out << "(" << r.evaluated << " configurations estimated; step time relative to the setup as "
+      << "configured: " << r.baseline_summary << ")\n";
   return out.str();
 }
 

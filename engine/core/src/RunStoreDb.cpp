@@ -356,6 +356,16 @@ UPDATE runs SET
                   GROUP BY seq, rank)), 0);
 )sql";
 
+// v3: stores before it read an eval's loss only from `loss`/`eval_loss`, while the engine sends
+// `val_loss`, so every engine run's evals had no loss and "best eval loss" stayed empty. The
+// eval bodies were kept whole: recover the losses from them.
+const char* kMigrateV2ToV3 = R"sql(
+UPDATE evals SET loss = coalesce(json_extract(body, '$.val_loss'), json_extract(body, '$.loss'),
+                                 json_extract(body, '$.eval_loss'))
+  WHERE loss IS NULL AND json_valid(body);
+UPDATE runs SET best_eval_loss = (SELECT min(loss) FROM evals e WHERE e.run_id = runs.id);
+)sql";
+
 }  // namespace
 
 void Db::migrate() {
@@ -386,6 +396,10 @@ void Db::migrate() {
     Stmt runs(db_, "SELECT run_id, min(step), max(step) FROM metrics GROUP BY run_id");
     while (runs.step()) updateRollups(*this, runs.i64(0), runs.i64(1), runs.i64(2));
     exec("PRAGMA user_version=2");
+  }
+  if (v < 3) {
+    exec(kMigrateV2ToV3);
+    exec("PRAGMA user_version=3");
   }
   tx.commit();
 }

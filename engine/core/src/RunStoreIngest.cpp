@@ -160,7 +160,10 @@ void EventIngestor::apply(const json& e) {
     insKernel_.run();
   } else {
     if (type == "eval") {
-      auto loss = num(e, "loss");
+      // `val_loss` is the protocol's field (docs/protocol.md); `loss` and `eval_loss` are
+      // accepted from older or hand-written streams.
+      auto loss = num(e, "val_loss");
+      if (!loss) loss = num(e, "loss");
       if (!loss) loss = num(e, "eval_loss");
       insEval_.bind(1, runId_).bind(2, int64Of(e, "step").value_or(-1)).bind(3, time);
       insEval_.bind(4, loss).bind(5, e.dump());

@@ -11,15 +11,39 @@ std::vector<core::ConfigIssue> engineLimitations(const nlohmann::json& caps,
                                                  const core::RunConfig& c) {
   std::vector<core::ConfigIssue> out;
   if (!caps.is_object()) return out;
+  // The backend the run will get: "auto" is CUDA where the engine found a usable GPU.
+  auto backendUsable = [&](const std::string& name, std::string* why) {
+    if (!caps.contains("backends") || !caps["backends"].is_array()) return true;  // unknown
+    for (const auto& b : caps["backends"])
+      if (b.is_object() && b.value("name", std::string()) == name) {
+        if (why) *why = b.value("why", std::string("not usable"));
+        return b.value("usable", true);
+      }
+    if (why) *why = "this engine has no " + name + " backend";
+    return false;
+  };
+  std::string backend = c.device.backend;
+  if (backend == "auto") backend = backendUsable("cuda", nullptr) ? "cuda" : "cpu";
   auto check = [&](const char* group, const std::string& key, bool used, const char* path,
                    const std::string& value, const std::string& what) {
     if (!used || !caps.contains(group) || !caps[group].is_object() || !caps[group].contains(key))
       return;
     const auto& e = caps[group][key];
-    if (!e.is_object() || e.value("supported", true)) return;
-    out.push_back({path, value,
-                   "this engine cannot run " + what + " yet (" +
-                       e.value("why", std::string("not supported")) + ")"});
+    if (!e.is_object()) return;
+    if (!e.value("supported", true)) {
+      out.push_back({path, value,
+                     "this engine cannot run " + what + " yet (" +
+                         e.value("why", std::string("not supported")) + ")"});
+      return;
+    }
+    if (e.contains("backends") && e["backends"].is_array()) {
+      bool here = false;
+      for (const auto& b : e["backends"]) here = here || (b.is_string() && b == backend);
+      if (!here)
+        out.push_back({path, value,
+                       "this engine cannot run " + what + " on the " + backend + " backend (" +
+                           e.value("backends_why", std::string("not on this backend")) + ")"});
+    }
   };
   check("precisions", c.precision.policy, true, "precision.policy", c.precision.policy,
         c.precision.policy);
@@ -43,6 +67,10 @@ std::vector<core::ConfigIssue> engineLimitations(const nlohmann::json& caps,
   check("techniques", "curriculum", c.curriculum.type != "none", "curriculum.type",
         c.curriculum.type, "a curriculum");
   check("techniques", "profiling", c.profile.enabled, "profile.enabled", "true", "profiling");
+  // Last: what the engine cannot do comes first, then what this machine lacks.
+  if (std::string why; !backendUsable(backend, &why))
+    out.push_back({"device.backend", c.device.backend,
+                   "the " + backend + " backend cannot run here (" + why + ")"});
   return out;
 }
 

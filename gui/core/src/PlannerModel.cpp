@@ -4,6 +4,7 @@
 #include <QtConcurrent/QtConcurrentRun>
 
 #include "trainscope/core/ConfigExport.h"
+#include "trainscope/gui/Capabilities.h"
 #include "trainscope/gui/PresetLibrary.h"
 
 namespace ts::gui {
@@ -82,6 +83,17 @@ PlannerOutput evaluatePlanner(const PlannerInput& in) {
   req.ranks = std::max(1, in.ranks);
   req.goal = in.goal;
   req.max_plans = in.maxPlans;
+  if (!in.capabilities.is_null()) {
+    const nlohmann::json caps = in.capabilities;
+    auto why = [caps](const core::RunConfig& c) {
+      std::vector<std::string> out;
+      for (const auto& i : engineLimitations(caps, c)) out.push_back(i.path + ": " + i.message);
+      return out;
+    };
+    req.limitations = why;
+    req.runnable_only = in.runnableOnly;
+    for (const auto& l : why(*parsed.config)) out.limitations << QString::fromStdString(l);
+  }
   if (in.deviceMemory > 0)
     out.plans = core::planTraining(req);
   else
@@ -142,9 +154,10 @@ void PlannerController::startNext() {
 
 PlanTableModel::PlanTableModel(QObject* parent) : QAbstractTableModel(parent) {}
 
-void PlanTableModel::setPlans(std::vector<core::Plan> plans) {
+void PlanTableModel::setPlans(std::vector<core::Plan> plans, QString basis) {
   beginResetModel();
   plans_ = std::move(plans);
+  basis_ = std::move(basis);
   endResetModel();
 }
 
@@ -167,9 +180,22 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
   if (!index.isValid() || index.row() >= rowCount() || index.column() >= ColumnCount) return {};
   const core::Plan& p = plans_[index.row()];
   const auto& e = p.estimate;
-  if (role == Qt::ToolTipRole) return QString::fromStdString(p.summary);
+  if (role == Qt::ToolTipRole) {
+    if (index.column() == StepTime)
+      return QStringLiteral(
+                 "Modeled step time relative to the setup as configured (1.00×)%1.\n"
+                 "Below 1: faster than what you have; above 1: slower.")
+          .arg(basis_.isEmpty() ? QString() : QStringLiteral(":\n") + basis_);
+    if (index.column() == RunsHere) {
+      if (p.limitations.empty()) return QStringLiteral("This engine can run this setup here.");
+      QStringList l;
+      for (const auto& w : p.limitations) l << QString::fromStdString(w);
+      return QStringLiteral("This engine cannot run this setup here:\n") + l.join("\n");
+    }
+    return QString::fromStdString(p.summary);
+  }
   if (role == Qt::TextAlignmentRole) {
-    if (index.column() == Techniques || index.column() == Class)
+    if (index.column() == Techniques || index.column() == Class || index.column() == RunsHere)
       return int(Qt::AlignLeft | Qt::AlignVCenter);
     return int(Qt::AlignRight | Qt::AlignVCenter);
   }
@@ -200,11 +226,44 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
     case StepTime:
       return raw ? QVariant(p.cost.relative)
                  : QVariant(QStringLiteral("%1×").arg(p.cost.relative, 0, 'f', 2));
+    case RunsHere: {
+      if (raw) return p.limitations.empty();
+      if (p.limitations.empty()) return QStringLiteral("yes");
+      // Short: what stands in the way ("no: bf16, LoRA, no GPU"); the tooltip says why.
+      QStringList what;
+      for (const auto& l : p.limitations) {
+        const std::string path = l.substr(0, l.find(':'));
+        QString w;
+        if (path == "precision.policy")
+          w = QString::fromStdString(p.config.precision.policy);
+        else if (path == "finetune.lora.r")
+          w = "LoRA";
+        else if (path == "finetune.base_quant")
+          w = "NF4 base";
+        else if (path == "optimizer.state_bits")
+          w = "8-bit state";
+        else if (path == "parallel.zero_stage")
+          w = "ZeRO";
+        else if (path.rfind("parallel.offload", 0) == 0)
+          w = "offload";
+        else if (path == "memory.activation_compression")
+          w = "compression";
+        else if (path == "device.backend")
+          w = QStringLiteral("no %1 here").arg(QString::fromStdString(p.config.device.backend));
+        else
+          w = QString::fromStdString(path);
+        if (!what.contains(w)) what << w;
+      }
+      return QStringLiteral("no: %1").arg(what.join(", "));
+    }
   }
   return {};
 }
 
 QVariant PlanTableModel::headerData(int section, Qt::Orientation o, int role) const {
+  if (o == Qt::Horizontal && role == Qt::ToolTipRole && section == StepTime)
+    return QStringLiteral("Relative to the setup as configured (1.00×)%1")
+        .arg(basis_.isEmpty() ? QString() : QStringLiteral(": ") + basis_);
   if (o != Qt::Horizontal || role != Qt::DisplayRole)
     return QAbstractTableModel::headerData(section, o, role);
   switch (section) {
@@ -222,6 +281,8 @@ QVariant PlanTableModel::headerData(int section, Qt::Orientation o, int role) co
       return "Host / NVMe";
     case StepTime:
       return "Step time (rel.)";
+    case RunsHere:
+      return "Runs here";
   }
   return {};
 }

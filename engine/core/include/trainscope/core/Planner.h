@@ -11,6 +11,7 @@
 // then lower peak; `fit` keeps the requested micro-batch and puts fewest compromises first;
 // `largest_batch` maximises the micro-batch.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -57,6 +58,10 @@ struct PlanRequest {
   ActivationModel activation_model = ActivationModel::PyTorch;
   HardwareModel hardware;
   size_t max_plans = 10;
+  // Why the engine that will run a plan cannot run it (empty: it can), e.g. from the engine's
+  // capabilities; unset: every plan counts as runnable.
+  std::function<std::vector<std::string>(const RunConfig&)> limitations;
+  bool runnable_only = false;  // leave out plans with limitations (counted in not_runnable)
 };
 
 struct PlanCost {
@@ -69,7 +74,11 @@ struct PlanCost {
   double optimizer_s = 0;  // device optimizer step
   double overhead_s = 0;   // per micro-batch
   double total_s = 0;
-  double relative = 0;  // total / (plain bf16 full training compute time of the same tokens)
+  // total / the modeled step time of the setup as configured (PlanResult::baseline): 1.00 is
+  // "as fast as what you have", 0.5 "twice as fast".
+  double relative = 0;
+  // total / (plain bf16 full training compute time of the same tokens): the ideal's multiple.
+  double relative_to_ideal = 0;
 };
 
 struct Plan {
@@ -80,12 +89,18 @@ struct Plan {
   int compromises = 0;     // numerical compromises (fp16, pure_bf16, fp8, int8 activations, NF4)
   std::vector<std::string> techniques;  // human labels, e.g. "bf16", "ZeRO-2", "flash"
   std::string summary;
+  std::vector<std::string> limitations;  // why the engine cannot run it (PlanRequest)
 };
 
 struct PlanResult {
   std::vector<Plan> plans;  // fitting plans, best first
   int64_t evaluated = 0;    // configurations estimated
   std::string message;      // why nothing fits, when plans is empty
+  // The setup as configured (base, with the request's ranks and batch): the basis of
+  // PlanCost::relative, whether or not it fits.
+  PlanCost baseline;
+  std::string baseline_summary;
+  int64_t not_runnable = 0;  // fitting plans left out by runnable_only
 };
 
 PlanResult planTraining(const PlanRequest& request);

@@ -16,7 +16,7 @@ namespace ts::core {
 
 // Current schema version (PRAGMA user_version). Older files are migrated forward on a
 // read-write open; newer files are refused.
-inline constexpr int kRunStoreSchemaVersion = 2;
+inline constexpr int kRunStoreSchemaVersion = 3;
 
 class StoreError : public std::runtime_error {
  public:

@@ -11,6 +11,7 @@
 #include <QAbstractTableModel>
 #include <QObject>
 #include <QString>
+#include <QStringList>
 #include <nlohmann/json.hpp>
 
 #include "trainscope/core/Config.h"
@@ -47,15 +48,20 @@ PlannerTechniques techniquesOf(const core::RunConfig& config);
 core::RunConfig applyTechniques(core::RunConfig base, const PlannerTechniques& t, int ranks);
 
 struct PlannerInput {
-  core::RunConfig config;    // the setup being looked at (techniques applied)
+  core::RunConfig config;    // the setup being looked at (techniques applied, device.backend)
   int64_t deviceMemory = 0;  // bytes per device
   int ranks = 1;
   core::PlanGoal goal = core::PlanGoal::Fit;
   size_t maxPlans = 10;
+  // The engine's `capabilities --json` (null: unknown, every plan counts as runnable); each
+  // plan's limitations come from it for config.device.backend.
+  nlohmann::json capabilities;
+  bool runnableOnly = true;  // suggestions: "fits and runs here" (else "all that fit")
 };
 struct PlannerOutput {
   core::MemoryEstimate estimate;  // of the setup itself
   core::PlanResult plans;         // the planner's suggestions
+  QStringList limitations;        // why this engine cannot run the setup itself (empty: it can)
   QString error;                  // set when the config does not validate
 };
 PlannerOutput evaluatePlanner(const PlannerInput& input);
@@ -87,10 +93,21 @@ class PlannerController : public QObject {
 class PlanTableModel : public QAbstractTableModel {
   Q_OBJECT
  public:
-  enum Column { Rank, Class, Techniques, Batch, PeakDevice, Host, StepTime, ColumnCount };
-  // Qt::UserRole: the raw value (bytes, relative time) for sorting and tests.
+  enum Column {
+    Rank,
+    Class,
+    Techniques,
+    Batch,
+    PeakDevice,
+    Host,
+    StepTime,  // relative to the setup as configured (1.00x); the basis is in the tooltip
+    RunsHere,  // whether this engine can run it on the chosen backend; reasons in the tooltip
+    ColumnCount
+  };
+  // Qt::UserRole: the raw value (bytes, relative time, runs here) for sorting and tests.
   explicit PlanTableModel(QObject* parent = nullptr);
-  void setPlans(std::vector<core::Plan> plans);
+  // basis: the configured setup the step times are relative to (for the tooltip).
+  void setPlans(std::vector<core::Plan> plans, QString basis = {});
   const core::Plan* plan(int row) const;
   int rowCount(const QModelIndex& parent = {}) const override;
   int columnCount(const QModelIndex& parent = {}) const override;
@@ -99,6 +116,7 @@ class PlanTableModel : public QAbstractTableModel {
 
  private:
   std::vector<core::Plan> plans_;
+  QString basis_;
 };
 
 }  // namespace ts::gui
