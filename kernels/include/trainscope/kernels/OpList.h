@@ -134,5 +134,78 @@ TS_OP(Scale, void, scale, (float* x, int64_t n, float s), (x, n, s))
 // backend reports them as supported.
 TS_OP_KIND(Convert)
 
+// RMSNorm (LLaMA) over the last dim C for N rows: out = x * rstd * weight with
+// rstd = 1/sqrt(mean(x^2) + eps), saved for backward (N floats). No mean, no bias.
+TS_OP_KIND(RmsNorm)
+TS_OP(RmsNorm, void, rmsnormForward,
+      (float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps),
+      (out, rstd, inp, weight, N, C, eps))
+// Accumulates (+=) into dinp and dweight, as layernormBackward does (the residual stream's
+// gradient and micro-batch weight gradients both sum contributions).
+TS_OP(RmsNorm, void, rmsnormBackward,
+      (float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+       const float* rstd, int N, int C),
+      (dinp, dweight, dout, inp, weight, rstd, N, C))
+
+// Rotary position embedding in the Hugging Face `rotate_half` convention (transformers'
+// LlamaRotaryEmbedding + apply_rotary_pos_emb), not GPT-J's interleaved pairs. For an even
+// head dim HD with half = HD/2, inv_freq[i] = theta^(-2i/HD) and angle(t, i) = t * inv_freq[i]
+// for positions t = 0..T-1; cos/sin repeat over both halves, rotate_half(x) = cat(-x2, x1):
+//   out[i] = x[i] cos - x[i+half] sin,  out[i+half] = x[i+half] cos + x[i] sin   (i < half).
+// The (B, T, NH, HD) tensor's element (b, t, h, d) is at p[(b*T + t) * stride + h*HD + d],
+// with one stride for the destination and one for the source: the q heads or the k heads of a
+// packed qkv buffer rotate in place by passing qkv (or qkv + NH*HD) and the qkv row width.
+// out may be inp with equal strides (in place); otherwise they must not overlap. Elements
+// outside the view are not touched. Angles are computed in double and sin/cos rounded to
+// float (transformers computes inv_freq in fp32, so its angles drift at large positions).
+TS_OP_KIND(Rope)
+TS_OP(Rope, void, ropeForward,
+      (float* out, const float* inp, int B, int T, int NH, int HD, int outStride, int inpStride,
+       float theta),
+      (out, inp, B, T, NH, HD, outStride, inpStride, theta))
+// The transpose rotation (angle -> -angle), written (=): dinp = R(t)^T dout. dinp may be dout
+// with equal strides (in place).
+TS_OP(Rope, void, ropeBackward,
+      (float* dinp, const float* dout, int B, int T, int NH, int HD, int dinpStride, int doutStride,
+       float theta),
+      (dinp, dout, B, T, NH, HD, dinpStride, doutStride, theta))
+
+// SwiGLU on a fused gate/up projection: inp is (N, 2F), each row [gate | up] (one GEMM against
+// the concatenated weights yields it); out (N, F) = silu(gate) * up, silu(g) = g sigmoid(g).
+TS_OP_KIND(SwiGlu)
+TS_OP(SwiGlu, void, swigluForward, (float* out, const float* inp, int N, int F), (out, inp, N, F))
+// Writes (=) dinp (N, 2F) as [dgate | dup]: dgate = dout * up * silu'(gate),
+// dup = dout * silu(gate).
+TS_OP(SwiGlu, void, swigluBackward,
+      (float* dinp, const float* inp, const float* dout, int N, int F), (dinp, inp, dout, N, F))
+
+// Grouped-query causal self-attention (GQA; MQA for KVH = 1), naive: KVH key/value heads
+// shared by NH query heads (NH % KVH == 0), head dim HD = C/NH. qkv is (B, T, (NH + 2*KVH)*HD)
+// laid out [q heads | k heads | v heads]; query head h reads kv head h / (NH/KVH). out
+// (B, T, C) and att (B, NH, T, T) as attentionForward, which is the KVH == NH case (it calls
+// this, so the two agree bitwise).
+TS_OP_KIND(AttentionGqa)
+TS_OP(AttentionGqa, void, attentionGqaForward,
+      (float* out, float* att, const float* qkv, int B, int T, int C, int NH, int KVH),
+      (out, att, qkv, B, T, C, NH, KVH))
+// Writes (=) dqkv (qkv's layout); a kv head's dk and dv sum over the NH/KVH query heads that
+// read it. datt is scratch of the size of att.
+TS_OP(AttentionGqa, void, attentionGqaBackward,
+      (float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B,
+       int T, int C, int NH, int KVH),
+      (dqkv, datt, dout, qkv, att, B, T, C, NH, KVH))
+
+// Flash attention with KVH kv heads: qkv as attentionGqaForward, lse (B, NH, T) as
+// flashAttentionForward (the KVH == NH case, bitwise). Backward writes (=) dqkv, summing dk/dv
+// over each kv head's query heads.
+TS_OP_KIND(FlashAttentionGqa)
+TS_OP(FlashAttentionGqa, void, flashAttentionGqaForward,
+      (float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int KVH),
+      (out, lse, qkv, B, T, C, NH, KVH))
+TS_OP(FlashAttentionGqa, void, flashAttentionGqaBackward,
+      (float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
+       int T, int C, int NH, int KVH),
+      (dqkv, dout, out, lse, qkv, B, T, C, NH, KVH))
+
 #undef TS_OP
 #undef TS_OP_KIND
