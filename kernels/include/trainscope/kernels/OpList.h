@@ -75,7 +75,7 @@ TS_OP(Attention, void, attentionBackward,
       (dqkv, datt, dout, qkv, att, B, T, C, NH))
 
 // Flash attention: lse (B, NH, T) is the only thing saved. Backward recomputes P and writes
-// (=) dqkv.
+// (=) dqkv. The CUDA twin takes head dims up to 256 (beyond, it throws std::runtime_error).
 TS_OP_KIND(FlashAttention)
 TS_OP(FlashAttention, void, flashAttentionForward,
       (float* out, float* lse, const float* qkv, int B, int T, int C, int NH),
@@ -158,6 +158,7 @@ TS_OP(RmsNorm, void, rmsnormBackward,
 // out may be inp with equal strides (in place); otherwise they must not overlap. Elements
 // outside the view are not touched. Angles are computed in double and sin/cos rounded to
 // float (transformers computes inv_freq in fp32, so its angles drift at large positions).
+// An odd HD throws std::invalid_argument.
 TS_OP_KIND(Rope)
 TS_OP(Rope, void, ropeForward,
       (float* out, const float* inp, int B, int T, int NH, int HD, int outStride, int inpStride,
@@ -183,7 +184,7 @@ TS_OP(SwiGlu, void, swigluBackward,
 // shared by NH query heads (NH % KVH == 0), head dim HD = C/NH. qkv is (B, T, (NH + 2*KVH)*HD)
 // laid out [q heads | k heads | v heads]; query head h reads kv head h / (NH/KVH). out
 // (B, T, C) and att (B, NH, T, T) as attentionForward, which is the KVH == NH case (it calls
-// this, so the two agree bitwise).
+// this, so the two agree bitwise). NH not a multiple of KVH throws std::invalid_argument.
 TS_OP_KIND(AttentionGqa)
 TS_OP(AttentionGqa, void, attentionGqaForward,
       (float* out, float* att, const float* qkv, int B, int T, int C, int NH, int KVH),
