@@ -3,11 +3,15 @@
 // tiles right of the causal diagonal are skipped. Backward recomputes P = exp(S - lse) tile
 // by tile. The tile products are small GEMMs (dnnl_sgemm on strided views of qkv, single-
 // threaded inside the parallel region); the softmax work in between is vectorised loops.
+// Written once for grouped-query attention; multi-head attention is the KVH == NH case, for
+// which every GEMM and loop below is the one the MHA-only version ran (same results, bitwise).
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "cpu/Gemm.h"
@@ -26,12 +30,21 @@ inline void maskTile(float* S, int nr, int nc, int r0, int c0) {
   for (int r = 0; r < nr; ++r)
     for (int c = std::max(0, r0 + r - c0 + 1); c < nc; ++c) S[r * kTile + c] = kNegInf;
 }
+// NH query heads share KVH kv heads in equal groups.
+void checkKvHeads(int NH, int KVH, const char* what) {
+  if (NH <= 0 || KVH <= 0 || NH % KVH != 0)
+    throw std::invalid_argument(std::string(what) + ": NH = " + std::to_string(NH) +
+                                " query heads are not a multiple of KVH = " + std::to_string(KVH) +
+                                " kv heads");
+}
 }  // namespace
 
-void flashAttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
-  const int hs = C / NH;
+void flashAttentionGqaForward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                              int KVH) {
+  checkKvHeads(NH, KVH, "flashAttentionGqaForward");
+  const int hs = C / NH, group = NH / KVH;
   const float sc = 1.0f / std::sqrt(float(hs));
-  const int64_t C3 = 3 * int64_t(C);
+  const int64_t C3 = int64_t(NH + 2 * KVH) * hs;  // qkv row: q heads | k heads | v heads
   const int nQt = (T + kTile - 1) / kTile;
   const int64_t work = int64_t(B) * NH * nQt;
 #pragma omp parallel if (work > 1)
@@ -41,10 +54,11 @@ void flashAttentionForward(float* out, float* lse, const float* qkv, int B, int 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < work; ++w) {
       const int qt = nQt - 1 - int(w % nQt);  // longest rows first (load balance)
-      const int bh = int(w / nQt), b = bh / NH, h = bh % NH;
-      const float* q = qkv + int64_t(b) * T * C3 + int64_t(h) * hs;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
+      const int bh = int(w / nQt), b = bh / NH, h = bh % NH, g = h / group;
+      const float* row0 = qkv + int64_t(b) * T * C3;
+      const float* q = row0 + int64_t(h) * hs;
+      const float* k = row0 + int64_t(NH + g) * hs;
+      const float* v = row0 + int64_t(NH + KVH + g) * hs;
       const int r0 = qt * kTile, nr = std::min(kTile, T - r0);
       std::fill(m, m + kTile, kNegInf);
       std::fill(l, l + kTile, 0.0f);
@@ -90,69 +104,80 @@ void flashAttentionForward(float* out, float* lse, const float* qkv, int B, int 
   }
 }
 
-void flashAttentionBackward(float* dqkv, const float* dout, const float* out, const float* lse,
-                            const float* qkv, int B, int T, int C, int NH) {
-  const int hs = C / NH;
+void flashAttentionGqaBackward(float* dqkv, const float* dout, const float* out, const float* lse,
+                               const float* qkv, int B, int T, int C, int NH, int KVH) {
+  checkKvHeads(NH, KVH, "flashAttentionGqaBackward");
+  const int hs = C / NH, group = NH / KVH;
   const float sc = 1.0f / std::sqrt(float(hs));
-  const int64_t C3 = 3 * int64_t(C);
-  // One (batch, head) per task: the task owns dQ, dK and dV of its head, so no atomics and a
-  // fixed summation order.
-#pragma omp parallel if (B * NH > 1)
+  const int64_t C3 = int64_t(NH + 2 * KVH) * hs;
+  // One (batch, kv head) per task: the task owns dK and dV of its kv head (summed over the
+  // group's query heads in head order) and dQ of those heads, so no atomics and a fixed
+  // summation order.
+#pragma omp parallel if (B * KVH > 1)
   {
     std::vector<float> P(size_t(kTile) * kTile), dS(size_t(kTile) * kTile);
-    std::vector<float> dK(size_t(kTile) * hs), dV(size_t(kTile) * hs), D(T);
+    std::vector<float> dK(size_t(kTile) * hs), dV(size_t(kTile) * hs), D(size_t(group) * T);
 #pragma omp for schedule(dynamic, 1)
-    for (int bh = 0; bh < B * NH; ++bh) {
-      const int b = bh / NH, h = bh % NH;
-      const int64_t base = int64_t(b) * T * C3 + int64_t(h) * hs;
-      const float* q = qkv + base;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* dq = dqkv + base;
-      float* dk = dq + C;
-      float* dv = dq + 2 * C;
-      const float* dO = dout + int64_t(b) * T * C + int64_t(h) * hs;
-      const float* O = out + int64_t(b) * T * C + int64_t(h) * hs;
-      const float* L = lse + int64_t(bh) * T;
-      for (int i = 0; i < T; ++i) {  // D_i = rowsum(dO_i * O_i); zero dQ (written, not +=)
-        float acc = 0.0f;
+    for (int bg = 0; bg < B * KVH; ++bg) {
+      const int b = bg / KVH, g = bg % KVH;
+      const int64_t row0 = int64_t(b) * T * C3;
+      const float* k = qkv + row0 + int64_t(NH + g) * hs;
+      const float* v = qkv + row0 + int64_t(NH + KVH + g) * hs;
+      float* dk = dqkv + row0 + int64_t(NH + g) * hs;
+      float* dv = dqkv + row0 + int64_t(NH + KVH + g) * hs;
+      for (int j = 0; j < group; ++j) {  // D_i = rowsum(dO_i * O_i); zero dQ (written, not +=)
+        const int h = g * group + j;
+        const float* dO = dout + int64_t(b) * T * C + int64_t(h) * hs;
+        const float* O = out + int64_t(b) * T * C + int64_t(h) * hs;
+        float* dq = dqkv + row0 + int64_t(h) * hs;
+        for (int i = 0; i < T; ++i) {
+          float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-        for (int d = 0; d < hs; ++d) acc += dO[int64_t(i) * C + d] * O[int64_t(i) * C + d];
-        D[i] = acc;
-        std::fill(dq + i * C3, dq + i * C3 + hs, 0.0f);
+          for (int d = 0; d < hs; ++d) acc += dO[int64_t(i) * C + d] * O[int64_t(i) * C + d];
+          D[size_t(j) * T + i] = acc;
+          std::fill(dq + i * C3, dq + i * C3 + hs, 0.0f);
+        }
       }
       for (int c0 = 0; c0 < T; c0 += kTile) {
         const int nc = std::min(kTile, T - c0);
         std::fill(dK.begin(), dK.end(), 0.0f);
         std::fill(dV.begin(), dV.end(), 0.0f);
-        for (int r0 = c0; r0 < T; r0 += kTile) {  // causal: queries at or after the keys
-          const int nr = std::min(kTile, T - r0);
-          stridedGemm('N', 'T', nr, nc, hs, sc, q + r0 * C3, C3, k + c0 * C3, C3, 0.0f, P.data(),
-                      kTile);
-          maskTile(P.data(), nr, nc, r0, c0);
-          for (int r = 0; r < nr; ++r) {
-            float* p = P.data() + r * kTile;
-            const float Lr = L[r0 + r];
+        for (int j = 0; j < group; ++j) {
+          const int h = g * group + j;
+          const float* q = qkv + row0 + int64_t(h) * hs;
+          float* dq = dqkv + row0 + int64_t(h) * hs;
+          const float* dO = dout + int64_t(b) * T * C + int64_t(h) * hs;
+          const float* L = lse + (int64_t(b) * NH + h) * T;
+          const float* Dh = D.data() + size_t(j) * T;
+          for (int r0 = c0; r0 < T; r0 += kTile) {  // causal: queries at or after the keys
+            const int nr = std::min(kTile, T - r0);
+            stridedGemm('N', 'T', nr, nc, hs, sc, q + r0 * C3, C3, k + c0 * C3, C3, 0.0f, P.data(),
+                        kTile);
+            maskTile(P.data(), nr, nc, r0, c0);
+            for (int r = 0; r < nr; ++r) {
+              float* p = P.data() + r * kTile;
+              const float Lr = L[r0 + r];
 #pragma omp simd
-            for (int c = 0; c < nc; ++c) p[c] = vexp(p[c] - Lr);
-          }
-          // dV += P^T dO_i;  dP = dO_i V_j^T
-          stridedGemm('T', 'N', nc, hs, nr, 1.0f, P.data(), kTile, dO + int64_t(r0) * C, C, 1.0f,
-                      dV.data(), hs);
-          stridedGemm('N', 'T', nr, nc, hs, 1.0f, dO + int64_t(r0) * C, C, v + c0 * C3, C3, 0.0f,
-                      dS.data(), kTile);
-          for (int r = 0; r < nr; ++r) {  // dS = P (dP - D) * scale
-            const float* p = P.data() + r * kTile;
-            float* ds = dS.data() + r * kTile;
-            const float Dr = D[r0 + r];
+              for (int c = 0; c < nc; ++c) p[c] = vexp(p[c] - Lr);
+            }
+            // dV += P^T dO_i;  dP = dO_i V_j^T
+            stridedGemm('T', 'N', nc, hs, nr, 1.0f, P.data(), kTile, dO + int64_t(r0) * C, C, 1.0f,
+                        dV.data(), hs);
+            stridedGemm('N', 'T', nr, nc, hs, 1.0f, dO + int64_t(r0) * C, C, v + c0 * C3, C3, 0.0f,
+                        dS.data(), kTile);
+            for (int r = 0; r < nr; ++r) {  // dS = P (dP - D) * scale
+              const float* p = P.data() + r * kTile;
+              float* ds = dS.data() + r * kTile;
+              const float Dr = Dh[r0 + r];
 #pragma omp simd
-            for (int c = 0; c < nc; ++c) ds[c] = p[c] * (ds[c] - Dr) * sc;
+              for (int c = 0; c < nc; ++c) ds[c] = p[c] * (ds[c] - Dr) * sc;
+            }
+            // dQ_i += dS K_j;  dK += dS^T Q_i
+            stridedGemm('N', 'N', nr, hs, nc, 1.0f, dS.data(), kTile, k + c0 * C3, C3, 1.0f,
+                        dq + r0 * C3, C3);
+            stridedGemm('T', 'N', nc, hs, nr, 1.0f, dS.data(), kTile, q + r0 * C3, C3, 1.0f,
+                        dK.data(), hs);
           }
-          // dQ_i += dS K_j;  dK += dS^T Q_i
-          stridedGemm('N', 'N', nr, hs, nc, 1.0f, dS.data(), kTile, k + c0 * C3, C3, 1.0f,
-                      dq + r0 * C3, C3);
-          stridedGemm('T', 'N', nc, hs, nr, 1.0f, dS.data(), kTile, q + r0 * C3, C3, 1.0f,
-                      dK.data(), hs);
         }
         for (int c = 0; c < nc; ++c) {
           std::copy(dK.data() + c * hs, dK.data() + (c + 1) * hs, dk + (c0 + c) * C3);
@@ -161,6 +186,15 @@ void flashAttentionBackward(float* dqkv, const float* dout, const float* out, co
       }
     }
   }
+}
+
+void flashAttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+  flashAttentionGqaForward(out, lse, qkv, B, T, C, NH, NH);
+}
+
+void flashAttentionBackward(float* dqkv, const float* dout, const float* out, const float* lse,
+                            const float* qkv, int B, int T, int C, int NH) {
+  flashAttentionGqaBackward(dqkv, dout, out, lse, qkv, B, T, C, NH, NH);
 }
 
 }  // namespace ts::kernels::cpu

@@ -40,6 +40,10 @@ class CudaBackend final : public Backend {
     return info;
   }
   bool supports(Op op) const override { return op != Op::Convert; }
+  bool supports(Op op, DType dtype) const override {
+    if (op == Op::MatmulBF16) return dtype == DType::BF16;
+    return supports(op) && dtype == DType::F32;
+  }
   void setThreads(int) override {}  // host threads do not apply to the GPU
   int threads() const override { return 1; }
 
@@ -63,77 +67,12 @@ class CudaBackend final : public Backend {
   }
   void synchronize() override { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
-  void matmul(float* C, const float* A, const float* B, int M, int N, int K, bool transA,
-              bool transB, float alpha, float beta) override {
-    cuda::matmul(C, A, B, M, N, K, transA, transB, alpha, beta);
+  // One forwarder per OpList.h entry.
+#define TS_OP(kind, ret, name, params, args) \
+  ret name params override {                 \
+    return cuda::name args;                  \
   }
-  void matmulBf16(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K, bool transA,
-                  bool transB, float alpha, float beta) override {
-    cuda::matmulBf16(C, A, B, M, N, K, transA, transB, alpha, beta);
-  }
-  void layernormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                        const float* bias, int N, int C, float eps) override {
-    cuda::layernormForward(out, mean, rstd, inp, weight, bias, N, C, eps);
-  }
-  void layernormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
-                         const float* inp, const float* weight, const float* mean,
-                         const float* rstd, int N, int C) override {
-    cuda::layernormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-  }
-  void geluForward(float* out, const float* inp, int64_t n) override {
-    cuda::geluForward(out, inp, n);
-  }
-  void geluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override {
-    cuda::geluBackward(dinp, inp, dout, n);
-  }
-  void reluForward(float* out, const float* inp, int64_t n) override {
-    cuda::reluForward(out, inp, n);
-  }
-  void reluBackward(float* dinp, const float* out, const float* dout, int64_t n) override {
-    cuda::reluBackward(dinp, out, dout, n);
-  }
-  void attentionForward(float* out, float* att, const float* qkv, int B, int T, int C,
-                        int NH) override {
-    cuda::attentionForward(out, att, qkv, B, T, C, NH);
-  }
-  void attentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                         const float* att, int B, int T, int C, int NH) override {
-    cuda::attentionBackward(dqkv, datt, dout, qkv, att, B, T, C, NH);
-  }
-  void flashAttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C,
-                             int NH) override {
-    cuda::flashAttentionForward(out, lse, qkv, B, T, C, NH);
-  }
-  void flashAttentionBackward(float* dqkv, const float* dout, const float* out, const float* lse,
-                              const float* qkv, int B, int T, int C, int NH) override {
-    cuda::flashAttentionBackward(dqkv, dout, out, lse, qkv, B, T, C, NH);
-  }
-  void crossEntropyForwardBackward(float* losses, float* dlogits, const float* logits,
-                                   const int32_t* targets, int N, int V, float dloss) override {
-    cuda::crossEntropyForwardBackward(losses, dlogits, logits, targets, N, V, dloss);
-  }
-  void embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                        int B, int T, int C) override {
-    cuda::embeddingForward(out, tokens, wte, wpe, B, T, C);
-  }
-  void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                         int T, int C) override {
-    cuda::embeddingBackward(dwte, dwpe, dout, tokens, B, T, C);
-  }
-  void residualForward(float* out, const float* a, const float* b, int64_t n) override {
-    cuda::residualForward(out, a, b, n);
-  }
-  void accumulate(float* y, const float* x, int64_t n) override { cuda::accumulate(y, x, n); }
-  void scale(float* x, int64_t n, float s) override { cuda::scale(x, n, s); }
-  void adamwUpdate(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
-                   float beta1, float beta2, float eps, float weight_decay, int64_t step) override {
-    cuda::adamwUpdate(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
-  }
-  void sgdUpdate(float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
-                 float weight_decay) override {
-    cuda::sgdUpdate(param, grad, buf, n, lr, momentum, weight_decay);
-  }
-  double sumSquares(const float* x, int64_t n) override { return cuda::sumSquares(x, n); }
+#include "trainscope/kernels/OpList.h"
 
  private:
   int device_;

@@ -1,4 +1,4 @@
-// The CPU backend: dispatches to the free functions in kernels/cpu/ and owns the thread count.
+// The CPU backend: forwards to the free functions in kernels/cpu/ and owns the thread count.
 #include <cpuid.h>
 #include <omp.h>
 #include <unistd.h>
@@ -69,6 +69,10 @@ class CpuBackend final : public Backend {
         return true;
     }
   }
+  bool supports(Op op, DType dtype) const override {
+    if (op == Op::MatmulBF16) return dtype == DType::BF16;
+    return supports(op) && dtype == DType::F32;
+  }
   // bf16 GEMMs are emulated unless oneDNN has a kernel for this CPU's bf16 instructions.
   bool emulates(Op op) const override { return op == Op::MatmulBF16 && !cpu::matmulBf16Native(); }
   void setThreads(int n) override {
@@ -93,77 +97,12 @@ class CpuBackend final : public Backend {
   }
   void synchronize() override {}
 
-  void matmul(float* C, const float* A, const float* B, int M, int N, int K, bool transA,
-              bool transB, float alpha, float beta) override {
-    cpu::matmul(C, A, B, M, N, K, transA, transB, alpha, beta);
+  // One forwarder per OpList.h entry.
+#define TS_OP(kind, ret, name, params, args) \
+  ret name params override {                 \
+    return cpu::name args;                   \
   }
-  void matmulBf16(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K, bool transA,
-                  bool transB, float alpha, float beta) override {
-    cpu::matmulBf16(C, A, B, M, N, K, transA, transB, alpha, beta);
-  }
-  void layernormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                        const float* bias, int N, int C, float eps) override {
-    cpu::layernormForward(out, mean, rstd, inp, weight, bias, N, C, eps);
-  }
-  void layernormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
-                         const float* inp, const float* weight, const float* mean,
-                         const float* rstd, int N, int C) override {
-    cpu::layernormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-  }
-  void geluForward(float* out, const float* inp, int64_t n) override {
-    cpu::geluForward(out, inp, n);
-  }
-  void geluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override {
-    cpu::geluBackward(dinp, inp, dout, n);
-  }
-  void reluForward(float* out, const float* inp, int64_t n) override {
-    cpu::reluForward(out, inp, n);
-  }
-  void reluBackward(float* dinp, const float* out, const float* dout, int64_t n) override {
-    cpu::reluBackward(dinp, out, dout, n);
-  }
-  void attentionForward(float* out, float* att, const float* qkv, int B, int T, int C,
-                        int NH) override {
-    cpu::attentionForward(out, att, qkv, B, T, C, NH);
-  }
-  void attentionBackward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                         const float* att, int B, int T, int C, int NH) override {
-    cpu::attentionBackward(dqkv, datt, dout, qkv, att, B, T, C, NH);
-  }
-  void flashAttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C,
-                             int NH) override {
-    cpu::flashAttentionForward(out, lse, qkv, B, T, C, NH);
-  }
-  void flashAttentionBackward(float* dqkv, const float* dout, const float* out, const float* lse,
-                              const float* qkv, int B, int T, int C, int NH) override {
-    cpu::flashAttentionBackward(dqkv, dout, out, lse, qkv, B, T, C, NH);
-  }
-  void crossEntropyForwardBackward(float* losses, float* dlogits, const float* logits,
-                                   const int32_t* targets, int N, int V, float dloss) override {
-    cpu::crossEntropyForwardBackward(losses, dlogits, logits, targets, N, V, dloss);
-  }
-  void embeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                        int B, int T, int C) override {
-    cpu::embeddingForward(out, tokens, wte, wpe, B, T, C);
-  }
-  void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                         int T, int C) override {
-    cpu::embeddingBackward(dwte, dwpe, dout, tokens, B, T, C);
-  }
-  void residualForward(float* out, const float* a, const float* b, int64_t n) override {
-    cpu::residualForward(out, a, b, n);
-  }
-  void accumulate(float* y, const float* x, int64_t n) override { cpu::accumulate(y, x, n); }
-  void scale(float* x, int64_t n, float s) override { cpu::scale(x, n, s); }
-  void adamwUpdate(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
-                   float beta1, float beta2, float eps, float weight_decay, int64_t step) override {
-    cpu::adamwUpdate(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
-  }
-  void sgdUpdate(float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
-                 float weight_decay) override {
-    cpu::sgdUpdate(param, grad, buf, n, lr, momentum, weight_decay);
-  }
-  double sumSquares(const float* x, int64_t n) override { return cpu::sumSquares(x, n); }
+#include "trainscope/kernels/OpList.h"
 
  private:
   int threads_;

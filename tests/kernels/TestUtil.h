@@ -100,6 +100,25 @@ std::vector<double> finiteDiff(std::vector<double> x, F f, double h = 1e-5) {
   return g;
 }
 
+// As finiteDiff, for the listed elements of x only (g[k] is d f / d x[idx[k]]): for inputs
+// too large to difference every element of, or where only part of x matters.
+template <class F>
+std::vector<double> finiteDiffAt(std::vector<double> x, const std::vector<size_t>& idx, F f,
+                                 double h = 1e-5) {
+  std::vector<double> g(idx.size());
+  for (size_t k = 0; k < idx.size(); ++k) {
+    const size_t i = idx[k];
+    const double x0 = x[i];
+    x[i] = x0 + h;
+    const double fp = f(x);
+    x[i] = x0 - h;
+    const double fm = f(x);
+    x[i] = x0;
+    g[k] = (fp - fm) / (2 * h);
+  }
+  return g;
+}
+
 inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0;
   for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];

@@ -21,6 +21,26 @@ TEST(Backend, CpuBackendIdentifiesItself) {
   EXPECT_TRUE(b->supports(Op::AdamW));
 }
 
+// Every OpList.h entry is a CPU op (the CPU backend implements them all), every kind has a
+// name, and only MatmulBF16 takes non-fp32 operands.
+TEST(Backend, CpuSupportsEveryListedOp) {
+  auto b = makeCpuBackend();
+  int entries = 0;
+#define TS_OP(kind, ret, name, params, args)                                         \
+  EXPECT_TRUE(b->supports(Op::kind)) << #name;                                       \
+  EXPECT_STREQ(opName(Op::kind), #kind);                                             \
+  EXPECT_EQ(b->supports(Op::kind, DType::F32), Op::kind != Op::MatmulBF16) << #name; \
+  ++entries;
+#include "trainscope/kernels/OpList.h"
+  EXPECT_GE(entries, 20);
+  EXPECT_TRUE(b->supports(Op::MatmulBF16, DType::BF16));
+  EXPECT_FALSE(b->supports(Op::Matmul, DType::BF16));
+  EXPECT_FALSE(b->supports(Op::LayerNorm, DType::F16));
+  EXPECT_FALSE(b->supports(Op::Convert));
+  EXPECT_FALSE(b->supports(Op::Convert, DType::F32));
+  EXPECT_STREQ(opName(Op::Convert), "Convert");
+}
+
 TEST(Backend, FactoryByName) {
   std::string why;
   auto cpu = makeBackend("cpu", &why);

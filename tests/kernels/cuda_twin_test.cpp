@@ -1,5 +1,6 @@
 // CUDA twins vs their CPU ops on the same random inputs (label gpu). Skips with the reason
-// when no GPU is usable. Tolerances are fp32 reduction-order differences.
+// when no GPU is usable. Tolerances are fp32 reduction-order differences. The newer ops'
+// twins are checked by the OnBackend suites (rmsnorm_test.cpp etc., OnBackend.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -53,6 +54,16 @@ TEST_F(CudaTwin, DeviceInfo) {
   EXPECT_EQ(info.kind, DeviceKind::Cuda);
   EXPECT_FALSE(info.name.empty());
   EXPECT_GT(info.memory_bytes, 0);
+}
+
+// Every OpList.h entry has a CUDA twin (the build links them all) and is reported supported.
+TEST_F(CudaTwin, SupportsEveryListedOp) {
+#define TS_OP(kind, ret, name, params, args)      \
+  EXPECT_TRUE(gpu_->supports(Op::kind)) << #name; \
+  EXPECT_EQ(gpu_->supports(Op::kind, DType::F32), Op::kind != Op::MatmulBF16) << #name;
+#include "trainscope/kernels/OpList.h"
+  EXPECT_TRUE(gpu_->supports(Op::MatmulBF16, DType::BF16));
+  EXPECT_FALSE(gpu_->supports(Op::Convert));
 }
 
 TEST_F(CudaTwin, MatmulAllTransposes) {

@@ -1,0 +1,212 @@
+// The backend op list: the one place each plain op's signature is written. No include guard:
+// an includer defines TS_OP and/or TS_OP_KIND, includes this file, and gets one expansion
+// (both macros are #undef'd at the end). From it come the `Op` enum and the `Backend` pure
+// virtuals (Backend.h), the ts::kernels::cpu and ts::kernels::cuda free-function declarations
+// (CpuOps.h, CudaOps.h) and both backends' forwarding overrides (CpuBackend.cpp,
+// CudaBackend.cpp).
+//
+//   TS_OP_KIND(Kind)                            an `Op` value, what supports()/emulates() take
+//   TS_OP(Kind, Ret, name, (params), (args))    one op: Backend::name, cpu::name, cuda::name
+//
+// Adding an op: one TS_OP entry (after a new TS_OP_KIND if it is a new kind), documented like
+// the others, plus kernels/cpu/<op>.cpp defining cpu::name and kernels/cuda/<op>.cu defining
+// cuda::name (the sources are globbed). Every entry must have both twins or a CUDA build fails
+// to link; supports() says true for a kind unless a backend's override says otherwise.
+//
+// All tensors are dense, row-major and fp32 unless the op says otherwise; pointers live in the
+// backend's memory (host memory for the CPU). Keep the kinds' order: new kinds go at the end.
+// This file stays C++17 (the .cu files include it).
+
+#ifndef TS_OP
+#define TS_OP(kind, ret, name, params, args)
+#endif
+#ifndef TS_OP_KIND
+#define TS_OP_KIND(kind)
+#endif
+
+// C[M,N] = alpha * op(A) * op(B) + beta * C. op(A) is MxK, op(B) is KxN; with transA, A is
+// stored KxM; with transB, B is stored NxK. Row-major, tightly packed.
+TS_OP_KIND(Matmul)
+TS_OP(Matmul, void, matmul,
+      (float* C, const float* A, const float* B, int M, int N, int K, bool transA, bool transB,
+       float alpha, float beta),
+      (C, A, B, M, N, K, transA, transB, alpha, beta))
+
+// As matmul with bf16 operands (uint16_t bit patterns), fp32 accumulation and fp32 C. The CPU
+// runs oneDNN's bf16 kernel where it has one, else widens to fp32 (Backend::emulates).
+TS_OP_KIND(MatmulBF16)
+TS_OP(MatmulBF16, void, matmulBf16,
+      (float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K, bool transA,
+       bool transB, float alpha, float beta),
+      (C, A, B, M, N, K, transA, transB, alpha, beta))
+
+// LayerNorm over the last dim C for N rows. mean/rstd (N each) are saved for backward.
+TS_OP_KIND(LayerNorm)
+TS_OP(LayerNorm, void, layernormForward,
+      (float* out, float* mean, float* rstd, const float* inp, const float* weight,
+       const float* bias, int N, int C, float eps),
+      (out, mean, rstd, inp, weight, bias, N, C, eps))
+// Accumulates (+=) into dinp, dweight, dbias.
+TS_OP(LayerNorm, void, layernormBackward,
+      (float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+       const float* weight, const float* mean, const float* rstd, int N, int C),
+      (dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C))
+
+// GELU (tanh approximation, as GPT-2) and ReLU. Backward writes (=) dinp = f'(inp) * dout.
+TS_OP_KIND(Gelu)
+TS_OP(Gelu, void, geluForward, (float* out, const float* inp, int64_t n), (out, inp, n))
+TS_OP(Gelu, void, geluBackward, (float* dinp, const float* inp, const float* dout, int64_t n),
+      (dinp, inp, dout, n))
+TS_OP_KIND(Relu)
+TS_OP(Relu, void, reluForward, (float* out, const float* inp, int64_t n), (out, inp, n))
+TS_OP(Relu, void, reluBackward, (float* dinp, const float* out, const float* dout, int64_t n),
+      (dinp, out, dout, n))
+
+// Causal self-attention, naive. qkv is (B, T, 3C) [q | k | v], heads NH, head dim C/NH.
+// att (B, NH, T, T) holds the softmax probabilities (saved for backward); out is (B, T, C).
+TS_OP_KIND(Attention)
+TS_OP(Attention, void, attentionForward,
+      (float* out, float* att, const float* qkv, int B, int T, int C, int NH),
+      (out, att, qkv, B, T, C, NH))
+// Writes (=) dqkv; datt is scratch of the size of att.
+TS_OP(Attention, void, attentionBackward,
+      (float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B,
+       int T, int C, int NH),
+      (dqkv, datt, dout, qkv, att, B, T, C, NH))
+
+// Flash attention: lse (B, NH, T) is the only thing saved. Backward recomputes P and writes
+// (=) dqkv. The CUDA twin takes head dims up to 256 (beyond, it throws std::runtime_error).
+TS_OP_KIND(FlashAttention)
+TS_OP(FlashAttention, void, flashAttentionForward,
+      (float* out, float* lse, const float* qkv, int B, int T, int C, int NH),
+      (out, lse, qkv, B, T, C, NH))
+TS_OP(FlashAttention, void, flashAttentionBackward,
+      (float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
+       int T, int C, int NH),
+      (dqkv, dout, out, lse, qkv, B, T, C, NH))
+
+// Fused softmax cross-entropy over V classes for N rows. losses[i] = -log p[target];
+// dlogits = (softmax - onehot) * dloss (dloss per row, e.g. 1/num_target_tokens; targets < 0
+// are ignored: loss 0, gradient 0). dlogits may alias logits.
+TS_OP_KIND(CrossEntropy)
+TS_OP(CrossEntropy, void, crossEntropyForwardBackward,
+      (float* losses, float* dlogits, const float* logits, const int32_t* targets, int N, int V,
+       float dloss),
+      (losses, dlogits, logits, targets, N, V, dloss))
+
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; backward accumulates (+=) into dwte, dwpe.
+TS_OP_KIND(Embedding)
+TS_OP(Embedding, void, embeddingForward,
+      (float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C),
+      (out, tokens, wte, wpe, B, T, C))
+TS_OP(Embedding, void, embeddingBackward,
+      (float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C),
+      (dwte, dwpe, dout, tokens, B, T, C))
+
+// out = a + b (out may alias a or b).
+TS_OP_KIND(Residual)
+TS_OP(Residual, void, residualForward, (float* out, const float* a, const float* b, int64_t n),
+      (out, a, b, n))
+// y += x
+TS_OP(Residual, void, accumulate, (float* y, const float* x, int64_t n), (y, x, n))
+
+// AdamW with decoupled weight decay (PyTorch semantics, bias-corrected with `step` >= 1).
+TS_OP_KIND(AdamW)
+TS_OP(AdamW, void, adamwUpdate,
+      (float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
+       float beta2, float eps, float weight_decay, int64_t step),
+      (param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step))
+// SGD with momentum (PyTorch semantics: buf = mu*buf + g (+wd*p); p -= lr*buf).
+TS_OP_KIND(SgdMomentum)
+TS_OP(SgdMomentum, void, sgdUpdate,
+      (float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
+       float weight_decay),
+      (param, grad, buf, n, lr, momentum, weight_decay))
+// Sum of squares in double (for the global gradient norm across tensors). The CUDA twin
+// synchronizes and returns a host value.
+TS_OP_KIND(GradNorm)
+TS_OP(GradNorm, double, sumSquares, (const float* x, int64_t n), (x, n))
+// x *= s
+TS_OP_KIND(Scale)
+TS_OP(Scale, void, scale, (float* x, int64_t n, float s), (x, n, s))
+
+// Bulk format conversions: not Backend methods (Numeric.h, CudaNumeric.h), and neither
+// backend reports them as supported.
+TS_OP_KIND(Convert)
+
+// RMSNorm (LLaMA) over the last dim C for N rows: out = x * rstd * weight with
+// rstd = 1/sqrt(mean(x^2) + eps), saved for backward (N floats). No mean, no bias.
+TS_OP_KIND(RmsNorm)
+TS_OP(RmsNorm, void, rmsnormForward,
+      (float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps),
+      (out, rstd, inp, weight, N, C, eps))
+// Accumulates (+=) into dinp and dweight, as layernormBackward does (the residual stream's
+// gradient and micro-batch weight gradients both sum contributions).
+TS_OP(RmsNorm, void, rmsnormBackward,
+      (float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+       const float* rstd, int N, int C),
+      (dinp, dweight, dout, inp, weight, rstd, N, C))
+
+// Rotary position embedding in the Hugging Face `rotate_half` convention (transformers'
+// LlamaRotaryEmbedding + apply_rotary_pos_emb), not GPT-J's interleaved pairs. For an even
+// head dim HD with half = HD/2, inv_freq[i] = theta^(-2i/HD) and angle(t, i) = t * inv_freq[i]
+// for positions t = 0..T-1; cos/sin repeat over both halves, rotate_half(x) = cat(-x2, x1):
+//   out[i] = x[i] cos - x[i+half] sin,  out[i+half] = x[i+half] cos + x[i] sin   (i < half).
+// The (B, T, NH, HD) tensor's element (b, t, h, d) is at p[(b*T + t) * stride + h*HD + d],
+// with one stride for the destination and one for the source: the q heads or the k heads of a
+// packed qkv buffer rotate in place by passing qkv (or qkv + NH*HD) and the qkv row width.
+// out may be inp with equal strides (in place); otherwise they must not overlap. Elements
+// outside the view are not touched. Angles are computed in double and sin/cos rounded to
+// float (transformers computes inv_freq in fp32, so its angles drift at large positions).
+// An odd HD throws std::invalid_argument.
+TS_OP_KIND(Rope)
+TS_OP(Rope, void, ropeForward,
+      (float* out, const float* inp, int B, int T, int NH, int HD, int outStride, int inpStride,
+       float theta),
+      (out, inp, B, T, NH, HD, outStride, inpStride, theta))
+// The transpose rotation (angle -> -angle), written (=): dinp = R(t)^T dout. dinp may be dout
+// with equal strides (in place).
+TS_OP(Rope, void, ropeBackward,
+      (float* dinp, const float* dout, int B, int T, int NH, int HD, int dinpStride, int doutStride,
+       float theta),
+      (dinp, dout, B, T, NH, HD, dinpStride, doutStride, theta))
+
+// SwiGLU on a fused gate/up projection: inp is (N, 2F), each row [gate | up] (one GEMM against
+// the concatenated weights yields it); out (N, F) = silu(gate) * up, silu(g) = g sigmoid(g).
+TS_OP_KIND(SwiGlu)
+TS_OP(SwiGlu, void, swigluForward, (float* out, const float* inp, int N, int F), (out, inp, N, F))
+// Writes (=) dinp (N, 2F) as [dgate | dup]: dgate = dout * up * silu'(gate),
+// dup = dout * silu(gate).
+TS_OP(SwiGlu, void, swigluBackward,
+      (float* dinp, const float* inp, const float* dout, int N, int F), (dinp, inp, dout, N, F))
+
+// Grouped-query causal self-attention (GQA; MQA for KVH = 1), naive: KVH key/value heads
+// shared by NH query heads (NH % KVH == 0), head dim HD = C/NH. qkv is (B, T, (NH + 2*KVH)*HD)
+// laid out [q heads | k heads | v heads]; query head h reads kv head h / (NH/KVH). out
+// (B, T, C) and att (B, NH, T, T) as attentionForward, which is the KVH == NH case (it calls
+// this, so the two agree bitwise). NH not a multiple of KVH throws std::invalid_argument.
+TS_OP_KIND(AttentionGqa)
+TS_OP(AttentionGqa, void, attentionGqaForward,
+      (float* out, float* att, const float* qkv, int B, int T, int C, int NH, int KVH),
+      (out, att, qkv, B, T, C, NH, KVH))
+// Writes (=) dqkv (qkv's layout); a kv head's dk and dv sum over the NH/KVH query heads that
+// read it. datt is scratch of the size of att.
+TS_OP(AttentionGqa, void, attentionGqaBackward,
+      (float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B,
+       int T, int C, int NH, int KVH),
+      (dqkv, datt, dout, qkv, att, B, T, C, NH, KVH))
+
+// Flash attention with KVH kv heads: qkv as attentionGqaForward, lse (B, NH, T) as
+// flashAttentionForward (the KVH == NH case, bitwise). Backward writes (=) dqkv, summing dk/dv
+// over each kv head's query heads.
+TS_OP_KIND(FlashAttentionGqa)
+TS_OP(FlashAttentionGqa, void, flashAttentionGqaForward,
+      (float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int KVH),
+      (out, lse, qkv, B, T, C, NH, KVH))
+TS_OP(FlashAttentionGqa, void, flashAttentionGqaBackward,
+      (float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
+       int T, int C, int NH, int KVH),
+      (dqkv, dout, out, lse, qkv, B, T, C, NH, KVH))
+
+#undef TS_OP
+#undef TS_OP_KIND
