@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 
 #include "trainscope/kernels/Numeric.h"
@@ -78,6 +79,30 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels:
   return g;
 }
 
+core::ArchSpec GptConfig::arch() const {
+  core::ModelConfig m;
+  m.arch = "gpt2";
+  m.layers = layers;
+  m.heads = heads;
+  m.d_model = d_model;
+  m.seq_len = seq_len;
+  m.activation = relu ? "relu" : "gelu";
+  return core::archSpecOf(m, vocab);
+}
+
+core::SavedStateOptions GptConfig::savedState(int B) const {
+  core::SavedStateOptions o;
+  o.batch = B;
+  o.flash = flash;
+  o.compression = compression == Compression::Int8     ? "int8"
+                  : compression == Compression::Sparse ? "sparse"
+                                                       : "none";
+  o.checkpointEvery = checkpointEvery;
+  o.bf16Gemm = bf16Gemm;
+  o.fp8 = fp8 == Fp8Recipe::Blockwise ? "blockwise" : fp8 == Fp8Recipe::Delayed ? "delayed" : "";
+  return o;
+}
+
 int checkpointSegment(const std::string& mode, int every, int layers) {
   if (mode == "all") return 1;
   if (mode != "every_k") return 0;
@@ -97,48 +122,42 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   if (config.compression != GptConfig::Compression::None &&
       backend->kind() != kernels::DeviceKind::Cpu)
     throw std::invalid_argument("activation compression runs on the cpu backend only");
+  // The parameter table comes from the shared description: names, shapes, storage order.
   int64_t offset = 0;
-  auto add = [&](std::string name, std::vector<int64_t> shape) {
+  for (auto& t : core::modelTensors(config.arch())) {
     ParamInfo p;
-    p.name = std::move(name);
-    p.numel = 1;
-    for (auto d : shape) p.numel *= d;
-    p.decay = shape.size() == 2;
-    p.shape = std::move(shape);
+    p.name = t.name;
+    p.shape = t.shape;
+    p.numel = t.numel();
+    p.decay = t.decay();
     p.offset = offset;
+    p.spec = std::move(t);
     offset += p.numel;
     params_.push_back(std::move(p));
-  };
-  add("wte", {V, C});
-  add("wpe", {T, C});
-  for (int l = 0; l < config.layers; ++l) {
-    const std::string h = "h." + std::to_string(l) + ".";
-    add(h + "ln_1.weight", {C});
-    add(h + "ln_1.bias", {C});
-    add(h + "attn.c_attn.weight", {3 * C, C});
-    add(h + "attn.c_attn.bias", {3 * C});
-    add(h + "attn.c_proj.weight", {C, C});
-    add(h + "attn.c_proj.bias", {C});
-    add(h + "ln_2.weight", {C});
-    add(h + "ln_2.bias", {C});
-    add(h + "mlp.c_fc.weight", {4 * C, C});
-    add(h + "mlp.c_fc.bias", {4 * C});
-    add(h + "mlp.c_proj.weight", {C, 4 * C});
-    add(h + "mlp.c_proj.bias", {C});
   }
-  add("ln_f.weight", {C});
-  add("ln_f.bias", {C});
   numParams_ = offset;
   // Pointers into params_ are stable from here on (no more push_back).
-  wte_ = &params_[0];
-  wpe_ = &params_[1];
-  for (int l = 0; l < config.layers; ++l) {
-    const ParamInfo* b = &params_[2 + 12 * l];
-    blockParams_.push_back(
-        {b, b + 1, b + 2, b + 3, b + 4, b + 5, b + 6, b + 7, b + 8, b + 9, b + 10, b + 11});
+  auto tensor = [&](int block, const std::string& module, core::TensorRole role) {
+    for (const auto& p : params_)
+      if (p.spec.block == block && p.spec.module == module && p.spec.role == role) return &p;
+    throw std::logic_error("model description has no " + module + " tensor for block " +
+                           std::to_string(block));
+  };
+  using R = core::TensorRole;
+  for (const auto& p : params_) {
+    if (p.spec.role == R::TokenEmbedding) wte_ = &p;
+    if (p.spec.role == R::PositionEmbedding) wpe_ = &p;
   }
-  lnfw_ = &params_[params_.size() - 2];
-  lnfb_ = &params_[params_.size() - 1];
+  for (int l = 0; l < config.layers; ++l)
+    blockParams_.push_back(
+        {tensor(l, "ln_1", R::NormWeight), tensor(l, "ln_1", R::NormBias),
+         tensor(l, "c_attn", R::LinearWeight), tensor(l, "c_attn", R::LinearBias),
+         tensor(l, "attn.c_proj", R::LinearWeight), tensor(l, "attn.c_proj", R::LinearBias),
+         tensor(l, "ln_2", R::NormWeight), tensor(l, "ln_2", R::NormBias),
+         tensor(l, "c_fc", R::LinearWeight), tensor(l, "c_fc", R::LinearBias),
+         tensor(l, "mlp.c_proj", R::LinearWeight), tensor(l, "mlp.c_proj", R::LinearBias)});
+  lnfw_ = tensor(-1, "ln_f", R::NormWeight);
+  lnfb_ = tensor(-1, "ln_f", R::NormBias);
   if (mixed()) {
     if (config_.working != DType::BF16 && config_.working != DType::F16)
       throw std::invalid_argument("working precision must be fp32, bf16 or fp16");
@@ -397,17 +416,16 @@ void Gpt::initWeights(uint64_t seed) {
   std::vector<float> host(static_cast<size_t>(numParams_));
   const double std0 = 0.02;
   const double stdResid = 0.02 / std::sqrt(2.0 * config_.layers);
+  using R = core::TensorRole;
   for (const auto& p : params_) {
     float* dst = host.data() + p.offset;
-    const bool isNorm = p.name.find("ln_") != std::string::npos;
-    const bool isBias = p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0;
-    if (isNorm) {
-      for (int64_t i = 0; i < p.numel; ++i) dst[i] = isBias ? 0.f : 1.f;
-    } else if (isBias) {
+    const R role = p.spec.role;
+    if (role == R::NormWeight) {
+      for (int64_t i = 0; i < p.numel; ++i) dst[i] = 1.f;
+    } else if (role == R::NormBias || role == R::LinearBias) {
       for (int64_t i = 0; i < p.numel; ++i) dst[i] = 0.f;
     } else {
-      const bool resid = p.name.find("c_proj.weight") != std::string::npos;
-      const double s = resid ? stdResid : std0;
+      const double s = p.spec.residualProjection ? stdResid : std0;
       for (int64_t i = 0; i < p.numel; ++i) dst[i] = static_cast<float>(rng.normal() * s);
     }
   }
@@ -419,95 +437,94 @@ void Gpt::zeroGrad() {
   gradBuf_.zero();
 }
 
+namespace {
+// Where each buffer of the description lives in the engine's structs.
+const std::map<std::string, Tensor BlockActivations::*>& blockFields() {
+  static const std::map<std::string, Tensor BlockActivations::*> m = {
+      {"input", &BlockActivations::input},
+      {"ln1", &BlockActivations::ln1},
+      {"ln1Mean", &BlockActivations::ln1Mean},
+      {"ln1Rstd", &BlockActivations::ln1Rstd},
+      {"qkv", &BlockActivations::qkv},
+      {"att", &BlockActivations::att},
+      {"attOut", &BlockActivations::attOut},
+      {"resid2", &BlockActivations::resid2},
+      {"ln2", &BlockActivations::ln2},
+      {"ln2Mean", &BlockActivations::ln2Mean},
+      {"ln2Rstd", &BlockActivations::ln2Rstd},
+      {"fcPre", &BlockActivations::fcPre},
+      {"fcAct", &BlockActivations::fcAct},
+      {"ln1Q", &BlockActivations::ln1Q},
+      {"attOutQ", &BlockActivations::attOutQ},
+      {"ln2Q", &BlockActivations::ln2Q},
+      {"fcActQ", &BlockActivations::fcActQ},
+      {"ln1Scale", &BlockActivations::ln1Scale},
+      {"attOutScale", &BlockActivations::attOutScale},
+      {"ln2Scale", &BlockActivations::ln2Scale},
+      {"fcActScale", &BlockActivations::fcActScale},
+      {"fcMask", &BlockActivations::fcMask},
+      {"fcVals", &BlockActivations::fcVals}};
+  return m;
+}
+const std::map<std::string, Tensor Activations::*>& globalFields() {
+  static const std::map<std::string, Tensor Activations::*> m = {
+      {"tokens", &Activations::tokens},     {"targets", &Activations::targets},
+      {"residOut", &Activations::residOut}, {"lnf", &Activations::lnf},
+      {"lnfMean", &Activations::lnfMean},   {"lnfRstd", &Activations::lnfRstd},
+      {"logits", &Activations::logits},     {"losses", &Activations::losses}};
+  return m;
+}
+DType dtypeOf(core::ElementType t) {
+  switch (t) {
+    case core::ElementType::I32:
+      return DType::I32;
+    case core::ElementType::I8:
+      return DType::I8;
+    case core::ElementType::BF16:
+      return DType::BF16;
+    default:
+      return DType::F32;
+  }
+}
+}  // namespace
+
 void Gpt::allocate(int B) {
   if (B < 1) throw std::invalid_argument("micro-batch must be >= 1");
-  const int64_t T = config_.seq_len, C = config_.d_model, V = config_.vocab, NH = config_.heads;
-  const int64_t N = B * T;
-  auto act = [&](DType d, std::vector<int64_t> shape) {
-    return Tensor(backend_, tracker_, MemoryCategory::Activations, d, std::move(shape));
-  };
-  auto wsT = [&](std::vector<int64_t> shape) {
-    return Tensor(backend_, tracker_, MemoryCategory::Workspace, DType::F32, std::move(shape));
-  };
   acts_ = Activations{};
   ws_ = Workspace{};
+  for (Tensor* t : {&x16_, &g16_, &fp8X_, &fp8G_, &fp8W_, &fp8TileScales_}) t->reset();
   acts_.B = B;
-  acts_.T = static_cast<int>(T);
-  acts_.tokens = act(DType::I32, {B, T});
-  acts_.targets = act(DType::I32, {B, T});
-  using Comp = GptConfig::Compression;
-  const Comp comp = config_.compression;
-  const int k = config_.checkpointEvery;
-  // Plain: every layer keeps a full set. Checkpointing: k scratch sets + one input per segment.
-  const int sets = k > 0 ? k : config_.layers;
-  for (int l = 0; l < sets; ++l) {
-    BlockActivations a;
-    if (k == 0 || l > 0) a.input = act(DType::F32, {B, T, C});
-    a.ln1Mean = act(DType::F32, {B, T});
-    a.ln1Rstd = act(DType::F32, {B, T});
-    a.qkv = act(DType::F32, {B, T, 3 * C});
-    a.att = config_.flash ? act(DType::F32, {B, NH, T}) : act(DType::F32, {B, NH, T, T});
-    a.resid2 = act(DType::F32, {B, T, C});
-    a.ln2Mean = act(DType::F32, {B, T});
-    a.ln2Rstd = act(DType::F32, {B, T});
-    a.fcPre = act(DType::F32, {B, T, 4 * C});
-    if (comp == Comp::Int8) {
-      a.ln1Q = act(DType::I8, {B, T, C});
-      a.ln1Scale = act(DType::F32, {B, T});
-      a.attOutQ = act(DType::I8, {B, T, C});
-      a.attOutScale = act(DType::F32, {B, T});
-      a.ln2Q = act(DType::I8, {B, T, C});
-      a.ln2Scale = act(DType::F32, {B, T});
-      a.fcActQ = act(DType::I8, {B, T, 4 * C});
-      a.fcActScale = act(DType::F32, {B, T});
+  acts_.T = config_.seq_len;
+  // Every buffer of the shared description, allocated as described (the estimator sums the
+  // same list, so the memory plan is exactly what the tracker measures).
+  const std::map<std::string, Tensor Workspace::*> wsFields = {
+      {"ones", &Workspace::ones}, {"dres", &Workspace::dres}, {"dtmp", &Workspace::dtmp},
+      {"dqkv", &Workspace::dqkv}, {"datt", &Workspace::datt}, {"dfc", &Workspace::dfc},
+      {"dfc2", &Workspace::dfc2}};
+  const std::map<std::string, Tensor*> scratch = {
+      {"x16", &x16_},   {"g16", &g16_},   {"fp8X", &fp8X_},
+      {"fp8G", &fp8G_}, {"fp8W", &fp8W_}, {"fp8TileScales", &fp8TileScales_}};
+  for (const auto& b : core::savedState(config_.arch(), config_.savedState(B))) {
+    // Data-dependent buffers (the sparse nonzeros) are sized by each forward.
+    Tensor t(backend_, tracker_, b.category, dtypeOf(b.type),
+             b.dataDependent ? std::vector<int64_t>{0} : b.shape);
+    if (b.set >= 0) {
+      if (static_cast<int>(acts_.blocks.size()) <= b.set) acts_.blocks.resize(b.set + 1);
+      acts_.blocks[b.set].*blockFields().at(b.name) = std::move(t);
+    } else if (b.name == "checkpoint") {
+      acts_.checkpoints.push_back(std::move(t));
+    } else if (auto g = globalFields().find(b.name); g != globalFields().end()) {
+      acts_.*(g->second) = std::move(t);
+    } else if (auto w = wsFields.find(b.name); w != wsFields.end()) {
+      ws_.*(w->second) = std::move(t);
     } else {
-      a.ln1 = act(DType::F32, {B, T, C});
-      a.attOut = act(DType::F32, {B, T, C});
-      a.ln2 = act(DType::F32, {B, T, C});
-      if (comp == Comp::Sparse) {
-        a.fcMask = act(DType::I8, {(N * 4 * C + 7) / 8});
-        a.fcVals = act(DType::F32, {0});
-      } else {
-        a.fcAct = act(DType::F32, {B, T, 4 * C});
-      }
+      *scratch.at(b.name) = std::move(t);
     }
-    acts_.blocks.push_back(std::move(a));
   }
-  if (k > 0)
-    for (int s = 0; s < (config_.layers + k - 1) / k; ++s)
-      acts_.checkpoints.push_back(act(DType::F32, {B, T, C}));
-  acts_.residOut = act(DType::F32, {B, T, C});
-  acts_.lnf = act(DType::F32, {B, T, C});
-  acts_.lnfMean = act(DType::F32, {B, T});
-  acts_.lnfRstd = act(DType::F32, {B, T});
-  acts_.logits = act(DType::F32, {B, T, V});
-  acts_.losses = act(DType::F32, {B, T});
-
-  ws_.ones = wsT({N});
   {
+    const int64_t N = int64_t(B) * config_.seq_len;
     std::vector<float> ones(static_cast<size_t>(N), 1.f);
     backend_->copyToDevice(ws_.ones.data(), ones.data(), ones.size() * sizeof(float));
-  }
-  ws_.dres = wsT({B, T, C});
-  ws_.dtmp = wsT({B, T, C});
-  ws_.dqkv = wsT({B, T, 3 * C});
-  if (!config_.flash) ws_.datt = wsT({B, NH, T, T});
-  ws_.dfc = wsT({B, T, 4 * C});
-  ws_.dfc2 = wsT({B, T, 4 * C});
-  if (config_.bf16Gemm) {
-    auto ws16 = [&](int64_t n) {
-      return Tensor(backend_, tracker_, MemoryCategory::Workspace, DType::BF16, {n});
-    };
-    x16_ = ws16(N * 4 * C);
-    g16_ = ws16(N * 4 * C);
-  }
-  if (fp8()) {
-    fp8X_ = wsT({N * 4 * C});
-    fp8G_ = wsT({N * 4 * C});
-    fp8W_ = wsT({4 * C * C});
-    if (config_.fp8 == GptConfig::Fp8Recipe::Blockwise)  // the most tiles of any one operand:
-      fp8TileScales_ = wsT({std::max(kernels::cpu::fp8TileCount(N, 4 * C, 1, 128),     // 1x128
-                                     kernels::cpu::fp8TileCount(N, 4 * C, 128, 1))});  // 128x1
   }
   haveLoss_ = false;
 }

@@ -59,10 +59,6 @@ class TickClock {
     if (!useTsc_) return d;
     return std::llround(static_cast<double>(d) * nsPerTick_.load(std::memory_order_relaxed));
   }
-  int64_t durationNs(uint64_t d) const {
-    if (!useTsc_) return static_cast<int64_t>(d);
-    return std::llround(static_cast<double>(d) * nsPerTick_.load(std::memory_order_relaxed));
-  }
   void recalibrate() {
     if (!useTsc_) return;
     const int64_t s = steadyNs();
@@ -368,8 +364,11 @@ std::vector<Span> Tracer::drain() {
     sp.category = static_cast<SpanCategory>(r.category);
     sp.rank = rankNow;
     sp.lane = refs[i].lane;
+    // The end converted as a point too (not start + rounded duration): converting ticks is
+    // monotonic, so a span nested in ticks stays nested in nanoseconds (rounding start and
+    // duration separately could push an inner end 1 ns past its parent's).
     sp.start_ns = s.clock.toNs(r.start);
-    sp.duration_ns = s.clock.durationNs(r.duration);
+    sp.duration_ns = s.clock.toNs(r.start + r.duration) - sp.start_ns;
     sp.depth = r.depth;
     sp.correlation = r.correlation;
     sp.bytes = r.bytes;

@@ -1,5 +1,7 @@
 #include "trainscope/core/Estimator.h"
 
+#include "trainscope/core/ModelSpec.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -26,100 +28,36 @@ std::string lower(std::string_view s) {
   return r;
 }
 
-// Resolved transformer shape. "llama" means no biases, RoPE (no position table) and an untied
-// LM head; mlp/norm/kv_heads/d_ff come from ModelConfig for every arch.
+// The dimensions the formulas below use, from the shared model description (ModelSpec.h).
 struct Shape {
   int64_t L = 0, H = 0, KV = 0, C = 0, F = 0, T = 0, V = 0;
   bool bias = true, learnedPos = true, tied = true, swiglu = false, rms = false;
-  bool fusedQkv = true;
   int64_t headDim() const { return H > 0 ? C / H : C; }
   int64_t kvDim() const { return KV * headDim(); }
 };
 
-Shape shapeOf(const ModelConfig& m, int64_t vocab) {
+Shape shapeOf(const ArchSpec& a) {
   Shape s;
-  s.L = std::max(0, m.layers);
-  s.H = std::max(1, m.heads);
-  s.KV = m.kv_heads > 0 ? m.kv_heads : s.H;
-  s.C = std::max(0, m.d_model);
-  s.F = m.d_ff > 0 ? m.d_ff : 4 * s.C;
-  s.T = std::max(0, m.seq_len);
-  s.V = std::max<int64_t>(0, vocab);
-  bool llama = lower(m.arch) == "llama";
-  s.bias = !llama;
-  s.learnedPos = !llama;
-  s.tied = !llama;
-  s.fusedQkv = !llama;
-  s.swiglu = lower(m.mlp) == "swiglu";
-  s.rms = lower(m.norm) == "rmsnorm";
+  s.L = a.layers;
+  s.H = a.heads;
+  s.KV = a.kvHeads;
+  s.C = a.dModel;
+  s.F = a.dFf;
+  s.T = a.seqLen;
+  s.V = a.vocab;
+  s.bias = a.bias;
+  s.learnedPos = a.learnedPos;
+  s.tied = a.tiedHead;
+  s.swiglu = a.swiglu;
+  s.rms = a.rmsNorm;
   return s;
 }
-
-enum class Kind { Embedding, Position, Norm, Bias, BlockLinear, Head, Lora };
-
-// One parameter tensor of the model; enough to apply per-tensor rules (8-bit state threshold,
-// NF4 applies to block linears only, LoRA freezes the base).
-struct TensorSpec {
-  int64_t numel = 0;
-  Kind kind = Kind::Norm;
-  int layer = -1;  // -1 outside the blocks
-  bool trainable = true;
-};
-
-struct LinearSpec {
-  std::string target;  // LoRA target name
-  int64_t in = 0, out = 0;
-};
-
-std::vector<LinearSpec> blockLinears(const Shape& s) {
-  std::vector<LinearSpec> v = {
-      {"q", s.C, s.C}, {"k", s.C, s.kvDim()}, {"v", s.C, s.kvDim()}, {"o", s.C, s.C}};
-  if (s.swiglu) {
-    v.push_back({"fc", s.C, s.F});  // gate
-    v.push_back({"fc", s.C, s.F});  // up
-  } else {
-    v.push_back({"fc", s.C, s.F});
-  }
-  v.push_back({"proj", s.F, s.C});
-  return v;
+Shape shapeOf(const ModelConfig& m, int64_t vocab) {
+  return shapeOf(archSpecOf(m, vocab));
 }
 
-bool targeted(const LoraConfig& lora, const std::string& t) {
-  return std::find(lora.targets.begin(), lora.targets.end(), t) != lora.targets.end();
-}
-
-std::vector<TensorSpec> modelTensors(const Shape& s, const FinetuneConfig& ft) {
-  const bool lora = ft.lora.r > 0;
-  std::vector<TensorSpec> t;
-  auto add = [&](int64_t n, Kind k, int layer) {
-    if (n > 0) t.push_back({n, k, layer, !lora});
-  };
-  add(s.V * s.C, Kind::Embedding, -1);
-  if (s.learnedPos) add(s.T * s.C, Kind::Position, -1);
-  const int64_t normParams = s.rms ? s.C : 2 * s.C;
-  for (int l = 0; l < s.L; ++l) {
-    add(normParams, Kind::Norm, l);
-    add(normParams, Kind::Norm, l);
-    const auto lins = blockLinears(s);
-    if (s.fusedQkv) {  // GPT-2 (and this engine) keep q, k, v in one c_attn tensor
-      add(lins[0].in * (lins[0].out + lins[1].out + lins[2].out), Kind::BlockLinear, l);
-      if (s.bias) add(lins[0].out + lins[1].out + lins[2].out, Kind::Bias, l);
-    }
-    for (size_t i = 0; i < lins.size(); ++i) {
-      const auto& lin = lins[i];
-      if (!(s.fusedQkv && i < 3)) {
-        add(lin.in * lin.out, Kind::BlockLinear, l);
-        if (s.bias) add(lin.out, Kind::Bias, l);
-      }
-      if (lora && targeted(ft.lora, lin.target)) {
-        t.push_back({ft.lora.r * lin.in, Kind::Lora, l, true});   // A: r x in
-        t.push_back({lin.out * ft.lora.r, Kind::Lora, l, true});  // B: out x r
-      }
-    }
-  }
-  add(normParams, Kind::Norm, -1);
-  if (!s.tied) add(s.V * s.C, Kind::Head, -1);
-  return t;
+bool isLora(const TensorSpec& t) {
+  return t.role == TensorRole::LoraA || t.role == TensorRole::LoraB;
 }
 
 // Bytes per element of each model-state buffer for a precision policy.
@@ -189,57 +127,15 @@ struct ActBytes {
   double wsPeak = 0;
 };
 
-// "engine": the buffers Gpt.h keeps (BlockActivations, Activations, Workspace) for B sequences
-// of T tokens, activations in `ab` bytes, indices and LayerNorm statistics in fp32. The engine
-// allocates them once, so steady state equals peak.
-ActBytes engineActivations(const Shape& s, int64_t B, const RunConfig& cfg, double ab) {
-  const double BT = static_cast<double>(B * s.T), C = s.C, F = s.F, V = s.V;
-  const double NH = s.H, T = s.T;
-  const bool flash = lower(cfg.attention.impl) == "flash";
-  const std::string comp = lower(cfg.memory.activation_compression);
-  const bool relu = lower(cfg.model.activation) == "relu";
-  const double att = flash ? B * NH * T * 4.0 : B * NH * T * T * ab;
-  // docs/memory.md "Activation checkpointing and compression". int8 stores the four matmul
-  // inputs (ln_1, attention output, ln_2, MLP activation) as 1 byte per value + one fp32 scale
-  // per row; sparse stores the ReLU output as a bitmap + its nonzeros, ASSUMED 50% here (the
-  // engine measures the real count; the memory event reports it).
-  const bool int8 = comp == "int8";
-  const bool sparse = comp == "sparse" && relu;
-  const double NC = BT * C, NF = BT * F;  // F = 4C in the engine
-  double blockFull =
-      (5 * NC + NF) * ab /*input, qkv, resid2, fcPre*/ + 4 * BT * 4.0 /*LN stats*/ + att;
-  if (int8) {
-    blockFull += 3 * NC + NF /*int8 values*/ + 4 * BT * 4.0 /*row scales*/;
-  } else {
-    blockFull += 3 * NC * ab /*ln1, attOut, ln2*/;
-    blockFull += sparse ? std::ceil(NF / 8.0) + 0.5 * NF * ab /*assumed 50% nonzero*/
-                        : NF * ab /*fcAct*/;
-  }
-  const double blockInput = NC * ab;
-  const std::string ck = lower(cfg.memory.checkpointing);
-  double blocks = 0;
-  int64_t k = 0;
-  if (ck == "all") {
-    k = 1;
-  } else if (ck == "every_k") {
-    k = cfg.memory.checkpoint_every > 0
-            ? cfg.memory.checkpoint_every
-            : std::max<int64_t>(1, std::llround(std::sqrt(static_cast<double>(s.L))));
-    k = std::min<int64_t>(k, std::max<int64_t>(1, s.L));
-  }
-  if (k > 0) {
-    // One input per segment of k blocks + k scratch block sets (the first without an input).
-    blocks = ceilDiv(s.L, k) * blockInput + k * blockFull - blockInput;
-  } else {
-    blocks = s.L * blockFull;
-  }
-  const double global = 2 * BT * 4.0 /*tokens, targets*/ + BT * C * ab /*residOut*/ +
-                        BT * C * ab /*lnf*/ + 2 * BT * 4.0 /*lnf stats*/ + BT * V * 4.0 /*logits*/ +
-                        BT * 4.0 /*losses*/;
+// "engine": the buffers the engine allocates for B sequences (ModelSpec.h savedState), once,
+// so steady state equals peak. Sparse compression's nonzeros are assumed 50% (the engine counts
+// them per forward; the memory event reports the real number).
+ActBytes engineActivations(const ArchSpec& arch, const SavedStateOptions& o) {
   ActBytes a;
-  a.peak = a.steady = blocks + global;
-  a.wsPeak = a.wsSteady = BT * 4.0 /*ones*/ + BT * C * 4.0 * 2 /*dres, dtmp*/ + BT * 3 * C * 4.0 +
-                          (flash ? 0.0 : B * NH * T * T * 4.0) + BT * F * 4.0 * 2;
+  for (const auto& b : savedState(arch, o))
+    (b.category == MemoryCategory::Workspace ? a.wsPeak : a.peak) += b.bytes();
+  a.steady = a.peak;
+  a.wsSteady = a.wsPeak;
   return a;
 }
 
@@ -367,30 +263,31 @@ std::vector<std::string> modelPresetNames() {
 
 ParameterCounts countParameters(const ModelConfig& model, int64_t vocab,
                                 const FinetuneConfig& finetune) {
-  Shape s = shapeOf(model, vocab);
   ParameterCounts c;
-  for (const auto& t : modelTensors(s, finetune)) {
-    c.total += t.numel;
+  for (const auto& t : modelTensors(archSpecOf(model, vocab), finetune)) {
+    const int64_t n = t.numel();
+    c.total += n;
     if (t.trainable)
-      c.trainable += t.numel;
+      c.trainable += n;
     else
-      c.frozen += t.numel;
-    if (t.kind == Kind::Lora) c.lora += t.numel;
-    if (t.kind == Kind::Embedding || t.kind == Kind::Position) c.embedding += t.numel;
-    if (t.layer == 0 && t.kind != Kind::Lora) c.per_layer += t.numel;
-    c.largest_layer = std::max(c.largest_layer, t.numel);
+      c.frozen += n;
+    if (isLora(t)) c.lora += n;
+    if (t.role == TensorRole::TokenEmbedding || t.role == TensorRole::PositionEmbedding)
+      c.embedding += n;
+    if (t.block == 0 && !isLora(t)) c.per_layer += n;
+    c.largest_layer = std::max(c.largest_layer, n);
   }
   return c;
 }
 
 int64_t loraParameters(const ModelConfig& model, const LoraConfig& lora) {
   if (lora.r <= 0) return 0;
-  Shape s = shapeOf(model, 0);
-  int64_t per = 0;
-  for (const auto& lin : blockLinears(s)) {
-    if (targeted(lora, lin.target)) per += static_cast<int64_t>(lora.r) * (lin.in + lin.out);
-  }
-  return per * s.L;
+  FinetuneConfig ft;
+  ft.lora = lora;
+  int64_t n = 0;
+  for (const auto& t : modelTensors(archSpecOf(model, 0), ft))
+    if (isLora(t)) n += t.numel();
+  return n;
 }
 
 double zeroModelStateBytes(double psi, int ranks, int stage, double k) {
@@ -532,25 +429,26 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
   const int ranks = std::max(1, cfg.parallel.ranks);
   const int stage = std::clamp(cfg.parallel.zero_stage, 0, 3);
   const bool nf4 = lower(cfg.finetune.base_quant) == "nf4";
-  const auto tensors = modelTensors(s, cfg.finetune);
+  const ArchSpec arch = archSpecOf(cfg.model, est.vocab);
+  const auto tensors = modelTensors(arch, cfg.finetune);
   est.params = countParameters(cfg.model, est.vocab, cfg.finetune);
 
   // Model-state bytes before sharding.
   double trainParamBytes = 0, frozenBytes = 0, gradBytes = 0, optBytes = 0;
   double largestBlockLinear = 0;
   for (const auto& t : tensors) {
-    const double n = static_cast<double>(t.numel);
+    const double n = static_cast<double>(t.numel());
     if (t.trainable) {
-      trainParamBytes += n * (pb.param + (t.kind == Kind::BlockLinear ? pb.fp8Copy : 0));
+      trainParamBytes += n * (pb.param + (t.role == TensorRole::LinearWeight ? pb.fp8Copy : 0));
       gradBytes += n * pb.grad;
-      optBytes += optimizerTensorBytes(t.numel, cfg.optimizer, pb,
+      optBytes += optimizerTensorBytes(t.numel(), cfg.optimizer, pb,
                                        opt.activation_model == ActivationModel::Engine);
-    } else if (nf4 && t.kind == Kind::BlockLinear) {
+    } else if (nf4 && t.role == TensorRole::LinearWeight) {
       frozenBytes += blockwiseQuantBytes(n, 4, 64, opt.nf4_double_quant);
     } else {
       frozenBytes += n * pb.frozen;
     }
-    if (t.kind == Kind::BlockLinear) largestBlockLinear = std::max(largestBlockLinear, n);
+    if (t.role == TensorRole::LinearWeight) largestBlockLinear = std::max(largestBlockLinear, n);
   }
   const double trainable = static_cast<double>(est.params.trainable);
   // The engine's fp8 weights keep fp32 dequantization scales next to their bytes: one per
@@ -566,7 +464,7 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
   const int64_t B = std::max(1, cfg.train.micro_batch);
   ActBytes act = opt.activation_model == ActivationModel::PyTorch
                      ? pytorchActivations(s, B, cfg, pb.act)
-                     : engineActivations(s, B, cfg, pb.act);
+                     : engineActivations(arch, savedStateOptionsOf(cfg, arch.layers, bf16Gemm));
 
   // Distillation teacher: same shape as the student unless told otherwise; frozen weights at
   // the working precision, its logits kept for the KL term, one block's forward transient.
@@ -622,22 +520,7 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
     if (engine16) {
       wsPeak += 8.0 * static_cast<double>(P);
       wsSteady += 8.0 * static_cast<double>(P);
-      if (policy == "fp8") {
-        const int64_t N = B * s.T;  // blockwise: scales of the operand with the most tiles
-        const double tileScales = fp8Block
-                                      ? static_cast<double>(std::max(N * ceilDiv(4 * s.C, 128),
-                                                                     ceilDiv(N, 128) * 4 * s.C))
-                                      : 0.0;
-        const double fp8Ws =
-            4.0 * (2.0 * static_cast<double>(N) * 4.0 * s.C + 4.0 * s.C * s.C + tileScales);
-        wsPeak += fp8Ws;
-        wsSteady += fp8Ws;
-      }
-      if (bf16Gemm) {  // bf16 GEMM operands: input and output gradient, up to B*T x 4C each
-        const double g16 = 2.0 * 2.0 * static_cast<double>(B * s.T) * 4.0 * s.C;
-        wsPeak += g16;
-        wsSteady += g16;
-      }
+      // (fp8 and bf16 GEMM operand scratch are buffers of the saved state.)
     }
     if (stage >= 3 && ranks > 1) {
       // Gathered weights of one block and their full gradients before the reduce-scatter.
@@ -668,8 +551,10 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
   // skip their weight gradient: 4 instead of 6 FLOPs per weight per token.
   double trainM = 0, frozenM = 0;
   for (const auto& t : tensors) {
-    if (t.kind == Kind::Position || (t.kind == Kind::Embedding && !s.tied)) continue;
-    (t.trainable ? trainM : frozenM) += static_cast<double>(t.numel);
+    if (t.role == TensorRole::PositionEmbedding ||
+        (t.role == TensorRole::TokenEmbedding && !s.tied))
+      continue;
+    (t.trainable ? trainM : frozenM) += static_cast<double>(t.numel());
   }
   const double attn = static_cast<double>(s.L) * s.C * s.T;
   const double perToken = 6 * trainM + 4 * frozenM + 12 * attn;

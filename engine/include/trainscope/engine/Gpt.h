@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trainscope/core/Config.h"
+#include "trainscope/core/ModelSpec.h"
 #include "trainscope/engine/MemoryTracker.h"
 #include "trainscope/engine/Tensor.h"
 #include "trainscope/kernels/Backend.h"
@@ -62,6 +63,11 @@ struct GptConfig {
   // stored bf16 weights with bf16-rounded inputs / output gradients (Backend::matmulBf16, fp32
   // accumulation) instead of the fp32 copies; two bf16 scratch operands (workspace).
   bool bf16Gemm = false;
+
+  // The shared model description (core/ModelSpec.h) of this shape, and what it keeps for a
+  // micro-batch of B sequences: the engine allocates exactly these, the estimator sums them.
+  core::ArchSpec arch() const;
+  core::SavedStateOptions savedState(int B) const;
 };
 // k for memory.checkpointing (all -> 1, every_k -> checkpoint_every or round(sqrt(L)), capped
 // at L; none -> 0).
@@ -83,7 +89,8 @@ struct ParamInfo {
   std::vector<int64_t> shape;  // (out, in) for linear weights
   int64_t offset = 0;          // in elements, into the flat buffer
   int64_t numel = 0;
-  bool decay = false;  // weight decay applies (2-D weights incl. embeddings, as nanoGPT)
+  bool decay = false;     // weight decay applies (2-D weights incl. embeddings, as nanoGPT)
+  core::TensorSpec spec;  // its entry in the model description (role, block, module)
 };
 
 // Everything one block keeps from forward for backward (all fp32; N = B*T rows).
