@@ -180,29 +180,26 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   gradBuf_ = Tensor(backend_, tracker_, gc, DType::F32, {numParams_});
   paramBuf_.zero();
   gradBuf_.zero();
+  if (fp8() && config_.working != DType::BF16)
+    throw std::invalid_argument("fp8 GEMMs need bf16 working weights");
+  storage_ = ParamStorage{&paramBuf_, &gradBuf_, &param16_, &w8_, &w8Scales_};
+  const Linear::Format format = config_.fp8 == GptConfig::Fp8Recipe::Blockwise
+                                    ? Linear::Format::Fp8Blockwise
+                                : fp8()            ? Linear::Format::Fp8Delayed
+                                : config_.bf16Gemm ? Linear::Format::Bf16Gemm
+                                                   : Linear::Format::F32;
+  for (const auto& bp : blockParams_)
+    for (auto [w, b] : {std::pair{bp.qkvw, bp.qkvb}, std::pair{bp.attprojw, bp.attprojb},
+                        std::pair{bp.fcw, bp.fcb}, std::pair{bp.fcprojw, bp.fcprojb}})
+      linears_.emplace_back(backend_, &storage_, w, b, format);
   if (fp8()) {
-    if (config_.working != DType::BF16)
-      throw std::invalid_argument("fp8 GEMMs need bf16 working weights");
-    using kernels::Fp8Format;
-    const Fp8Format gf = config_.fp8GradE4M3 ? Fp8Format::E4M3 : Fp8Format::E5M2;
-    const bool block = config_.fp8 == GptConfig::Fp8Recipe::Blockwise;
+    // Each linear's fp8 weight and its dequantization scales (one per 128x128 block, or one
+    // per tensor) in two shared buffers.
     int64_t off = 0, scales = 0;
-    for (const auto& bp : blockParams_) {
-      for (const ParamInfo* w : {bp.qkvw, bp.attprojw, bp.fcw, bp.fcprojw}) {
-        Fp8Site site;
-        site.w = w;
-        site.w8Offset = off;
-        off += w->numel;
-        // Dequantization scales of the fp8 weight: one per 128x128 block, or one per tensor.
-        site.scaleOffset = scales;
-        site.scaleCount =
-            block ? kernels::cpu::fp8TileCount(w->shape[0], w->shape[1], 128, 128) : 1;
-        scales += site.scaleCount;
-        site.x = kernels::Fp8DelayedScale(config_.fp8History, config_.fp8Margin, Fp8Format::E4M3);
-        site.wt = kernels::Fp8DelayedScale(config_.fp8History, config_.fp8Margin, Fp8Format::E4M3);
-        site.g = kernels::Fp8DelayedScale(config_.fp8History, config_.fp8Margin, gf);
-        fp8Sites_.push_back(std::move(site));
-      }
+    for (auto& lin : linears_) {
+      lin.initFp8(off, scales, config_.fp8History, config_.fp8Margin, config_.fp8GradE4M3);
+      off += lin.weight().numel;
+      scales += lin.fp8ScaleCount();
     }
     w8_ = Tensor(backend_, tracker_, MemoryCategory::Parameters, DType::I8, {off});
     w8_.zero();
@@ -232,19 +229,7 @@ void Gpt::setWeightsFrom(const float* master) {
 
 void Gpt::quantizeFp8Weights() {
   ScopedRange r("fp8_quantize_weights", SpanCategory::Elementwise);
-  uint8_t* w8 = static_cast<uint8_t*>(w8_.data());
-  for (auto& s : fp8Sites_) {
-    const float* w = paramBuf_.f32() + s.w->offset;
-    const int64_t OC = s.w->shape[0], IC = s.w->shape[1];
-    if (config_.fp8 == GptConfig::Fp8Recipe::Blockwise) {
-      kernels::cpu::quantizeFp8Tiles(w, w8 + s.w8Offset, nullptr, wScaleInv(s), OC, IC, 128, 128,
-                                     kernels::Fp8Format::E4M3, config_.fp8Margin);
-    } else {
-      // Delayed: this update's weights use the scale from the previous weights' amaxes.
-      quantizeFp8WeightDelayed(s, s.wt.scale());
-      s.wt.record(kernels::cpu::amax(w, OC * IC));
-    }
-  }
+  for (auto& lin : linears_) lin.quantizeFp8Weight();
 }
 
 namespace {
@@ -272,7 +257,8 @@ void restoreDelayed(kernels::Fp8DelayedScale& d, const nlohmann::json& j) {
 
 nlohmann::json Gpt::fp8State() const {
   nlohmann::json sites = nlohmann::json::array();
-  for (const auto& s : fp8Sites_)
+  for (const auto& lin : linears_) {
+    const Fp8Site& s = lin.fp8Site();
     sites.push_back({{"weight", s.w->name},
                      {"x", delayedState(s.x)},
                      {"w", delayedState(s.wt)},
@@ -280,6 +266,7 @@ nlohmann::json Gpt::fp8State() const {
                      {"x_used", floatBits(s.xUsed)},
                      {"g_used", floatBits(s.gUsed)},
                      {"w_used", floatBits(s.wUsed)}});
+  }
   return {{"recipe", config_.fp8 == GptConfig::Fp8Recipe::Blockwise ? "blockwise" : "delayed"},
           {"sites", sites}};
 }
@@ -292,11 +279,12 @@ void Gpt::loadFp8State(const nlohmann::json& state) {
     throw std::invalid_argument("fp8 state is for recipe '" + state.value("recipe", "?") +
                                 "', the run uses '" + recipe + "'");
   const auto& sites = state.at("sites");
-  if (sites.size() != fp8Sites_.size())
+  if (sites.size() != linears_.size())
     throw std::invalid_argument("fp8 state has " + std::to_string(sites.size()) +
-                                " GEMM sites, the model has " + std::to_string(fp8Sites_.size()));
+                                " GEMM sites, the model has " + std::to_string(linears_.size()));
   // Validate every site into copies first: a bad entry leaves the model untouched.
-  std::vector<Fp8Site> next = fp8Sites_;
+  std::vector<Fp8Site> next;
+  for (const auto& lin : linears_) next.push_back(lin.fp8Site());
   for (size_t i = 0; i < next.size(); ++i) {
     auto& s = next[i];
     const auto& j = sites[i];
@@ -321,83 +309,11 @@ void Gpt::loadFp8State(const nlohmann::json& state) {
     if (!(s.wUsed > 0.f) || !std::isfinite(s.wUsed))
       throw std::invalid_argument(where + ": weight scale is not finite and positive");
   }
-  fp8Sites_ = std::move(next);
+  for (size_t i = 0; i < next.size(); ++i) linears_[i].fp8Site() = std::move(next[i]);
   if (config_.fp8 != GptConfig::Fp8Recipe::Delayed) return;  // blockwise: weights are current
   // setWeightsFrom() quantized with (and recorded into) the fresh histories; redo it with the
   // scales the saved fp8 weights had.
-  for (auto& s : fp8Sites_) quantizeFp8WeightDelayed(s, s.wUsed);
-}
-
-void Gpt::quantizeFp8WeightDelayed(Fp8Site& s, float scale) {
-  kernels::cpu::floatToFp8(param(*s.w), static_cast<uint8_t*>(w8_.data()) + s.w8Offset, s.w->numel,
-                           kernels::Fp8Format::E4M3, scale);
-  s.wUsed = scale;
-  wScaleInv(s)[0] = 1.f / scale;
-}
-
-void Gpt::dequantizeFp8Weight(const Fp8Site& s, float* dst) {
-  const int64_t OC = s.w->shape[0], IC = s.w->shape[1];
-  const uint8_t* q = static_cast<const uint8_t*>(w8_.data()) + s.w8Offset;
-  if (config_.fp8 == GptConfig::Fp8Recipe::Blockwise)
-    kernels::cpu::dequantizeFp8Tiles(q, wScaleInv(s), dst, OC, IC, 128, 128,
-                                     kernels::Fp8Format::E4M3);
-  else
-    kernels::cpu::fp8ToFloat(q, dst, OC * IC, kernels::Fp8Format::E4M3, wScaleInv(s)[0]);
-}
-
-void Gpt::linearForwardFp8(int site, float* out, const float* inp, const ParamInfo& b, int N,
-                           int OC, int IC, bool recompute) {
-  ScopedRange r("linear_fwd_fp8", SpanCategory::Gemm, 2.0 * N * OC * IC);
-  Fp8Site& s = fp8Sites_[site];
-  float* X = fp8X_.f32();
-  float* W = fp8W_.f32();
-  const int64_t n = int64_t(N) * IC;
-  if (config_.fp8 == GptConfig::Fp8Recipe::Blockwise) {
-    // Current scaling is a pure function of the values: recomputation quantizes identically.
-    kernels::cpu::quantizeFp8Tiles(inp, nullptr, X, fp8TileScales_.f32(), N, IC, 1, 128,
-                                   kernels::Fp8Format::E4M3, config_.fp8Margin);
-  } else {
-    if (!recompute) s.xUsed = s.x.scale();
-    kernels::cpu::fakeQuantizeFp8(inp, X, n, kernels::Fp8Format::E4M3, s.xUsed);
-    if (!recompute) s.x.record(kernels::cpu::amax(inp, n));
-  }
-  dequantizeFp8Weight(s, W);
-  backend_->matmul(out, ws_.ones.f32(), param(b), N, OC, 1, false, false, 1.f, 0.f);
-  backend_->matmul(out, X, W, N, OC, IC, false, true, 1.f, 1.f);
-}
-
-void Gpt::linearBackwardFp8(int site, float* dinp, const float* dout, const float* inp,
-                            const ParamInfo& b, int N, int OC, int IC) {
-  ScopedRange r("linear_bwd_fp8", SpanCategory::Gemm, 4.0 * N * OC * IC);
-  Fp8Site& s = fp8Sites_[site];
-  const ParamInfo& w = *s.w;
-  float* X = fp8X_.f32();
-  float* G = fp8G_.f32();
-  float* W = fp8W_.f32();
-  const kernels::Fp8Format gf = s.g.format();
-  // The bias gradient comes from the unquantized output gradient (as Transformer Engine).
-  backend_->matmul(grad(b), ws_.ones.f32(), dout, 1, OC, N, false, false, 1.f, 1.f);
-  dequantizeFp8Weight(s, W);
-  if (config_.fp8 == GptConfig::Fp8Recipe::Blockwise) {
-    // dgrad (reduction over OC): 1x128 tiles of dout along OC; weights in their 128x128 blocks.
-    kernels::cpu::quantizeFp8Tiles(dout, nullptr, G, fp8TileScales_.f32(), N, OC, 1, 128, gf,
-                                   config_.fp8Margin);
-    if (dinp) backend_->matmul(dinp, G, W, N, IC, OC, false, false, 1.f, 0.f);
-    // wgrad (reduction over the N tokens): both operands re-tiled 128x1 (DeepSeek-V3).
-    kernels::cpu::quantizeFp8Tiles(dout, nullptr, G, fp8TileScales_.f32(), N, OC, 128, 1, gf,
-                                   config_.fp8Margin);
-    kernels::cpu::quantizeFp8Tiles(inp, nullptr, X, fp8TileScales_.f32(), N, IC, 128, 1,
-                                   kernels::Fp8Format::E4M3, config_.fp8Margin);
-  } else {
-    const int64_t n = int64_t(N) * OC;
-    s.gUsed = s.g.scale();
-    kernels::cpu::fakeQuantizeFp8(dout, G, n, gf, s.gUsed);
-    s.g.record(kernels::cpu::amax(dout, n));
-    if (dinp) backend_->matmul(dinp, G, W, N, IC, OC, false, false, 1.f, 0.f);
-    // The input exactly as the forward GEMM saw it (same scale, same values).
-    kernels::cpu::fakeQuantizeFp8(inp, X, int64_t(N) * IC, kernels::Fp8Format::E4M3, s.xUsed);
-  }
-  backend_->matmul(grad(w), G, X, OC, IC, N, true, false, 1.f, 1.f);
+  for (auto& lin : linears_) lin.quantizeFp8WeightDelayed(lin.fp8Site().wUsed);
 }
 
 void Gpt::roundGrads() {
@@ -521,47 +437,13 @@ void Gpt::allocate(int B) {
       *scratch.at(b.name) = std::move(t);
     }
   }
+  scratch_ = LinearScratch{&ws_.ones, &x16_, &g16_, &fp8X_, &fp8G_, &fp8W_, &fp8TileScales_};
   {
     const int64_t N = int64_t(B) * config_.seq_len;
     std::vector<float> ones(static_cast<size_t>(N), 1.f);
     backend_->copyToDevice(ws_.ones.data(), ones.data(), ones.size() * sizeof(float));
   }
   haveLoss_ = false;
-}
-
-void Gpt::linearForward(float* out, const float* inp, const ParamInfo& w, const ParamInfo& b, int N,
-                        int OC, int IC) {
-  ScopedRange r(config_.bf16Gemm ? "linear_fwd_bf16" : "linear_fwd", SpanCategory::Gemm,
-                2.0 * N * OC * IC);
-  // out = 1 * b (broadcast as a rank-1 GEMM), then out += inp W^T.
-  backend_->matmul(out, ws_.ones.f32(), param(b), N, OC, 1, false, false, 1.f, 0.f);
-  if (config_.bf16Gemm) {
-    uint16_t* X = static_cast<uint16_t*>(x16_.data());
-    kernels::cpu::floatToBf16(inp, X, int64_t(N) * IC);
-    backend_->matmulBf16(out, X, weight16(w), N, OC, IC, false, true, 1.f, 1.f);
-    return;
-  }
-  backend_->matmul(out, inp, param(w), N, OC, IC, false, true, 1.f, 1.f);
-}
-
-void Gpt::linearBackward(float* dinp, const float* dout, const float* inp, const ParamInfo& w,
-                         const ParamInfo& b, int N, int OC, int IC) {
-  ScopedRange r(config_.bf16Gemm ? "linear_bwd_bf16" : "linear_bwd", SpanCategory::Gemm,
-                4.0 * N * OC * IC);
-  // dW += dout^T inp; db += 1^T dout; dinp = dout W.
-  backend_->matmul(grad(b), ws_.ones.f32(), dout, 1, OC, N, false, false, 1.f, 1.f);
-  if (config_.bf16Gemm) {
-    // The bias gradient above sums the fp32 dout; the GEMMs see it rounded to bf16.
-    uint16_t* G = static_cast<uint16_t*>(g16_.data());
-    uint16_t* X = static_cast<uint16_t*>(x16_.data());
-    kernels::cpu::floatToBf16(dout, G, int64_t(N) * OC);
-    kernels::cpu::floatToBf16(inp, X, int64_t(N) * IC);
-    backend_->matmulBf16(grad(w), G, X, OC, IC, N, true, false, 1.f, 1.f);
-    if (dinp) backend_->matmulBf16(dinp, G, weight16(w), N, IC, OC, false, false, 1.f, 0.f);
-    return;
-  }
-  backend_->matmul(grad(w), dout, inp, OC, IC, N, true, false, 1.f, 1.f);
-  if (dinp) backend_->matmul(dinp, dout, param(w), N, IC, OC, false, false, 1.f, 0.f);
 }
 
 void Gpt::quantizeRows(Tensor& q, Tensor& scale, const float* x, int64_t rows, int64_t cols,
@@ -644,12 +526,8 @@ void Gpt::blockForward(int l, BlockActivations& a, const float* in, float* out, 
   // int8: each matmul input is computed in fp32 into dfc2 (free during forward), used, then
   // quantized. Sparse: the ReLU output likewise, then packed.
   float* tmp = ws_.dfc2.f32();
-  auto linearForward = [&](int j, float* o, const float* i, const ParamInfo& w, const ParamInfo& b,
-                           int n, int oc, int ic) {
-    if (fp8())
-      linearForwardFp8(4 * l + j, o, i, b, n, oc, ic, recompute);
-    else
-      this->linearForward(o, i, w, b, n, oc, ic);
+  auto linearForward = [&](int j, float* o, const float* i) {
+    linears_[4 * l + j].forward(o, i, N, scratch_, recompute);
   };
   float* ln1 = q8 ? tmp : a.ln1.f32();
   {
@@ -657,7 +535,7 @@ void Gpt::blockForward(int l, BlockActivations& a, const float* in, float* out, 
     backend_->layernormForward(ln1, a.ln1Mean.f32(), a.ln1Rstd.f32(), in, param(*p.ln1w),
                                param(*p.ln1b), N, C, 1e-5f);
   }
-  linearForward(0, a.qkv.f32(), ln1, *p.qkvw, *p.qkvb, N, 3 * C, C);
+  linearForward(0, a.qkv.f32(), ln1);
   if (q8) {
     quantizeRows(a.ln1Q, a.ln1Scale, ln1, N, C, countStats);
   }
@@ -669,7 +547,7 @@ void Gpt::blockForward(int l, BlockActivations& a, const float* in, float* out, 
     else
       backend_->attentionForward(attOut, a.att.f32(), a.qkv.f32(), B, T, C, NH);
   }
-  linearForward(1, ws_.dtmp.f32(), attOut, *p.attprojw, *p.attprojb, N, C, C);
+  linearForward(1, ws_.dtmp.f32(), attOut);
   if (q8) {
     quantizeRows(a.attOutQ, a.attOutScale, attOut, N, C, countStats);
   }
@@ -683,7 +561,7 @@ void Gpt::blockForward(int l, BlockActivations& a, const float* in, float* out, 
     backend_->layernormForward(ln2, a.ln2Mean.f32(), a.ln2Rstd.f32(), a.resid2.f32(),
                                param(*p.ln2w), param(*p.ln2b), N, C, 1e-5f);
   }
-  linearForward(2, a.fcPre.f32(), ln2, *p.fcw, *p.fcb, N, 4 * C, C);
+  linearForward(2, a.fcPre.f32(), ln2);
   if (q8) {
     quantizeRows(a.ln2Q, a.ln2Scale, ln2, N, C, countStats);
   }
@@ -695,7 +573,7 @@ void Gpt::blockForward(int l, BlockActivations& a, const float* in, float* out, 
     else
       backend_->geluForward(fcAct, a.fcPre.f32(), int64_t(N) * 4 * C);
   }
-  if (out) linearForward(3, ws_.dtmp.f32(), fcAct, *p.fcprojw, *p.fcprojb, N, C, 4 * C);
+  if (out) linearForward(3, ws_.dtmp.f32(), fcAct);
   if (q8) {
     quantizeRows(a.fcActQ, a.fcActScale, fcAct, N, 4 * C, countStats);
   } else if (comp == Comp::Sparse) {
@@ -777,12 +655,8 @@ void Gpt::blockBackward(int l, BlockActivations& a, const float* in) {
   const bool q8 = comp == Comp::Int8;
   float* dres = ws_.dres.f32();
   float* dtmp = ws_.dtmp.f32();
-  auto linearBackward = [&](int j, float* di, const float* d, const float* i, const ParamInfo& w,
-                            const ParamInfo& b, int n, int oc, int ic) {
-    if (fp8())
-      linearBackwardFp8(4 * l + j, di, d, i, b, n, oc, ic);
-    else
-      this->linearBackward(di, d, i, w, b, n, oc, ic);
+  auto linearBackward = [&](int j, float* di, const float* d, const float* i) {
+    linears_[4 * l + j].backward(di, d, i, N, scratch_);
   };
   // Compressed inputs are expanded into whichever of dfc / dfc2 is free at that point.
   const float* fcAct = a.fcAct.empty() ? nullptr : a.fcAct.f32();
@@ -794,7 +668,7 @@ void Gpt::blockBackward(int l, BlockActivations& a, const float* in) {
     fcAct = ws_.dfc2.f32();
   }
   // MLP branch: out = resid2 + c_proj(act(c_fc(ln_2(resid2)))).
-  linearBackward(3, ws_.dfc.f32(), dres, fcAct, *p.fcprojw, *p.fcprojb, N, C, 4 * C);
+  linearBackward(3, ws_.dfc.f32(), dres, fcAct);
   {
     ScopedRange r(config_.relu ? "relu_bwd" : "gelu_bwd", SpanCategory::Elementwise);
     // relu(x) > 0 exactly when x > 0, so the pre-activation gives the same mask.
@@ -806,7 +680,7 @@ void Gpt::blockBackward(int l, BlockActivations& a, const float* in) {
   }
   const float* ln2 = q8 ? ws_.dfc.f32() : a.ln2.f32();
   if (q8) dequantizeRows(ws_.dfc.f32(), a.ln2Q, a.ln2Scale, N, C);
-  linearBackward(2, dtmp, ws_.dfc2.f32(), ln2, *p.fcw, *p.fcb, N, 4 * C, C);
+  linearBackward(2, dtmp, ws_.dfc2.f32(), ln2);
   {
     ScopedRange r("layernorm_bwd", SpanCategory::Norm);
     backend_->layernormBackward(dres, grad(*p.ln2w), grad(*p.ln2b), dtmp, a.resid2.f32(),
@@ -815,7 +689,7 @@ void Gpt::blockBackward(int l, BlockActivations& a, const float* in) {
   // Attention branch: resid2 = input + c_proj(attn(c_attn(ln_1(input)))).
   const float* attOut = q8 ? ws_.dfc.f32() : a.attOut.f32();
   if (q8) dequantizeRows(ws_.dfc.f32(), a.attOutQ, a.attOutScale, N, C);
-  linearBackward(1, dtmp, dres, attOut, *p.attprojw, *p.attprojb, N, C, C);
+  linearBackward(1, dtmp, dres, attOut);
   {
     ScopedRange r("attention_bwd", SpanCategory::Attention, 8.0 * B * T * T * C);
     if (config_.flash)
@@ -827,7 +701,7 @@ void Gpt::blockBackward(int l, BlockActivations& a, const float* in) {
   }
   const float* ln1 = q8 ? ws_.dfc.f32() : a.ln1.f32();
   if (q8) dequantizeRows(ws_.dfc.f32(), a.ln1Q, a.ln1Scale, N, C);
-  linearBackward(0, dtmp, ws_.dqkv.f32(), ln1, *p.qkvw, *p.qkvb, N, 3 * C, C);
+  linearBackward(0, dtmp, ws_.dqkv.f32(), ln1);
   {
     ScopedRange r("layernorm_bwd", SpanCategory::Norm);
     backend_->layernormBackward(dres, grad(*p.ln1w), grad(*p.ln1b), dtmp, in, param(*p.ln1w),

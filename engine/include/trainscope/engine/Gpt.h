@@ -17,6 +17,7 @@
 
 #include "trainscope/core/Config.h"
 #include "trainscope/core/ModelSpec.h"
+#include "trainscope/engine/Linear.h"
 #include "trainscope/engine/MemoryTracker.h"
 #include "trainscope/engine/Tensor.h"
 #include "trainscope/kernels/Backend.h"
@@ -192,15 +193,10 @@ class Gpt {
   // j = 0 c_attn, 1 attn.c_proj, 2 mlp.c_fc, 3 mlp.c_proj).
   bool fp8() const { return config_.fp8 != GptConfig::Fp8Recipe::None; }
   const Tensor& fp8Weights() const { return w8_; }
-  struct Fp8Site {
-    const ParamInfo* w = nullptr;
-    int64_t w8Offset = 0;                     // into fp8Weights()
-    kernels::Fp8DelayedScale x, wt, g;        // input, weight, output gradient (delayed)
-    float xUsed = 1.f, gUsed = 1.f;           // scales of the last forward / backward (delayed)
-    int64_t scaleOffset = 0, scaleCount = 0;  // its dequantization scales in w8Scales_
-    float wUsed = 1.f;                        // delayed: the scale fp8Weights() were quantized with
-  };
-  const Fp8Site& fp8Site(int l, int j) const { return fp8Sites_[4 * l + j]; }
+  using Fp8Site = engine::Fp8Site;
+  const Fp8Site& fp8Site(int l, int j) const { return linears_[4 * l + j].fp8Site(); }
+  // The block projections, 4 per layer (c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj).
+  const std::vector<Linear>& linears() const { return linears_; }
   // The fp8 scaling state for checkpoints: every site's amax histories with their ring
   // positions and scales, and the scale the fp8 weights were quantized with. Floats are stored
   // as their bit patterns (exact, and an overflowed step records inf, which JSON cannot hold).
@@ -237,20 +233,7 @@ class Gpt {
   double flopsPerToken(int T) const;
 
  private:
-  void linearForward(float* out, const float* inp, const ParamInfo& w, const ParamInfo& b, int N,
-                     int OC, int IC);
-  void linearBackward(float* dinp, const float* dout, const float* inp, const ParamInfo& w,
-                      const ParamInfo& b, int N, int OC, int IC);
-  // fp8 versions for block linear `site` (4*l + j); recompute reuses the forward's scales.
-  void linearForwardFp8(int site, float* out, const float* inp, const ParamInfo& b, int N, int OC,
-                        int IC, bool recompute);
-  void linearBackwardFp8(int site, float* dinp, const float* dout, const float* inp,
-                         const ParamInfo& b, int N, int OC, int IC);
   void quantizeFp8Weights();
-  // Delayed recipe: the fp8 bytes of s's weight at `scale` (recorded as the weight's scale).
-  void quantizeFp8WeightDelayed(Fp8Site& s, float scale);
-  float* wScaleInv(const Fp8Site& s) { return w8Scales_.f32() + s.scaleOffset; }
-  void dequantizeFp8Weight(const Fp8Site& s, float* dst);
   // One block's forward from `in`; `out` == nullptr skips the final residual add (recompute).
   void blockForward(int l, BlockActivations& a, const float* in, float* out, bool recompute);
   void blockBackward(int l, BlockActivations& a, const float* in);
@@ -273,13 +256,15 @@ class Gpt {
   int64_t numParams_ = 0;
   Tensor paramBuf_;
   Tensor gradBuf_;
-  Tensor param16_, grad16_;  // 16-bit working precision only
-  Tensor w8_;                // fp8 weight copies (fp8 only)
-  std::vector<Fp8Site> fp8Sites_;
-  Tensor fp8X_, fp8G_, fp8W_;  // fp8: dequantized GEMM operands (workspace, fp32)
-  Tensor x16_, g16_;           // bf16Gemm: bf16 inputs / output gradients (workspace)
-  Tensor w8Scales_;            // fp8: the weights' dequantization scales (parameters, fp32)
-  Tensor fp8TileScales_;       // blockwise: per-tile scales of X / G (workspace, fp32)
+  Tensor param16_, grad16_;      // 16-bit working precision only
+  Tensor w8_;                    // fp8 weight copies (fp8 only)
+  std::vector<Linear> linears_;  // 4 per layer
+  ParamStorage storage_;         // what the linears read: stable pointers to the buffers below
+  LinearScratch scratch_;        // set by allocate()
+  Tensor fp8X_, fp8G_, fp8W_;    // fp8: dequantized GEMM operands (workspace, fp32)
+  Tensor x16_, g16_;             // bf16Gemm: bf16 inputs / output gradients (workspace)
+  Tensor w8Scales_;              // fp8: the weights' dequantization scales (parameters, fp32)
+  Tensor fp8TileScales_;         // blockwise: per-tile scales of X / G (workspace, fp32)
   Activations acts_;
   Workspace ws_;
   int curB_ = 0, curT_ = 0;

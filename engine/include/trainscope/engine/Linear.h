@@ -1,0 +1,87 @@
+#pragma once
+// A projection y = x W^T + b (W stored (out, in) like torch.nn.Linear) over Backend ops. It owns
+// how its weight is stored and multiplied: fp32, the stored bf16 weights in a bf16 GEMM, or
+// fp8 copies with delayed or blockwise scaling (an fp8 GEMM emulated on fp32). A frozen linear
+// (trainable false) skips dW; `adapter` is where a low-rank adapter hangs.
+#include <cstdint>
+#include <string>
+
+#include "trainscope/engine/Tensor.h"
+#include "trainscope/kernels/Backend.h"
+#include "trainscope/kernels/Fp8Quant.h"
+
+namespace ts::engine {
+
+struct ParamInfo;
+
+// The model's parameter storage the linears read (owned by the model; stable pointers).
+struct ParamStorage {
+  Tensor* values = nullptr;    // fp32 (the compute copy under a 16-bit policy)
+  Tensor* grads = nullptr;     // fp32
+  Tensor* values16 = nullptr;  // the stored bf16/fp16 weights (16-bit policies)
+  Tensor* w8 = nullptr;        // fp8 weight copies (fp8)
+  Tensor* w8Scales = nullptr;  // their dequantization scales (fp8)
+};
+
+// Scratch every linear of a model shares (allocated with the activations).
+struct LinearScratch {
+  Tensor* ones = nullptr;                 // (N) ones: the bias add and its gradient as rank-1 GEMMs
+  Tensor *x16 = nullptr, *g16 = nullptr;  // bf16 GEMM operands
+  Tensor *fp8X = nullptr, *fp8G = nullptr, *fp8W = nullptr, *fp8TileScales = nullptr;
+};
+
+// fp8 scaling state of one linear: input, weight and output-gradient histories (delayed), the
+// scales the last forward / backward used, and where its fp8 weight and scales live.
+struct Fp8Site {
+  const ParamInfo* w = nullptr;
+  int64_t w8Offset = 0;                     // into ParamStorage::w8
+  kernels::Fp8DelayedScale x, wt, g;        // input, weight, output gradient (delayed)
+  float xUsed = 1.f, gUsed = 1.f;           // scales of the last forward / backward (delayed)
+  int64_t scaleOffset = 0, scaleCount = 0;  // its dequantization scales in ParamStorage::w8Scales
+  float wUsed = 1.f;                        // delayed: the scale the fp8 weight was quantized with
+};
+
+class Linear {
+ public:
+  enum class Format { F32, Bf16Gemm, Fp8Delayed, Fp8Blockwise };
+  Linear(kernels::Backend* backend, const ParamStorage* storage, const ParamInfo* weight,
+         const ParamInfo* bias, Format format);
+
+  Format format() const { return format_; }
+  bool fp8() const { return format_ == Format::Fp8Delayed || format_ == Format::Fp8Blockwise; }
+  const ParamInfo& weight() const { return *w_; }
+  int64_t in() const;
+  int64_t out() const;
+  bool trainable = true;    // false: no dW (a frozen base weight)
+  void* adapter = nullptr;  // a low-rank adapter (LoRA), added to the output when set
+
+  // fp8: the site's state (checkpoints), and re-quantizing the fp8 weight after an update.
+  Fp8Site& fp8Site() { return site_; }
+  const Fp8Site& fp8Site() const { return site_; }
+  void initFp8(int64_t w8Offset, int64_t scaleOffset, int history, int margin, bool gradE4M3);
+  int64_t fp8ScaleCount() const;  // one per tensor (delayed) or per 128x128 block (blockwise)
+  void quantizeFp8Weight();
+  // Delayed recipe: the fp8 bytes of the weight at `scale` (recorded as the weight's scale).
+  void quantizeFp8WeightDelayed(float scale);
+
+  // out (N, out) = inp W^T + b. Recomputation (checkpointing) reuses the forward's fp8 scales.
+  void forward(float* out, const float* inp, int N, const LinearScratch& s, bool recompute);
+  // dW += dout^T inp, db += 1^T dout, dinp = dout W (dinp may be null: not needed).
+  void backward(float* dinp, const float* dout, const float* inp, int N, const LinearScratch& s);
+
+ private:
+  float* value(const ParamInfo& p) const;
+  float* grad(const ParamInfo& p) const;
+  float* wScaleInv() const;
+  void dequantizeFp8Weight(float* dst) const;
+
+  kernels::Backend* backend_;
+  const ParamStorage* storage_;
+  const ParamInfo* w_;
+  const ParamInfo* b_;
+  Format format_;
+  Fp8Site site_;
+  int margin_ = 0;
+};
+
+}  // namespace ts::engine

@@ -1,0 +1,175 @@
+#include "trainscope/engine/Linear.h"
+
+#include "trainscope/engine/Gpt.h"
+#include "trainscope/kernels/Numeric.h"
+#include "trainscope/profiler/Tracer.h"
+
+namespace ts::engine {
+
+using kernels::Fp8Format;
+using profiler::ScopedRange;
+using profiler::SpanCategory;
+
+Linear::Linear(kernels::Backend* backend, const ParamStorage* storage, const ParamInfo* weight,
+               const ParamInfo* bias, Format format)
+    : backend_(backend), storage_(storage), w_(weight), b_(bias), format_(format) {
+  site_.w = weight;
+}
+
+int64_t Linear::in() const {
+  return w_->shape[1];
+}
+int64_t Linear::out() const {
+  return w_->shape[0];
+}
+
+float* Linear::value(const ParamInfo& p) const {
+  return storage_->values->f32() + p.offset;
+}
+float* Linear::grad(const ParamInfo& p) const {
+  return storage_->grads->f32() + p.offset;
+}
+float* Linear::wScaleInv() const {
+  return storage_->w8Scales->f32() + site_.scaleOffset;
+}
+
+int64_t Linear::fp8ScaleCount() const {
+  return format_ == Format::Fp8Blockwise ? kernels::cpu::fp8TileCount(out(), in(), 128, 128) : 1;
+}
+
+void Linear::initFp8(int64_t w8Offset, int64_t scaleOffset, int history, int margin,
+                     bool gradE4M3) {
+  site_.w8Offset = w8Offset;
+  site_.scaleOffset = scaleOffset;
+  site_.scaleCount = fp8ScaleCount();
+  margin_ = margin;
+  const Fp8Format gf = gradE4M3 ? Fp8Format::E4M3 : Fp8Format::E5M2;
+  site_.x = kernels::Fp8DelayedScale(history, margin, Fp8Format::E4M3);
+  site_.wt = kernels::Fp8DelayedScale(history, margin, Fp8Format::E4M3);
+  site_.g = kernels::Fp8DelayedScale(history, margin, gf);
+}
+
+void Linear::quantizeFp8Weight() {
+  const float* w = value(*w_);
+  uint8_t* w8 = static_cast<uint8_t*>(storage_->w8->data());
+  if (format_ == Format::Fp8Blockwise) {
+    kernels::cpu::quantizeFp8Tiles(w, w8 + site_.w8Offset, nullptr, wScaleInv(), out(), in(), 128,
+                                   128, Fp8Format::E4M3, margin_);
+  } else {
+    // Delayed: this update's weights use the scale from the previous weights' amaxes.
+    quantizeFp8WeightDelayed(site_.wt.scale());
+    site_.wt.record(kernels::cpu::amax(w, out() * in()));
+  }
+}
+
+void Linear::quantizeFp8WeightDelayed(float scale) {
+  kernels::cpu::floatToFp8(value(*w_), static_cast<uint8_t*>(storage_->w8->data()) + site_.w8Offset,
+                           w_->numel, Fp8Format::E4M3, scale);
+  site_.wUsed = scale;
+  wScaleInv()[0] = 1.f / scale;
+}
+
+void Linear::dequantizeFp8Weight(float* dst) const {
+  const uint8_t* q = static_cast<const uint8_t*>(storage_->w8->data()) + site_.w8Offset;
+  if (format_ == Format::Fp8Blockwise)
+    kernels::cpu::dequantizeFp8Tiles(q, wScaleInv(), dst, out(), in(), 128, 128, Fp8Format::E4M3);
+  else
+    kernels::cpu::fp8ToFloat(q, dst, out() * in(), Fp8Format::E4M3, wScaleInv()[0]);
+}
+
+void Linear::forward(float* out, const float* inp, int N, const LinearScratch& s, bool recompute) {
+  const int OC = static_cast<int>(this->out()), IC = static_cast<int>(in());
+  const char* name = fp8()                         ? "linear_fwd_fp8"
+                     : format_ == Format::Bf16Gemm ? "linear_fwd_bf16"
+                                                   : "linear_fwd";
+  ScopedRange r(name, SpanCategory::Gemm, 2.0 * N * OC * IC);
+  // out = 1 * b (broadcast as a rank-1 GEMM), then out += inp W^T.
+  float beta = 0.f;
+  if (b_) {
+    backend_->matmul(out, s.ones->f32(), value(*b_), N, OC, 1, false, false, 1.f, 0.f);
+    beta = 1.f;
+  }
+  if (fp8()) {
+    float* X = s.fp8X->f32();
+    float* W = s.fp8W->f32();
+    const int64_t n = int64_t(N) * IC;
+    if (format_ == Format::Fp8Blockwise) {
+      // Current scaling is a pure function of the values: recomputation quantizes identically.
+      kernels::cpu::quantizeFp8Tiles(inp, nullptr, X, s.fp8TileScales->f32(), N, IC, 1, 128,
+                                     Fp8Format::E4M3, margin_);
+    } else {
+      if (!recompute) site_.xUsed = site_.x.scale();
+      kernels::cpu::fakeQuantizeFp8(inp, X, n, Fp8Format::E4M3, site_.xUsed);
+      if (!recompute) site_.x.record(kernels::cpu::amax(inp, n));
+    }
+    dequantizeFp8Weight(W);
+    backend_->matmul(out, X, W, N, OC, IC, false, true, 1.f, beta);
+    return;
+  }
+  if (format_ == Format::Bf16Gemm) {
+    uint16_t* X = static_cast<uint16_t*>(s.x16->data());
+    kernels::cpu::floatToBf16(inp, X, int64_t(N) * IC);
+    backend_->matmulBf16(out, X,
+                         static_cast<const uint16_t*>(storage_->values16->data()) + w_->offset, N,
+                         OC, IC, false, true, 1.f, beta);
+    return;
+  }
+  backend_->matmul(out, inp, value(*w_), N, OC, IC, false, true, 1.f, beta);
+}
+
+void Linear::backward(float* dinp, const float* dout, const float* inp, int N,
+                      const LinearScratch& s) {
+  const int OC = static_cast<int>(out()), IC = static_cast<int>(in());
+  const char* name = fp8()                         ? "linear_bwd_fp8"
+                     : format_ == Format::Bf16Gemm ? "linear_bwd_bf16"
+                                                   : "linear_bwd";
+  ScopedRange r(name, SpanCategory::Gemm, 4.0 * N * OC * IC);
+  // db += 1^T dout (from the unquantized output gradient, as Transformer Engine does).
+  if (b_ && trainable)
+    backend_->matmul(grad(*b_), s.ones->f32(), dout, 1, OC, N, false, false, 1.f, 1.f);
+  if (fp8()) {
+    float* X = s.fp8X->f32();
+    float* G = s.fp8G->f32();
+    float* W = s.fp8W->f32();
+    const Fp8Format gf = site_.g.format();
+    dequantizeFp8Weight(W);
+    if (format_ == Format::Fp8Blockwise) {
+      // dgrad (reduction over OC): 1x128 tiles of dout along OC; weights in their 128x128 blocks.
+      kernels::cpu::quantizeFp8Tiles(dout, nullptr, G, s.fp8TileScales->f32(), N, OC, 1, 128, gf,
+                                     margin_);
+      if (dinp) backend_->matmul(dinp, G, W, N, IC, OC, false, false, 1.f, 0.f);
+      // wgrad (reduction over the N tokens): both operands re-tiled 128x1 (DeepSeek-V3).
+      kernels::cpu::quantizeFp8Tiles(dout, nullptr, G, s.fp8TileScales->f32(), N, OC, 128, 1, gf,
+                                     margin_);
+      kernels::cpu::quantizeFp8Tiles(inp, nullptr, X, s.fp8TileScales->f32(), N, IC, 128, 1,
+                                     Fp8Format::E4M3, margin_);
+    } else {
+      const int64_t n = int64_t(N) * OC;
+      site_.gUsed = site_.g.scale();
+      kernels::cpu::fakeQuantizeFp8(dout, G, n, gf, site_.gUsed);
+      site_.g.record(kernels::cpu::amax(dout, n));
+      if (dinp) backend_->matmul(dinp, G, W, N, IC, OC, false, false, 1.f, 0.f);
+      // The input exactly as the forward GEMM saw it (same scale, same values).
+      kernels::cpu::fakeQuantizeFp8(inp, X, int64_t(N) * IC, Fp8Format::E4M3, site_.xUsed);
+    }
+    if (trainable) backend_->matmul(grad(*w_), G, X, OC, IC, N, true, false, 1.f, 1.f);
+    return;
+  }
+  if (format_ == Format::Bf16Gemm) {
+    // The bias gradient above sums the fp32 dout; the GEMMs see it rounded to bf16.
+    uint16_t* G = static_cast<uint16_t*>(s.g16->data());
+    uint16_t* X = static_cast<uint16_t*>(s.x16->data());
+    const uint16_t* W16 = static_cast<const uint16_t*>(storage_->values16->data()) + w_->offset;
+    kernels::cpu::floatToBf16(dout, G, int64_t(N) * OC);
+    if (trainable) {
+      kernels::cpu::floatToBf16(inp, X, int64_t(N) * IC);
+      backend_->matmulBf16(grad(*w_), G, X, OC, IC, N, true, false, 1.f, 1.f);
+    }
+    if (dinp) backend_->matmulBf16(dinp, G, W16, N, IC, OC, false, false, 1.f, 0.f);
+    return;
+  }
+  if (trainable) backend_->matmul(grad(*w_), dout, inp, OC, IC, N, true, false, 1.f, 1.f);
+  if (dinp) backend_->matmul(dinp, dout, value(*w_), N, IC, OC, false, false, 1.f, 0.f);
+}
+
+}  // namespace ts::engine
