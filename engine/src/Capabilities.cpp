@@ -169,6 +169,7 @@ nlohmann::json capabilitiesJson() {
       {"optimizer_8bit", cap(false, later)},
       {"distillation", cap(false, later)},
   };
+  j["architectures"] = {"gpt2", "llama"};  // model.arch (core/ModelSpec.h)
   j["optimizers"] = {"adamw", "sgd"};
   j["attention"] = {"naive", "flash"};
   return j;

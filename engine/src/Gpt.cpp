@@ -49,6 +49,10 @@ bool useBf16Gemm(const core::RunConfig& config, const kernels::Backend* backend)
 
 GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels::Backend* backend) {
   GptConfig g;
+  g.architecture = config.model.arch;
+  g.kvHeads = config.model.kv_heads;
+  g.dFf = config.model.d_ff;
+  g.ropeTheta = config.model.rope_theta;
   g.layers = config.model.layers;
   g.heads = config.model.heads;
   g.d_model = config.model.d_model;
@@ -81,7 +85,10 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels:
 
 core::ArchSpec GptConfig::arch() const {
   core::ModelConfig m;
-  m.arch = "gpt2";
+  m.arch = architecture;
+  m.kv_heads = kvHeads;
+  m.d_ff = dFf;
+  m.rope_theta = ropeTheta;
   m.layers = layers;
   m.heads = heads;
   m.d_model = d_model;
@@ -115,6 +122,12 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   const int64_t C = config.d_model, V = config.vocab, T = config.seq_len;
   if (config.layers < 1 || config.heads < 1 || C < 1 || V < 1 || T < 1 || C % config.heads != 0)
     throw std::invalid_argument("invalid GPT shape (layers, heads, d_model, seq_len, vocab)");
+  if (config.architecture != "gpt2" && config.architecture != "llama")
+    throw std::invalid_argument("unknown architecture '" + config.architecture + "' (gpt2 or llama)");
+  const core::ArchSpec arch = config.arch();
+  if (config.heads % arch.kvHeads != 0) throw std::invalid_argument("kv_heads must divide heads");
+  if (config.architecture == "llama" && arch.headDim() % 2 != 0)
+    throw std::invalid_argument("rotary embeddings need an even head dimension");
   if (config.checkpointEvery < 0 || config.checkpointEvery > config.layers)
     throw std::invalid_argument("checkpoint segment must be 0 (off) or 1..layers");
   if (config.compression == GptConfig::Compression::Sparse && !config.relu)
@@ -148,16 +161,53 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
     if (p.spec.role == R::TokenEmbedding) wte_ = &p;
     if (p.spec.role == R::PositionEmbedding) wpe_ = &p;
   }
-  for (int l = 0; l < config.layers; ++l)
-    blockParams_.push_back(
-        {tensor(l, "ln_1", R::NormWeight), tensor(l, "ln_1", R::NormBias),
-         tensor(l, "c_attn", R::LinearWeight), tensor(l, "c_attn", R::LinearBias),
-         tensor(l, "attn.c_proj", R::LinearWeight), tensor(l, "attn.c_proj", R::LinearBias),
-         tensor(l, "ln_2", R::NormWeight), tensor(l, "ln_2", R::NormBias),
-         tensor(l, "c_fc", R::LinearWeight), tensor(l, "c_fc", R::LinearBias),
-         tensor(l, "mlp.c_proj", R::LinearWeight), tensor(l, "mlp.c_proj", R::LinearBias)});
-  lnfw_ = tensor(-1, "ln_f", R::NormWeight);
-  lnfb_ = tensor(-1, "ln_f", R::NormBias);
+  // One GEMM multiplies adjacent tensors that share an input (llama's q|k|v and gate|up): a
+  // view over them, whose rows are the concatenated weights.
+  auto fuse = [&](std::vector<const ParamInfo*> parts, const std::string& name) {
+    ParamInfo f = *parts.front();
+    f.name = name;
+    f.shape = {0, parts.front()->shape[1]};
+    f.numel = 0;
+    for (const ParamInfo* p : parts) {
+      if (p->offset != f.offset + f.numel || p->shape[1] != f.shape[1])
+        throw std::logic_error("model description: " + p->name + " does not follow " +
+                               parts.front()->name);
+      f.shape[0] += p->shape[0];
+      f.numel += p->numel;
+    }
+    fused_.push_back(std::move(f));
+    return &fused_.back();
+  };
+  std::vector<std::pair<const ParamInfo*, const ParamInfo*>> projections;  // weight, bias
+  const bool llama = config.architecture == "llama";
+  for (int l = 0; l < config.layers; ++l) {
+    if (llama) {
+      const std::string h = "model.layers." + std::to_string(l) + ".";
+      blockParams_.push_back({tensor(l, "input_layernorm", R::NormWeight), nullptr,
+                              tensor(l, "post_attention_layernorm", R::NormWeight), nullptr});
+      projections.push_back(
+          {fuse({tensor(l, "q_proj", R::LinearWeight), tensor(l, "k_proj", R::LinearWeight),
+                 tensor(l, "v_proj", R::LinearWeight)},
+                h + "self_attn.qkv_proj.weight"),
+           nullptr});
+      projections.push_back({tensor(l, "o_proj", R::LinearWeight), nullptr});
+      projections.push_back(
+          {fuse({tensor(l, "gate_proj", R::LinearWeight), tensor(l, "up_proj", R::LinearWeight)},
+                h + "mlp.gate_up_proj.weight"),
+           nullptr});
+      projections.push_back({tensor(l, "down_proj", R::LinearWeight), nullptr});
+    } else {
+      blockParams_.push_back({tensor(l, "ln_1", R::NormWeight), tensor(l, "ln_1", R::NormBias),
+                              tensor(l, "ln_2", R::NormWeight), tensor(l, "ln_2", R::NormBias)});
+      for (const char* m : {"c_attn", "attn.c_proj", "c_fc", "mlp.c_proj"})
+        projections.push_back({tensor(l, m, R::LinearWeight), tensor(l, m, R::LinearBias)});
+    }
+  }
+  lnfw_ = tensor(-1, llama ? "norm" : "ln_f", R::NormWeight);
+  lnfb_ = llama ? nullptr : tensor(-1, "ln_f", R::NormBias);
+  head_ = wte_;
+  for (const auto& p : params_)
+    if (p.spec.role == R::Head) head_ = &p;
   if (mixed()) {
     if (config_.working != DType::BF16 && config_.working != DType::F16)
       throw std::invalid_argument("working precision must be fp32, bf16 or fp16");
@@ -188,10 +238,7 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
                                 : fp8()            ? Linear::Format::Fp8Delayed
                                 : config_.bf16Gemm ? Linear::Format::Bf16Gemm
                                                    : Linear::Format::F32;
-  for (const auto& bp : blockParams_)
-    for (auto [w, b] : {std::pair{bp.qkvw, bp.qkvb}, std::pair{bp.attprojw, bp.attprojb},
-                        std::pair{bp.fcw, bp.fcb}, std::pair{bp.fcprojw, bp.fcprojb}})
-      linears_.emplace_back(backend_, &storage_, w, b, format);
+  for (auto [w, b] : projections) linears_.emplace_back(backend_, &storage_, w, b, format);
   if (fp8()) {
     // Each linear's fp8 weight and its dequantization scales (one per 128x128 block, or one
     // per tensor) in two shared buffers.
@@ -514,11 +561,39 @@ void Gpt::unpackSparse(float* x, const BlockActivations& a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = (mask[i >> 3] >> (i & 7)) & 1u ? *v++ : 0.f;
 }
 
+void Gpt::normForward(float* out, float* mean, float* rstd, const float* in, const ParamInfo* w,
+                      const ParamInfo* b, int N) {
+  const int C = config_.d_model;
+  if (!b) {  // RMSNorm (llama): no mean, no bias
+    ScopedRange r("rmsnorm_fwd", SpanCategory::Norm);
+    backend_->rmsnormForward(out, rstd, in, param(*w), N, C, 1e-5f);
+    return;
+  }
+  ScopedRange r("layernorm_fwd", SpanCategory::Norm);
+  backend_->layernormForward(out, mean, rstd, in, param(*w), param(*b), N, C, 1e-5f);
+}
+
+void Gpt::normBackward(float* dinp, const float* dout, const float* in, const ParamInfo* w,
+                       const ParamInfo* b, const float* mean, const float* rstd, int N) {
+  const int C = config_.d_model;
+  if (!b) {
+    ScopedRange r("rmsnorm_bwd", SpanCategory::Norm);
+    backend_->rmsnormBackward(dinp, grad(*w), dout, in, param(*w), rstd, N, C);
+    return;
+  }
+  ScopedRange r("layernorm_bwd", SpanCategory::Norm);
+  backend_->layernormBackward(dinp, grad(*w), grad(*b), dout, in, param(*w), mean, rstd, N, C);
+}
+
 void Gpt::blockForward(int l, BlockActivations& a, const float* in, float* out, bool recompute) {
   using Comp = GptConfig::Compression;
   ScopedRange br(recompute ? "block_recompute" : "block_fwd", SpanCategory::Block);
   const int B = curB_, T = curT_, C = config_.d_model, NH = config_.heads;
   const int N = B * T;
+  const core::ArchSpec arch = config_.arch();
+  const int KVH = static_cast<int>(arch.kvHeads), HD = static_cast<int>(arch.headDim());
+  const int QKV = static_cast<int>(arch.qkvDim());
+  const int64_t F = arch.dFf;
   const auto& p = blockParams_[l];
   const Comp comp = config_.compression;
   const bool q8 = comp == Comp::Int8;
@@ -530,22 +605,26 @@ void Gpt::blockForward(int l, BlockActivations& a, const float* in, float* out, 
     linears_[4 * l + j].forward(o, i, N, scratch_, recompute);
   };
   float* ln1 = q8 ? tmp : a.ln1.f32();
-  {
-    ScopedRange r("layernorm_fwd", SpanCategory::Norm);
-    backend_->layernormForward(ln1, a.ln1Mean.f32(), a.ln1Rstd.f32(), in, param(*p.ln1w),
-                               param(*p.ln1b), N, C, 1e-5f);
-  }
+  normForward(ln1, a.ln1Mean.f32(), a.ln1Rstd.f32(), in, p.ln1w, p.ln1b, N);
   linearForward(0, a.qkv.f32(), ln1);
   if (q8) {
     quantizeRows(a.ln1Q, a.ln1Scale, ln1, N, C, countStats);
+  }
+  if (arch.arch == "llama") {
+    // Rotary positions on the q and k heads of the packed qkv, in place (saved rotated).
+    ScopedRange r("rope_fwd", SpanCategory::Elementwise);
+    float* qkv = a.qkv.f32();
+    const float theta = static_cast<float>(arch.ropeTheta);
+    backend_->ropeForward(qkv, qkv, B, T, NH, HD, QKV, QKV, theta);
+    backend_->ropeForward(qkv + C, qkv + C, B, T, KVH, HD, QKV, QKV, theta);
   }
   float* attOut = q8 ? tmp : a.attOut.f32();
   {
     ScopedRange r("attention_fwd", SpanCategory::Attention, 4.0 * B * T * T * C);
     if (config_.flash)
-      backend_->flashAttentionForward(attOut, a.att.f32(), a.qkv.f32(), B, T, C, NH);
+      backend_->flashAttentionGqaForward(attOut, a.att.f32(), a.qkv.f32(), B, T, C, NH, KVH);
     else
-      backend_->attentionForward(attOut, a.att.f32(), a.qkv.f32(), B, T, C, NH);
+      backend_->attentionGqaForward(attOut, a.att.f32(), a.qkv.f32(), B, T, C, NH, KVH);
   }
   linearForward(1, ws_.dtmp.f32(), attOut);
   if (q8) {
@@ -556,28 +635,27 @@ void Gpt::blockForward(int l, BlockActivations& a, const float* in, float* out, 
     backend_->residualForward(a.resid2.f32(), in, ws_.dtmp.f32(), int64_t(N) * C);
   }
   float* ln2 = q8 ? tmp : a.ln2.f32();
-  {
-    ScopedRange r("layernorm_fwd", SpanCategory::Norm);
-    backend_->layernormForward(ln2, a.ln2Mean.f32(), a.ln2Rstd.f32(), a.resid2.f32(),
-                               param(*p.ln2w), param(*p.ln2b), N, C, 1e-5f);
-  }
+  normForward(ln2, a.ln2Mean.f32(), a.ln2Rstd.f32(), a.resid2.f32(), p.ln2w, p.ln2b, N);
   linearForward(2, a.fcPre.f32(), ln2);
   if (q8) {
     quantizeRows(a.ln2Q, a.ln2Scale, ln2, N, C, countStats);
   }
   float* fcAct = comp == Comp::None ? a.fcAct.f32() : tmp;
   {
-    ScopedRange r(config_.relu ? "relu_fwd" : "gelu_fwd", SpanCategory::Elementwise);
-    if (config_.relu)
-      backend_->reluForward(fcAct, a.fcPre.f32(), int64_t(N) * 4 * C);
+    const char* name = arch.swiglu ? "swiglu_fwd" : config_.relu ? "relu_fwd" : "gelu_fwd";
+    ScopedRange r(name, SpanCategory::Elementwise);
+    if (arch.swiglu)
+      backend_->swigluForward(fcAct, a.fcPre.f32(), N, static_cast<int>(F));
+    else if (config_.relu)
+      backend_->reluForward(fcAct, a.fcPre.f32(), int64_t(N) * F);
     else
-      backend_->geluForward(fcAct, a.fcPre.f32(), int64_t(N) * 4 * C);
+      backend_->geluForward(fcAct, a.fcPre.f32(), int64_t(N) * F);
   }
   if (out) linearForward(3, ws_.dtmp.f32(), fcAct);
   if (q8) {
-    quantizeRows(a.fcActQ, a.fcActScale, fcAct, N, 4 * C, countStats);
+    quantizeRows(a.fcActQ, a.fcActScale, fcAct, N, F, countStats);
   } else if (comp == Comp::Sparse) {
-    packSparse(a, fcAct, int64_t(N) * 4 * C, countStats);
+    packSparse(a, fcAct, int64_t(N) * F, countStats);
   }
   if (out) {
     ScopedRange r("residual_fwd", SpanCategory::Elementwise);
@@ -605,21 +683,19 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   };
   {
     ScopedRange r("embedding_fwd", SpanCategory::Elementwise);
-    backend_->embeddingForward(inputOf(0), acts_.tokens.i32(), param(*wte_), param(*wpe_), B, T, C);
+    backend_->embeddingForward(inputOf(0), acts_.tokens.i32(), param(*wte_),
+                               wpe_ ? param(*wpe_) : nullptr, B, T, C);
   }
   for (int l = 0; l < L; ++l) {
     auto& a = acts_.blocks[k == 0 ? l : l % k];
     float* out = l + 1 < L ? inputOf(l + 1) : acts_.residOut.f32();
     blockForward(l, a, inputOf(l), out, false);
   }
-  {
-    ScopedRange r("layernorm_fwd", SpanCategory::Norm);
-    backend_->layernormForward(acts_.lnf.f32(), acts_.lnfMean.f32(), acts_.lnfRstd.f32(),
-                               acts_.residOut.f32(), param(*lnfw_), param(*lnfb_), N, C, 1e-5f);
-  }
+  normForward(acts_.lnf.f32(), acts_.lnfMean.f32(), acts_.lnfRstd.f32(), acts_.residOut.f32(),
+              lnfw_, lnfb_, N);
   {
     ScopedRange r("lm_head_fwd", SpanCategory::Gemm, 2.0 * N * V * C);
-    backend_->matmul(acts_.logits.f32(), acts_.lnf.f32(), param(*wte_), N, V, C, false, true, 1.f,
+    backend_->matmul(acts_.logits.f32(), acts_.lnf.f32(), param(*head_), N, V, C, false, true, 1.f,
                      0.f);
   }
   haveLoss_ = false;
@@ -650,6 +726,10 @@ void Gpt::blockBackward(int l, BlockActivations& a, const float* in) {
   ScopedRange blr("block_bwd", SpanCategory::Block);
   const int B = curB_, T = curT_, C = config_.d_model, NH = config_.heads;
   const int N = B * T;
+  const core::ArchSpec arch = config_.arch();
+  const int KVH = static_cast<int>(arch.kvHeads), HD = static_cast<int>(arch.headDim());
+  const int QKV = static_cast<int>(arch.qkvDim());
+  const int64_t F = arch.dFf;
   const auto& p = blockParams_[l];
   const Comp comp = config_.compression;
   const bool q8 = comp == Comp::Int8;
@@ -661,52 +741,56 @@ void Gpt::blockBackward(int l, BlockActivations& a, const float* in) {
   // Compressed inputs are expanded into whichever of dfc / dfc2 is free at that point.
   const float* fcAct = a.fcAct.empty() ? nullptr : a.fcAct.f32();
   if (q8) {
-    dequantizeRows(ws_.dfc2.f32(), a.fcActQ, a.fcActScale, N, 4 * C);
+    dequantizeRows(ws_.dfc2.f32(), a.fcActQ, a.fcActScale, N, F);
     fcAct = ws_.dfc2.f32();
   } else if (comp == Comp::Sparse) {
-    unpackSparse(ws_.dfc2.f32(), a, int64_t(N) * 4 * C);
+    unpackSparse(ws_.dfc2.f32(), a, int64_t(N) * F);
     fcAct = ws_.dfc2.f32();
   }
-  // MLP branch: out = resid2 + c_proj(act(c_fc(ln_2(resid2)))).
+  // MLP branch: out = resid2 + proj(act(fc(norm_2(resid2)))).
   linearBackward(3, ws_.dfc.f32(), dres, fcAct);
   {
-    ScopedRange r(config_.relu ? "relu_bwd" : "gelu_bwd", SpanCategory::Elementwise);
+    const char* name = arch.swiglu ? "swiglu_bwd" : config_.relu ? "relu_bwd" : "gelu_bwd";
+    ScopedRange r(name, SpanCategory::Elementwise);
     // relu(x) > 0 exactly when x > 0, so the pre-activation gives the same mask.
-    if (config_.relu)
+    if (arch.swiglu)
+      backend_->swigluBackward(ws_.dfc2.f32(), a.fcPre.f32(), ws_.dfc.f32(), N,
+                               static_cast<int>(F));
+    else if (config_.relu)
       backend_->reluBackward(ws_.dfc2.f32(), comp == Comp::None ? fcAct : a.fcPre.f32(),
-                             ws_.dfc.f32(), int64_t(N) * 4 * C);
+                             ws_.dfc.f32(), int64_t(N) * F);
     else
-      backend_->geluBackward(ws_.dfc2.f32(), a.fcPre.f32(), ws_.dfc.f32(), int64_t(N) * 4 * C);
+      backend_->geluBackward(ws_.dfc2.f32(), a.fcPre.f32(), ws_.dfc.f32(), int64_t(N) * F);
   }
   const float* ln2 = q8 ? ws_.dfc.f32() : a.ln2.f32();
   if (q8) dequantizeRows(ws_.dfc.f32(), a.ln2Q, a.ln2Scale, N, C);
   linearBackward(2, dtmp, ws_.dfc2.f32(), ln2);
-  {
-    ScopedRange r("layernorm_bwd", SpanCategory::Norm);
-    backend_->layernormBackward(dres, grad(*p.ln2w), grad(*p.ln2b), dtmp, a.resid2.f32(),
-                                param(*p.ln2w), a.ln2Mean.f32(), a.ln2Rstd.f32(), N, C);
-  }
-  // Attention branch: resid2 = input + c_proj(attn(c_attn(ln_1(input)))).
+  normBackward(dres, dtmp, a.resid2.f32(), p.ln2w, p.ln2b, a.ln2Mean.f32(), a.ln2Rstd.f32(), N);
+  // Attention branch: resid2 = input + o(attn(qkv(norm_1(input)))).
   const float* attOut = q8 ? ws_.dfc.f32() : a.attOut.f32();
   if (q8) dequantizeRows(ws_.dfc.f32(), a.attOutQ, a.attOutScale, N, C);
   linearBackward(1, dtmp, dres, attOut);
   {
     ScopedRange r("attention_bwd", SpanCategory::Attention, 8.0 * B * T * T * C);
     if (config_.flash)
-      backend_->flashAttentionBackward(ws_.dqkv.f32(), dtmp, attOut, a.att.f32(), a.qkv.f32(), B, T,
-                                       C, NH);
+      backend_->flashAttentionGqaBackward(ws_.dqkv.f32(), dtmp, attOut, a.att.f32(), a.qkv.f32(), B,
+                                          T, C, NH, KVH);
     else
-      backend_->attentionBackward(ws_.dqkv.f32(), ws_.datt.f32(), dtmp, a.qkv.f32(), a.att.f32(), B,
-                                  T, C, NH);
+      backend_->attentionGqaBackward(ws_.dqkv.f32(), ws_.datt.f32(), dtmp, a.qkv.f32(), a.att.f32(),
+                                     B, T, C, NH, KVH);
+  }
+  if (arch.arch == "llama") {
+    // Back through the rotation: dq, dk of the unrotated projections, in place.
+    ScopedRange r("rope_bwd", SpanCategory::Elementwise);
+    float* dqkv = ws_.dqkv.f32();
+    const float theta = static_cast<float>(arch.ropeTheta);
+    backend_->ropeBackward(dqkv, dqkv, B, T, NH, HD, QKV, QKV, theta);
+    backend_->ropeBackward(dqkv + C, dqkv + C, B, T, KVH, HD, QKV, QKV, theta);
   }
   const float* ln1 = q8 ? ws_.dfc.f32() : a.ln1.f32();
   if (q8) dequantizeRows(ws_.dfc.f32(), a.ln1Q, a.ln1Scale, N, C);
   linearBackward(0, dtmp, ws_.dqkv.f32(), ln1);
-  {
-    ScopedRange r("layernorm_bwd", SpanCategory::Norm);
-    backend_->layernormBackward(dres, grad(*p.ln1w), grad(*p.ln1b), dtmp, in, param(*p.ln1w),
-                                a.ln1Mean.f32(), a.ln1Rstd.f32(), N, C);
-  }
+  normBackward(dres, dtmp, in, p.ln1w, p.ln1b, a.ln1Mean.f32(), a.ln1Rstd.f32(), N);
 }
 
 void Gpt::backward() {
@@ -719,17 +803,14 @@ void Gpt::backward() {
   float* dtmp = ws_.dtmp.f32();
   {
     ScopedRange r("lm_head_bwd", SpanCategory::Gemm, 4.0 * N * V * C);
-    // dlnf = dlogits wte; dwte += dlogits^T lnf.
-    backend_->matmul(dtmp, acts_.logits.f32(), param(*wte_), N, C, V, false, false, 1.f, 0.f);
-    backend_->matmul(grad(*wte_), acts_.logits.f32(), acts_.lnf.f32(), V, C, N, true, false, 1.f,
+    // dlnf = dlogits W_head; dW_head += dlogits^T lnf (W_head is wte when tied).
+    backend_->matmul(dtmp, acts_.logits.f32(), param(*head_), N, C, V, false, false, 1.f, 0.f);
+    backend_->matmul(grad(*head_), acts_.logits.f32(), acts_.lnf.f32(), V, C, N, true, false, 1.f,
                      1.f);
   }
-  {
-    ScopedRange r("layernorm_bwd", SpanCategory::Norm);
-    ws_.dres.zero();
-    backend_->layernormBackward(dres, grad(*lnfw_), grad(*lnfb_), dtmp, acts_.residOut.f32(),
-                                param(*lnfw_), acts_.lnfMean.f32(), acts_.lnfRstd.f32(), N, C);
-  }
+  ws_.dres.zero();
+  normBackward(dres, dtmp, acts_.residOut.f32(), lnfw_, lnfb_, acts_.lnfMean.f32(),
+               acts_.lnfRstd.f32(), N);
   if (k == 0) {
     for (int l = L - 1; l >= 0; --l) blockBackward(l, acts_.blocks[l], acts_.blocks[l].input.f32());
   } else {
@@ -753,7 +834,8 @@ void Gpt::backward() {
   }
   {
     ScopedRange r("embedding_bwd", SpanCategory::Elementwise);
-    backend_->embeddingBackward(grad(*wte_), grad(*wpe_), dres, acts_.tokens.i32(), B, T, C);
+    backend_->embeddingBackward(grad(*wte_), wpe_ ? grad(*wpe_) : nullptr, dres, acts_.tokens.i32(),
+                                B, T, C);
   }
   haveLoss_ = false;
 }

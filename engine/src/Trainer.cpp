@@ -29,15 +29,31 @@ std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
     out.push_back({std::move(path), value.dump(), std::move(why)});
   };
   const std::string later = "is not implemented by this engine yet";
-  if (c.model.arch != "gpt2") add("model.arch", c.model.arch, "only gpt2 is trainable");
   if (c.model.dropout != 0.0)
     add("model.dropout", c.model.dropout, "dropout " + later + " (use 0)");
-  if (c.model.mlp != "gelu") add("model.mlp", c.model.mlp, "only the GPT-2 MLP is trainable");
-  if (c.model.norm != "layernorm") add("model.norm", c.model.norm, "only layernorm is trainable");
-  if (c.model.kv_heads != 0 && c.model.kv_heads != c.model.heads)
-    add("model.kv_heads", c.model.kv_heads, "grouped-query attention " + later);
-  if (c.model.d_ff != 0 && c.model.d_ff != 4 * c.model.d_model)
-    add("model.d_ff", c.model.d_ff, "the GPT-2 MLP is 4*d_model wide");
+  if (c.model.arch == "llama") {
+    // The llama description: RMSNorm, rotary positions, SwiGLU of width d_ff, kv_heads.
+    if (c.model.mlp != "gelu" && c.model.mlp != "swiglu")
+      add("model.mlp", c.model.mlp, "llama's MLP is SwiGLU");
+    if (c.model.norm != "layernorm" && c.model.norm != "rmsnorm")
+      add("model.norm", c.model.norm, "llama's norm is RMSNorm");
+    if ((c.model.d_model / std::max(1, c.model.heads)) % 2 != 0)
+      add("model.d_model", c.model.d_model,
+          "rotary embeddings need an even head dimension (d_model / heads)");
+    if (c.memory.activation_compression == "sparse")
+      add("memory.activation_compression", "sparse",
+          "sparse compression needs a ReLU MLP; llama's SwiGLU output is not sparse (use int8)");
+  } else {
+    if (c.model.mlp != "gelu")
+      add("model.mlp", c.model.mlp, "the gpt2 description has a GELU/ReLU MLP (use llama)");
+    if (c.model.norm != "layernorm")
+      add("model.norm", c.model.norm, "the gpt2 description has LayerNorm (use llama)");
+    if (c.model.kv_heads != 0 && c.model.kv_heads != c.model.heads)
+      add("model.kv_heads", c.model.kv_heads,
+          "grouped-query attention is part of the llama description (model.arch llama)");
+    if (c.model.d_ff != 0 && c.model.d_ff != 4 * c.model.d_model)
+      add("model.d_ff", c.model.d_ff, "the GPT-2 MLP is 4*d_model wide (use llama for d_ff)");
+  }
   const auto& pol = c.precision.policy;
   if (pol != "fp32" && pol != "bf16" && pol != "fp16" && pol != "fp8" && pol != "pure_bf16")
     add("precision.policy", pol, pol + " " + later + " (use fp32, bf16, fp16, fp8 or pure_bf16)");

@@ -346,11 +346,16 @@ void RunWizard::refreshPastRuns() {
 // ---- Model & data ------------------------------------------------------------------------
 QWidget* RunWizard::buildModelPage() {
   QVBoxLayout* v;
-  QWidget* w =
-      page("Model and data",
-           "A GPT-style decoder. Bigger models learn more and need more memory and time.", &v);
+  QWidget* w = page(
+      "Model and data",
+      "A decoder (GPT-2 or LLaMA). Bigger models learn more and need more memory and time.", &v);
   QFormLayout* f;
   auto* mg = group("Model", &f);
+  f->addRow("Architecture",
+            binder_->choice("model.arch", {{"GPT-2", "gpt2"}, {"LLaMA", "llama"}},
+                            "GPT-2: LayerNorm, learned positions, biases, GELU/ReLU MLP, tied "
+                            "head. LLaMA: RMSNorm, rotary positions, SwiGLU MLP, grouped-query "
+                            "attention, no biases, untied head."));
   f->addRow("Layers",
             binder_->intSpin(
                 "model.layers", 1, 256,
@@ -360,6 +365,12 @@ QWidget* RunWizard::buildModelPage() {
       binder_->intSpin("model.heads", 1, 256,
                        "Heads per block; d_model must divide evenly. More heads: finer attention, "
                        "smaller per-head width."));
+  auto* kv = binder_->intSpin("model.kv_heads", 0, 256,
+                              "LLaMA: key/value heads shared by the query heads (grouped-query "
+                              "attention: a smaller KV cache and fewer K/V weights). Must divide "
+                              "the heads; 0 = as many as heads.");
+  kv->setSpecialValueText("= heads");
+  f->addRow("KV heads", kv);
   f->addRow(
       "Width (d_model)",
       binder_->intSpin("model.d_model", 8, 16384,
@@ -369,6 +380,11 @@ QWidget* RunWizard::buildModelPage() {
       binder_->intSpin(
           "model.seq_len", 4, 131072,
           "Tokens per sample. Activations grow linearly (quadratically with naive attention).", 8));
+  auto* dff =
+      binder_->intSpin("model.d_ff", 0, 1 << 20,
+                       "LLaMA: the SwiGLU MLP's width (11008 for LLaMA-7B). 0 = 4 × d_model.", 8);
+  dff->setSpecialValueText("4 × d_model");
+  f->addRow("MLP width (d_ff)", dff);
   auto* vocab = binder_->intSpin(
       "model.vocab", 0, 1000000,
       "0 = taken from the data's tokenizer. Embedding and output layer grow with it.");

@@ -14,8 +14,12 @@ void embeddingForward(float* out, const int32_t* tokens, const float* wte, const
 #pragma omp parallel for schedule(static) if (worthThreading(int64_t(B) * T * C))
   for (int bt = 0; bt < B * T; ++bt) {
     const float* e = wte + int64_t(tokens[bt]) * C;
-    const float* p = wpe + int64_t(bt % T) * C;
     float* o = out + int64_t(bt) * C;
+    if (!wpe) {  // no position table (rotary positions)
+      std::copy(e, e + C, o);
+      continue;
+    }
+    const float* p = wpe + int64_t(bt % T) * C;
 #pragma omp simd
     for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
   }
@@ -35,6 +39,11 @@ void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_
       for (int t = 0; t < T; ++t) {
         const float* g = dout + (int64_t(b) * T + t) * C;
         float* dw = dwte + int64_t(tokens[b * T + t]) * C;
+        if (!dwpe) {
+#pragma omp simd
+          for (int c = c0; c < c1; ++c) dw[c] += g[c];
+          continue;
+        }
         float* dp = dwpe + int64_t(t) * C;
 #pragma omp simd
         for (int c = c0; c < c1; ++c) {

@@ -11,7 +11,7 @@ __global__ void embFwd(float* out, const int32_t* tokens, const float* wte, cons
   TS_GRID_LOOP(idx, total) {
     const int c = int(idx % C);
     const int64_t bt = idx / C;
-    out[idx] = wte[int64_t(tokens[bt]) * C + c] + wpe[(bt % T) * C + c];
+    out[idx] = wte[int64_t(tokens[bt]) * C + c] + (wpe ? wpe[(bt % T) * C + c] : 0.0f);
   }
 }
 
@@ -43,8 +43,9 @@ void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_
                        int T, int C) {
   if (int64_t(B) * T * C <= 0) return;
   embBwdTokens<<<(C + 127) / 128, 128>>>(dwte, dout, tokens, B * T, C);
-  embBwdPositions<<<gridFor(int64_t(T) * C, kElementwiseBlock), kElementwiseBlock>>>(dwpe, dout, B,
-                                                                                     T, C);
+  if (dwpe)
+    embBwdPositions<<<gridFor(int64_t(T) * C, kElementwiseBlock), kElementwiseBlock>>>(dwpe, dout,
+                                                                                       B, T, C);
   TS_CUDA_LAUNCHED("embeddingBackward");
 }
 

@@ -15,6 +15,7 @@
 #include "MainWindow.h"
 #include "RunWizard.h"
 #include "trainscope/core/Config.h"
+#include "trainscope/core/Estimator.h"
 
 using namespace ts::gui;
 
@@ -181,4 +182,27 @@ TEST_F(WizardTest, PrecisionGroupsFollowThePolicy) {
   ASSERT_NE(gemmMode, nullptr);
   gemmMode->setCurrentIndex(gemmMode->findData(QString("bf16")));
   EXPECT_EQ(win->wizard()->document()->value("precision.gemm"), "bf16");
+}
+
+// The model page offers LLaMA: picking it (and grouped-query attention) through the widgets
+// changes the document and the parameter count follows the estimator's description.
+TEST_F(WizardTest, LlamaThroughTheModelPage) {
+  RunWizard* wiz = win->wizard();
+  wiz->goToPage(1);
+  auto* arch = byPath<QComboBox>(wiz, "model.arch");
+  auto* kv = byPath<QSpinBox>(wiz, "model.kv_heads");
+  auto* heads = byPath<QSpinBox>(wiz, "model.heads");
+  ASSERT_TRUE(arch && kv && heads);
+  ASSERT_GE(arch->findData("llama"), 0);
+  const int64_t gpt2 = ts::core::estimateMemory(*wiz->document()->config()).params.total;
+  arch->setCurrentIndex(arch->findData("llama"));
+  heads->setValue(4);
+  kv->setValue(2);
+  ASSERT_TRUE(wiz->document()->config());
+  const auto& c = *wiz->document()->config();
+  EXPECT_EQ(c.model.arch, "llama");
+  EXPECT_EQ(c.model.kv_heads, 2);
+  // Same width and depth: LLaMA has no biases and no position table but an untied head and
+  // SwiGLU's third matrix, so the count moves.
+  EXPECT_NE(ts::core::estimateMemory(c).params.total, gpt2);
 }

@@ -421,6 +421,7 @@ void visitSchema(C& c, V& v) {
     v.field("norm", m.norm, oneOf({"layernorm", "rmsnorm"}));
     v.field("kv_heads", m.kv_heads, closed(0, 1024));
     v.field("d_ff", m.d_ff, closed(0, 1 << 22));
+    v.field("rope_theta", m.rope_theta, closed(1.0, 1e12));
   });
   v.section("data", [&] {
     auto& d = c.data;

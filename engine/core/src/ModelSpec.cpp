@@ -66,8 +66,11 @@ ArchSpec archSpecOf(const ModelConfig& m, int64_t vocab) {
   a.learnedPos = !llama;
   a.tiedHead = !llama;
   a.fusedQkv = !llama;
-  a.swiglu = lower(m.mlp) == "swiglu";
-  a.rmsNorm = lower(m.norm) == "rmsnorm";
+  // The llama description is RMSNorm + SwiGLU; gpt2 takes mlp/norm from the config (the
+  // estimator's what-if shapes).
+  a.swiglu = llama || lower(m.mlp) == "swiglu";
+  a.rmsNorm = llama || lower(m.norm) == "rmsnorm";
+  a.ropeTheta = m.rope_theta;
   a.relu = lower(m.activation) == "relu";
   return a;
 }

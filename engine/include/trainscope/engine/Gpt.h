@@ -1,5 +1,6 @@
 #pragma once
-// GPT-2 decoder with a hand-written backward pass (no autograd).
+// The decoder (GPT-2 and LLaMA from one description, core/ModelSpec.h) with a hand-written
+// backward pass (no autograd).
 //
 // Parameters and gradients each live in ONE flat fp32 buffer; every named tensor is a view at
 // an offset (ParamInfo). That keeps the optimizer, global-norm clipping, checkpoints and later
@@ -10,6 +11,7 @@
 // compression or a different attention (flash keeps only the log-sum-exp) can replace exactly
 // those buffers. docs/memory.md lists the bytes of every buffer.
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,13 @@
 namespace ts::engine {
 
 struct GptConfig {
+  // "gpt2" or "llama" (core/ModelSpec.h describes both: the same blocks with LayerNorm or
+  // RMSNorm, learned or rotary positions, GELU/ReLU or SwiGLU, biases or none, tied or untied
+  // head, multi-head or grouped-query attention).
+  std::string architecture = "gpt2";
+  int kvHeads = 0;  // 0 = heads
+  int dFf = 0;      // 0 = 4 * d_model
+  double ropeTheta = 10000.0;
   int layers = 2;
   int heads = 4;
   int d_model = 64;
@@ -242,10 +251,14 @@ class Gpt {
   void dequantizeRows(float* x, const Tensor& q, const Tensor& scale, int64_t rows, int64_t cols);
   void packSparse(BlockActivations& a, const float* x, int64_t n, bool count);
   void unpackSparse(float* x, const BlockActivations& a, int64_t n);
+  // A block's norms (bias null for RMSNorm); its projections are linears_[4l .. 4l+3].
   struct BlockParams {
-    const ParamInfo *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb,
-        *fcprojw, *fcprojb;
+    const ParamInfo *ln1w, *ln1b, *ln2w, *ln2b;
   };
+  void normForward(float* out, float* mean, float* rstd, const float* in, const ParamInfo* w,
+                   const ParamInfo* b, int N);
+  void normBackward(float* dinp, const float* dout, const float* in, const ParamInfo* w,
+                    const ParamInfo* b, const float* mean, const float* rstd, int N);
 
   GptConfig config_;
   kernels::Backend* backend_;
@@ -253,6 +266,8 @@ class Gpt {
   std::vector<ParamInfo> params_;
   std::vector<BlockParams> blockParams_;
   const ParamInfo *wte_ = nullptr, *wpe_ = nullptr, *lnfw_ = nullptr, *lnfb_ = nullptr;
+  const ParamInfo* head_ = nullptr;  // lm_head, or wte when tied
+  std::deque<ParamInfo> fused_;      // views over adjacent tensors one GEMM multiplies (q|k|v)
   int64_t numParams_ = 0;
   Tensor paramBuf_;
   Tensor gradBuf_;

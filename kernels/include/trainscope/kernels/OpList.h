@@ -95,6 +95,7 @@ TS_OP(CrossEntropy, void, crossEntropyForwardBackward,
       (losses, dlogits, logits, targets, N, V, dloss))
 
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; backward accumulates (+=) into dwte, dwpe.
+// wpe / dwpe may be null: no position table (rotary positions, llama).
 TS_OP_KIND(Embedding)
 TS_OP(Embedding, void, embeddingForward,
       (float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C),

@@ -24,6 +24,7 @@ struct ModelConfig {
   std::string norm = "layernorm";  // layernorm | rmsnorm
   int kv_heads = 0;                // 0 = heads (no grouped-query attention)
   int d_ff = 0;                    // 0 = 4 * d_model
+  double rope_theta = 10000.0;     // llama: rotary embedding base
 };
 
 struct DataConfig {
