@@ -94,9 +94,11 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
     throw std::invalid_argument("checkpoint segment must be 0 (off) or 1..layers");
   if (config.compression == GptConfig::Compression::Sparse && !config.relu)
     throw std::invalid_argument("sparse activation compression needs the relu activation");
-  if (config.compression != GptConfig::Compression::None &&
-      backend->kind() != kernels::DeviceKind::Cpu)
-    throw std::invalid_argument("activation compression runs on the cpu backend only");
+  // Packing runs on host pointers (CPU only, docs/memory.md), so it needs host-addressable memory.
+  if (config.compression != GptConfig::Compression::None && !backend->hostAccessible())
+    throw std::invalid_argument(std::string("activation compression runs on the cpu backend ") +
+                                "only (it packs on the host; " + backend->name() +
+                                " memory is not host memory)");
   int64_t offset = 0;
   auto add = [&](std::string name, std::vector<int64_t> shape) {
     ParamInfo p;
@@ -193,21 +195,23 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
 }
 
 namespace {
-void roundTrip(DType dt, float* f32, uint16_t* h, int64_t n) {
+void roundTrip(kernels::Backend& be, DType dt, float* f32, uint16_t* h, int64_t n) {
   if (dt == DType::BF16) {
-    kernels::cpu::floatToBf16(f32, h, n);
-    kernels::cpu::bf16ToFloat(h, f32, n);
+    be.floatToBf16(f32, h, n);
+    be.bf16ToFloat(h, f32, n);
   } else {
-    kernels::cpu::floatToFp16(f32, h, n);
-    kernels::cpu::fp16ToFloat(h, f32, n);
+    be.floatToFp16(f32, h, n);
+    be.fp16ToFloat(h, f32, n);
   }
 }
 }  // namespace
 
 void Gpt::setWeightsFrom(const float* master) {
-  if (master != paramBuf_.f32()) std::copy(master, master + numParams_, paramBuf_.f32());
+  if (master != paramBuf_.f32())
+    backend_->copyOnDevice(paramBuf_.data(), master, numParams_ * int64_t(sizeof(float)));
   if (!mixed()) return;
-  roundTrip(config_.working, paramBuf_.f32(), static_cast<uint16_t*>(param16_.data()), numParams_);
+  roundTrip(*backend_, config_.working, paramBuf_.f32(), static_cast<uint16_t*>(param16_.data()),
+            numParams_);
   if (fp8()) quantizeFp8Weights();
 }
 
@@ -218,12 +222,12 @@ void Gpt::quantizeFp8Weights() {
     const float* w = paramBuf_.f32() + s.w->offset;
     const int64_t OC = s.w->shape[0], IC = s.w->shape[1];
     if (config_.fp8 == GptConfig::Fp8Recipe::Blockwise) {
-      kernels::cpu::quantizeFp8Tiles(w, w8 + s.w8Offset, nullptr, wScaleInv(s), OC, IC, 128, 128,
-                                     kernels::Fp8Format::E4M3, config_.fp8Margin);
+      backend_->quantizeFp8Tiles(w, w8 + s.w8Offset, nullptr, wScaleInv(s), OC, IC, 128, 128,
+                                 kernels::Fp8Format::E4M3, config_.fp8Margin);
     } else {
       // Delayed: this update's weights use the scale from the previous weights' amaxes.
       quantizeFp8WeightDelayed(s, s.wt.scale());
-      s.wt.record(kernels::cpu::amax(w, OC * IC));
+      s.wt.record(backend_->amax(w, OC * IC));
     }
   }
 }
@@ -310,20 +314,20 @@ void Gpt::loadFp8State(const nlohmann::json& state) {
 }
 
 void Gpt::quantizeFp8WeightDelayed(Fp8Site& s, float scale) {
-  kernels::cpu::floatToFp8(param(*s.w), static_cast<uint8_t*>(w8_.data()) + s.w8Offset, s.w->numel,
-                           kernels::Fp8Format::E4M3, scale);
+  backend_->floatToFp8(param(*s.w), static_cast<uint8_t*>(w8_.data()) + s.w8Offset, s.w->numel,
+                       kernels::Fp8Format::E4M3, scale, true);
   s.wUsed = scale;
-  wScaleInv(s)[0] = 1.f / scale;
+  const float inv = 1.f / scale;
+  backend_->copyToDevice(wScaleInv(s), &inv, sizeof inv);
 }
 
 void Gpt::dequantizeFp8Weight(const Fp8Site& s, float* dst) {
   const int64_t OC = s.w->shape[0], IC = s.w->shape[1];
   const uint8_t* q = static_cast<const uint8_t*>(w8_.data()) + s.w8Offset;
   if (config_.fp8 == GptConfig::Fp8Recipe::Blockwise)
-    kernels::cpu::dequantizeFp8Tiles(q, wScaleInv(s), dst, OC, IC, 128, 128,
-                                     kernels::Fp8Format::E4M3);
+    backend_->dequantizeFp8Tiles(q, wScaleInv(s), dst, OC, IC, 128, 128, kernels::Fp8Format::E4M3);
   else
-    kernels::cpu::fp8ToFloat(q, dst, OC * IC, kernels::Fp8Format::E4M3, wScaleInv(s)[0]);
+    backend_->fp8ToFloat(q, dst, OC * IC, kernels::Fp8Format::E4M3, 1.f / s.wUsed);
 }
 
 void Gpt::linearForwardFp8(int site, float* out, const float* inp, const ParamInfo& b, int N,
@@ -335,12 +339,12 @@ void Gpt::linearForwardFp8(int site, float* out, const float* inp, const ParamIn
   const int64_t n = int64_t(N) * IC;
   if (config_.fp8 == GptConfig::Fp8Recipe::Blockwise) {
     // Current scaling is a pure function of the values: recomputation quantizes identically.
-    kernels::cpu::quantizeFp8Tiles(inp, nullptr, X, fp8TileScales_.f32(), N, IC, 1, 128,
-                                   kernels::Fp8Format::E4M3, config_.fp8Margin);
+    backend_->quantizeFp8Tiles(inp, nullptr, X, fp8TileScales_.f32(), N, IC, 1, 128,
+                               kernels::Fp8Format::E4M3, config_.fp8Margin);
   } else {
     if (!recompute) s.xUsed = s.x.scale();
-    kernels::cpu::fakeQuantizeFp8(inp, X, n, kernels::Fp8Format::E4M3, s.xUsed);
-    if (!recompute) s.x.record(kernels::cpu::amax(inp, n));
+    backend_->fakeQuantizeFp8(inp, X, n, kernels::Fp8Format::E4M3, s.xUsed);
+    if (!recompute) s.x.record(backend_->amax(inp, n));
   }
   dequantizeFp8Weight(s, W);
   backend_->matmul(out, ws_.ones.f32(), param(b), N, OC, 1, false, false, 1.f, 0.f);
@@ -361,29 +365,30 @@ void Gpt::linearBackwardFp8(int site, float* dinp, const float* dout, const floa
   dequantizeFp8Weight(s, W);
   if (config_.fp8 == GptConfig::Fp8Recipe::Blockwise) {
     // dgrad (reduction over OC): 1x128 tiles of dout along OC; weights in their 128x128 blocks.
-    kernels::cpu::quantizeFp8Tiles(dout, nullptr, G, fp8TileScales_.f32(), N, OC, 1, 128, gf,
-                                   config_.fp8Margin);
+    backend_->quantizeFp8Tiles(dout, nullptr, G, fp8TileScales_.f32(), N, OC, 1, 128, gf,
+                               config_.fp8Margin);
     if (dinp) backend_->matmul(dinp, G, W, N, IC, OC, false, false, 1.f, 0.f);
     // wgrad (reduction over the N tokens): both operands re-tiled 128x1 (DeepSeek-V3).
-    kernels::cpu::quantizeFp8Tiles(dout, nullptr, G, fp8TileScales_.f32(), N, OC, 128, 1, gf,
-                                   config_.fp8Margin);
-    kernels::cpu::quantizeFp8Tiles(inp, nullptr, X, fp8TileScales_.f32(), N, IC, 128, 1,
-                                   kernels::Fp8Format::E4M3, config_.fp8Margin);
+    backend_->quantizeFp8Tiles(dout, nullptr, G, fp8TileScales_.f32(), N, OC, 128, 1, gf,
+                               config_.fp8Margin);
+    backend_->quantizeFp8Tiles(inp, nullptr, X, fp8TileScales_.f32(), N, IC, 128, 1,
+                               kernels::Fp8Format::E4M3, config_.fp8Margin);
   } else {
     const int64_t n = int64_t(N) * OC;
     s.gUsed = s.g.scale();
-    kernels::cpu::fakeQuantizeFp8(dout, G, n, gf, s.gUsed);
-    s.g.record(kernels::cpu::amax(dout, n));
+    backend_->fakeQuantizeFp8(dout, G, n, gf, s.gUsed);
+    s.g.record(backend_->amax(dout, n));
     if (dinp) backend_->matmul(dinp, G, W, N, IC, OC, false, false, 1.f, 0.f);
     // The input exactly as the forward GEMM saw it (same scale, same values).
-    kernels::cpu::fakeQuantizeFp8(inp, X, int64_t(N) * IC, kernels::Fp8Format::E4M3, s.xUsed);
+    backend_->fakeQuantizeFp8(inp, X, int64_t(N) * IC, kernels::Fp8Format::E4M3, s.xUsed);
   }
   backend_->matmul(grad(w), G, X, OC, IC, N, true, false, 1.f, 1.f);
 }
 
 void Gpt::roundGrads() {
   if (!mixed()) return;
-  roundTrip(config_.working, gradBuf_.f32(), static_cast<uint16_t*>(grad16_.data()), numParams_);
+  roundTrip(*backend_, config_.working, gradBuf_.f32(), static_cast<uint16_t*>(grad16_.data()),
+            numParams_);
 }
 
 const ParamInfo* Gpt::find(const std::string& name) const {
@@ -520,7 +525,7 @@ void Gpt::linearForward(float* out, const float* inp, const ParamInfo& w, const 
   backend_->matmul(out, ws_.ones.f32(), param(b), N, OC, 1, false, false, 1.f, 0.f);
   if (config_.bf16Gemm) {
     uint16_t* X = static_cast<uint16_t*>(x16_.data());
-    kernels::cpu::floatToBf16(inp, X, int64_t(N) * IC);
+    backend_->floatToBf16(inp, X, int64_t(N) * IC);
     backend_->matmulBf16(out, X, weight16(w), N, OC, IC, false, true, 1.f, 1.f);
     return;
   }
@@ -537,8 +542,8 @@ void Gpt::linearBackward(float* dinp, const float* dout, const float* inp, const
     // The bias gradient above sums the fp32 dout; the GEMMs see it rounded to bf16.
     uint16_t* G = static_cast<uint16_t*>(g16_.data());
     uint16_t* X = static_cast<uint16_t*>(x16_.data());
-    kernels::cpu::floatToBf16(dout, G, int64_t(N) * OC);
-    kernels::cpu::floatToBf16(inp, X, int64_t(N) * IC);
+    backend_->floatToBf16(dout, G, int64_t(N) * OC);
+    backend_->floatToBf16(inp, X, int64_t(N) * IC);
     backend_->matmulBf16(grad(w), G, X, OC, IC, N, true, false, 1.f, 1.f);
     if (dinp) backend_->matmulBf16(dinp, G, weight16(w), N, IC, OC, false, false, 1.f, 0.f);
     return;
