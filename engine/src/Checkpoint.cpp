@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <vector>
 
 #include "trainscope/engine/Safetensors.h"
 #include "trainscope/profiler/Tracer.h"
@@ -103,17 +104,22 @@ CheckpointInfo saveCheckpoint(const std::string& parentDir, Gpt& model, Optimize
     fs::create_directories(tmp, ec);
     if (ec) throw CheckpointError("cannot create " + tmp.string() + ": " + ec.message());
 
-    // Weights (host copies: the model may live on a device).
+    // Weights and optimizer state, copied to the host first: they may live on a device.
     SafetensorsWriter mw;
     mw.setMetadata("format", "pt");
-    const float* params = model.paramBuffer().f32();
+    std::vector<float> params(static_cast<size_t>(model.numParams()));
+    model.paramBuffer().copyToHost(params.data());
     for (const auto& p : model.params()) {
-      mw.add(p.name, "F32", p.shape, params + p.offset, sizeof(float) * p.numel);
+      mw.add(p.name, "F32", p.shape, params.data() + p.offset, sizeof(float) * p.numel);
     }
     const std::string modelBytes = mw.serialize();
     SafetensorsWriter ow;
-    for (auto& [name, t] : optimizer.state())
-      ow.add(name, stateDtype(t->dtype()), t->shape(), t->data(), static_cast<size_t>(t->bytes()));
+    std::vector<char> host;
+    for (auto& [name, t] : optimizer.state()) {
+      host.resize(static_cast<size_t>(t->bytes()));
+      t->copyToHost(host.data());
+      ow.add(name, stateDtype(t->dtype()), t->shape(), host.data(), host.size());
+    }
     const std::string optBytes = ow.serialize();
 
     writeFileDurable(tmp / "model.safetensors", modelBytes);
@@ -246,13 +252,15 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, Gpt& model, Optimizer* 
                                 stateDtype(t->dtype()) + " (different precision policy?)");
       }
     }
-    // All verified: load.
-    for (const auto& p : model.params()) mf.readF32(p.name, model.param(p), p.numel);
+    // All verified: load (through host copies: the model may live on a device). The parameter
+    // views tile the whole buffer, but it is read first so nothing outside them changes.
+    std::vector<float> params(static_cast<size_t>(model.numParams()));
+    model.paramBuffer().copyToHost(params.data());
+    for (const auto& p : model.params()) mf.readF32(p.name, params.data() + p.offset, p.numel);
+    model.paramBuffer().copyFromHost(params.data());
     if (optimizer) {
-      for (auto& [name, t] : optimizer->state()) {
-        const auto raw = of.bytes(name);  // size and dtype checked above
-        std::memcpy(t->data(), raw.data(), raw.size());
-      }
+      for (auto& [name, t] : optimizer->state())
+        t->copyFromHost(of.bytes(name).data());  // size and dtype checked above
       optimizer->setStepCount(s.at("optimizer").at("step_count").get<int64_t>());
     }
     LoadedCheckpoint out;

@@ -123,7 +123,8 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   if (config.layers < 1 || config.heads < 1 || C < 1 || V < 1 || T < 1 || C % config.heads != 0)
     throw std::invalid_argument("invalid GPT shape (layers, heads, d_model, seq_len, vocab)");
   if (config.architecture != "gpt2" && config.architecture != "llama")
-    throw std::invalid_argument("unknown architecture '" + config.architecture + "' (gpt2 or llama)");
+    throw std::invalid_argument("unknown architecture '" + config.architecture +
+                                "' (gpt2 or llama)");
   const core::ArchSpec arch = config.arch();
   if (config.heads % arch.kvHeads != 0) throw std::invalid_argument("kv_heads must divide heads");
   if (config.architecture == "llama" && arch.headDim() % 2 != 0)
@@ -132,9 +133,11 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
     throw std::invalid_argument("checkpoint segment must be 0 (off) or 1..layers");
   if (config.compression == GptConfig::Compression::Sparse && !config.relu)
     throw std::invalid_argument("sparse activation compression needs the relu activation");
-  if (config.compression != GptConfig::Compression::None &&
-      backend->kind() != kernels::DeviceKind::Cpu)
-    throw std::invalid_argument("activation compression runs on the cpu backend only");
+  // Packing runs on host pointers (CPU only, docs/memory.md), so it needs host-addressable memory.
+  if (config.compression != GptConfig::Compression::None && !backend->hostAccessible())
+    throw std::invalid_argument(std::string("activation compression runs on the cpu backend ") +
+                                "only (it packs on the host; " + backend->name() +
+                                " memory is not host memory)");
   // The parameter table comes from the shared description: names, shapes, storage order.
   int64_t offset = 0;
   for (auto& t : core::modelTensors(config.arch())) {
@@ -256,21 +259,23 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
 }
 
 namespace {
-void roundTrip(DType dt, float* f32, uint16_t* h, int64_t n) {
+void roundTrip(kernels::Backend& be, DType dt, float* f32, uint16_t* h, int64_t n) {
   if (dt == DType::BF16) {
-    kernels::cpu::floatToBf16(f32, h, n);
-    kernels::cpu::bf16ToFloat(h, f32, n);
+    be.floatToBf16(f32, h, n);
+    be.bf16ToFloat(h, f32, n);
   } else {
-    kernels::cpu::floatToFp16(f32, h, n);
-    kernels::cpu::fp16ToFloat(h, f32, n);
+    be.floatToFp16(f32, h, n);
+    be.fp16ToFloat(h, f32, n);
   }
 }
 }  // namespace
 
 void Gpt::setWeightsFrom(const float* master) {
-  if (master != paramBuf_.f32()) std::copy(master, master + numParams_, paramBuf_.f32());
+  if (master != paramBuf_.f32())
+    backend_->copyOnDevice(paramBuf_.data(), master, numParams_ * int64_t(sizeof(float)));
   if (!mixed()) return;
-  roundTrip(config_.working, paramBuf_.f32(), static_cast<uint16_t*>(param16_.data()), numParams_);
+  roundTrip(*backend_, config_.working, paramBuf_.f32(), static_cast<uint16_t*>(param16_.data()),
+            numParams_);
   if (fp8()) quantizeFp8Weights();
 }
 
@@ -365,7 +370,8 @@ void Gpt::loadFp8State(const nlohmann::json& state) {
 
 void Gpt::roundGrads() {
   if (!mixed()) return;
-  roundTrip(config_.working, gradBuf_.f32(), static_cast<uint16_t*>(grad16_.data()), numParams_);
+  roundTrip(*backend_, config_.working, gradBuf_.f32(), static_cast<uint16_t*>(grad16_.data()),
+            numParams_);
 }
 
 const ParamInfo* Gpt::find(const std::string& name) const {

@@ -53,28 +53,30 @@ void Linear::quantizeFp8Weight() {
   const float* w = value(*w_);
   uint8_t* w8 = static_cast<uint8_t*>(storage_->w8->data());
   if (format_ == Format::Fp8Blockwise) {
-    kernels::cpu::quantizeFp8Tiles(w, w8 + site_.w8Offset, nullptr, wScaleInv(), out(), in(), 128,
-                                   128, Fp8Format::E4M3, margin_);
+    backend_->quantizeFp8Tiles(w, w8 + site_.w8Offset, nullptr, wScaleInv(), out(), in(), 128, 128,
+                               Fp8Format::E4M3, margin_);
   } else {
     // Delayed: this update's weights use the scale from the previous weights' amaxes.
     quantizeFp8WeightDelayed(site_.wt.scale());
-    site_.wt.record(kernels::cpu::amax(w, out() * in()));
+    site_.wt.record(backend_->amax(w, out() * in()));
   }
 }
 
 void Linear::quantizeFp8WeightDelayed(float scale) {
-  kernels::cpu::floatToFp8(value(*w_), static_cast<uint8_t*>(storage_->w8->data()) + site_.w8Offset,
-                           w_->numel, Fp8Format::E4M3, scale);
+  backend_->floatToFp8(value(*w_), static_cast<uint8_t*>(storage_->w8->data()) + site_.w8Offset,
+                       w_->numel, Fp8Format::E4M3, scale, true);
   site_.wUsed = scale;
-  wScaleInv()[0] = 1.f / scale;
+  const float inv = 1.f / scale;  // device memory: written through the backend
+  backend_->copyToDevice(wScaleInv(), &inv, sizeof inv);
 }
 
 void Linear::dequantizeFp8Weight(float* dst) const {
   const uint8_t* q = static_cast<const uint8_t*>(storage_->w8->data()) + site_.w8Offset;
   if (format_ == Format::Fp8Blockwise)
-    kernels::cpu::dequantizeFp8Tiles(q, wScaleInv(), dst, out(), in(), 128, 128, Fp8Format::E4M3);
+    backend_->dequantizeFp8Tiles(q, wScaleInv(), dst, out(), in(), 128, 128, Fp8Format::E4M3);
   else
-    kernels::cpu::fp8ToFloat(q, dst, out() * in(), Fp8Format::E4M3, wScaleInv()[0]);
+    // The delayed scale is known on the host (wUsed): no read of device memory.
+    backend_->fp8ToFloat(q, dst, out() * in(), Fp8Format::E4M3, 1.f / site_.wUsed);
 }
 
 void Linear::forward(float* out, const float* inp, int N, const LinearScratch& s, bool recompute) {
@@ -95,12 +97,12 @@ void Linear::forward(float* out, const float* inp, int N, const LinearScratch& s
     const int64_t n = int64_t(N) * IC;
     if (format_ == Format::Fp8Blockwise) {
       // Current scaling is a pure function of the values: recomputation quantizes identically.
-      kernels::cpu::quantizeFp8Tiles(inp, nullptr, X, s.fp8TileScales->f32(), N, IC, 1, 128,
-                                     Fp8Format::E4M3, margin_);
+      backend_->quantizeFp8Tiles(inp, nullptr, X, s.fp8TileScales->f32(), N, IC, 1, 128,
+                                 Fp8Format::E4M3, margin_);
     } else {
       if (!recompute) site_.xUsed = site_.x.scale();
-      kernels::cpu::fakeQuantizeFp8(inp, X, n, Fp8Format::E4M3, site_.xUsed);
-      if (!recompute) site_.x.record(kernels::cpu::amax(inp, n));
+      backend_->fakeQuantizeFp8(inp, X, n, Fp8Format::E4M3, site_.xUsed);
+      if (!recompute) site_.x.record(backend_->amax(inp, n));
     }
     dequantizeFp8Weight(W);
     backend_->matmul(out, X, W, N, OC, IC, false, true, 1.f, beta);
@@ -108,7 +110,7 @@ void Linear::forward(float* out, const float* inp, int N, const LinearScratch& s
   }
   if (format_ == Format::Bf16Gemm) {
     uint16_t* X = static_cast<uint16_t*>(s.x16->data());
-    kernels::cpu::floatToBf16(inp, X, int64_t(N) * IC);
+    backend_->floatToBf16(inp, X, int64_t(N) * IC);
     backend_->matmulBf16(out, X,
                          static_cast<const uint16_t*>(storage_->values16->data()) + w_->offset, N,
                          OC, IC, false, true, 1.f, beta);
@@ -135,22 +137,22 @@ void Linear::backward(float* dinp, const float* dout, const float* inp, int N,
     dequantizeFp8Weight(W);
     if (format_ == Format::Fp8Blockwise) {
       // dgrad (reduction over OC): 1x128 tiles of dout along OC; weights in their 128x128 blocks.
-      kernels::cpu::quantizeFp8Tiles(dout, nullptr, G, s.fp8TileScales->f32(), N, OC, 1, 128, gf,
-                                     margin_);
+      backend_->quantizeFp8Tiles(dout, nullptr, G, s.fp8TileScales->f32(), N, OC, 1, 128, gf,
+                                 margin_);
       if (dinp) backend_->matmul(dinp, G, W, N, IC, OC, false, false, 1.f, 0.f);
       // wgrad (reduction over the N tokens): both operands re-tiled 128x1 (DeepSeek-V3).
-      kernels::cpu::quantizeFp8Tiles(dout, nullptr, G, s.fp8TileScales->f32(), N, OC, 128, 1, gf,
-                                     margin_);
-      kernels::cpu::quantizeFp8Tiles(inp, nullptr, X, s.fp8TileScales->f32(), N, IC, 128, 1,
-                                     Fp8Format::E4M3, margin_);
+      backend_->quantizeFp8Tiles(dout, nullptr, G, s.fp8TileScales->f32(), N, OC, 128, 1, gf,
+                                 margin_);
+      backend_->quantizeFp8Tiles(inp, nullptr, X, s.fp8TileScales->f32(), N, IC, 128, 1,
+                                 Fp8Format::E4M3, margin_);
     } else {
       const int64_t n = int64_t(N) * OC;
       site_.gUsed = site_.g.scale();
-      kernels::cpu::fakeQuantizeFp8(dout, G, n, gf, site_.gUsed);
-      site_.g.record(kernels::cpu::amax(dout, n));
+      backend_->fakeQuantizeFp8(dout, G, n, gf, site_.gUsed);
+      site_.g.record(backend_->amax(dout, n));
       if (dinp) backend_->matmul(dinp, G, W, N, IC, OC, false, false, 1.f, 0.f);
       // The input exactly as the forward GEMM saw it (same scale, same values).
-      kernels::cpu::fakeQuantizeFp8(inp, X, int64_t(N) * IC, Fp8Format::E4M3, site_.xUsed);
+      backend_->fakeQuantizeFp8(inp, X, int64_t(N) * IC, Fp8Format::E4M3, site_.xUsed);
     }
     if (trainable) backend_->matmul(grad(*w_), G, X, OC, IC, N, true, false, 1.f, 1.f);
     return;
@@ -160,9 +162,9 @@ void Linear::backward(float* dinp, const float* dout, const float* inp, int N,
     uint16_t* G = static_cast<uint16_t*>(s.g16->data());
     uint16_t* X = static_cast<uint16_t*>(s.x16->data());
     const uint16_t* W16 = static_cast<const uint16_t*>(storage_->values16->data()) + w_->offset;
-    kernels::cpu::floatToBf16(dout, G, int64_t(N) * OC);
+    backend_->floatToBf16(dout, G, int64_t(N) * OC);
     if (trainable) {
-      kernels::cpu::floatToBf16(inp, X, int64_t(N) * IC);
+      backend_->floatToBf16(inp, X, int64_t(N) * IC);
       backend_->matmulBf16(grad(*w_), G, X, OC, IC, N, true, false, 1.f, 1.f);
     }
     if (dinp) backend_->matmulBf16(dinp, G, W16, N, IC, OC, false, false, 1.f, 0.f);

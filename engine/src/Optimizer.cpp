@@ -4,7 +4,6 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "trainscope/kernels/Numeric.h"
 #include "trainscope/profiler/Tracer.h"
 
 namespace ts::engine {
@@ -21,7 +20,7 @@ Tensor makeMaster(Gpt& model, kernels::Backend* backend, MemoryTracker* tracker)
   if (!model.mixed() || !model.config().masterWeights) return {};
   Tensor t(backend, tracker, MemoryCategory::OptimizerState, DType::F32, {model.numParams()});
   // The fp32 compute copy holds the (16-bit representable) initial weights.
-  std::copy(model.paramBuffer().f32(), model.paramBuffer().f32() + model.numParams(), t.f32());
+  backend->copyOnDevice(t.data(), model.paramBuffer().data(), t.bytes());
   return t;
 }
 float* target(Gpt& model, Tensor& master, const ParamInfo& p) {
@@ -36,21 +35,33 @@ DType stateType(const Gpt& model) {
   return pureBf16(model) ? DType::BF16 : DType::F32;
 }
 // Runs `update(m, v, offset, count)` on fp32 views of bf16 state in chunks of kChunk values: the
-// state is upcast, updated by the backend's fp32 kernel, and rounded back (RNE). The chunk
-// buffers are the only fp32 state (2 x 16 KiB on the stack, not model-sized).
+// state is upcast, updated by the backend's fp32 kernel, and rounded back (RNE), all on the
+// backend. The chunk buffers are the only fp32 state: 2 x 16 KiB, not model-sized.
 constexpr int64_t kChunk = 4096;
+struct ChunkScratch {
+  Tensor m, v;
+};
+// Device buffers for the chunks, uncounted: a fixed 32 KiB that the estimator leaves out, as it
+// left out the stack buffers these replace (a device kernel cannot read host stack memory).
+ChunkScratch makeChunkScratch(const Gpt& model, kernels::Backend* backend) {
+  if (!pureBf16(model)) return {};
+  return {Tensor(backend, nullptr, MemoryCategory::Workspace, DType::F32, {kChunk}),
+          Tensor(backend, nullptr, MemoryCategory::Workspace, DType::F32, {kChunk})};
+}
 template <class Update>
-void chunkedBf16(Tensor* m, Tensor* v, int64_t offset, int64_t n, Update update) {
-  float mf[kChunk], vf[kChunk];
+void chunkedBf16(kernels::Backend& be, ChunkScratch& scratch, Tensor* m, Tensor* v, int64_t offset,
+                 int64_t n, Update update) {
+  float* mf = scratch.m.f32();
+  float* vf = scratch.v.f32();
   auto* m16 = m ? static_cast<uint16_t*>(m->data()) + offset : nullptr;
   auto* v16 = v ? static_cast<uint16_t*>(v->data()) + offset : nullptr;
   for (int64_t c = 0; c < n; c += kChunk) {
     const int64_t len = std::min(kChunk, n - c);
-    if (m16) kernels::cpu::bf16ToFloat(m16 + c, mf, len);
-    if (v16) kernels::cpu::bf16ToFloat(v16 + c, vf, len);
-    update(mf, vf, c, len);
-    if (m16) kernels::cpu::floatToBf16(mf, m16 + c, len);
-    if (v16) kernels::cpu::floatToBf16(vf, v16 + c, len);
+    if (m16) be.bf16ToFloat(m16 + c, mf, len);
+    if (v16) be.bf16ToFloat(v16 + c, vf, len);
+    update(mf, v16 ? vf : nullptr, c, len);
+    if (m16) be.floatToBf16(mf, m16 + c, len);
+    if (v16) be.floatToBf16(vf, v16 + c, len);
   }
 }
 
@@ -66,6 +77,7 @@ class AdamW final : public Optimizer {
     m_.zero();
     v_.zero();
     master_ = makeMaster(model, backend, tracker);
+    scratch_ = makeChunkScratch(model, backend);
   }
   void step(float lr) override {
     ScopedRange r("adamw", SpanCategory::Optimizer);
@@ -80,9 +92,10 @@ class AdamW final : public Optimizer {
         // The fp32 compute copy holds the bf16 weights exactly; updated, then rounded below.
         float* w = model_.param(p);
         const float* g = model_.grad(p);
-        chunkedBf16(&m_, &v_, p.offset, p.numel, [&](float* m, float* v, int64_t c, int64_t n) {
-          backend_->adamwUpdate(w + c, g + c, m, v, n, lr, b1, b2, eps, wd, t_);
-        });
+        chunkedBf16(*backend_, scratch_, &m_, &v_, p.offset, p.numel,
+                    [&](float* m, float* v, int64_t c, int64_t n) {
+                      backend_->adamwUpdate(w + c, g + c, m, v, n, lr, b1, b2, eps, wd, t_);
+                    });
       } else {
         backend_->adamwUpdate(target(model_, master_, p), model_.grad(p), m_.f32() + p.offset,
                               v_.f32() + p.offset, p.numel, lr, b1, b2, eps, wd, t_);
@@ -104,6 +117,7 @@ class AdamW final : public Optimizer {
   Gpt& model_;
   kernels::Backend* backend_;
   Tensor m_, v_, master_;
+  ChunkScratch scratch_;
   int64_t t_ = 0;
 };
 
@@ -115,6 +129,7 @@ class Sgd final : public Optimizer {
                   {model.numParams()});
     buf_.zero();
     master_ = makeMaster(model, backend, tracker);
+    scratch_ = makeChunkScratch(model, backend);
   }
   void step(float lr) override {
     ScopedRange r("sgd", SpanCategory::Optimizer);
@@ -126,9 +141,10 @@ class Sgd final : public Optimizer {
       if (pure) {
         float* w = model_.param(p);
         const float* g = model_.grad(p);
-        chunkedBf16(&buf_, nullptr, p.offset, p.numel, [&](float* m, float*, int64_t c, int64_t n) {
-          backend_->sgdUpdate(w + c, g + c, m, n, lr, mom, wd);
-        });
+        chunkedBf16(*backend_, scratch_, &buf_, nullptr, p.offset, p.numel,
+                    [&](float* m, float*, int64_t c, int64_t n) {
+                      backend_->sgdUpdate(w + c, g + c, m, n, lr, mom, wd);
+                    });
       } else {
         backend_->sgdUpdate(target(model_, master_, p), model_.grad(p), buf_.f32() + p.offset,
                             p.numel, lr, mom, wd);
@@ -150,6 +166,7 @@ class Sgd final : public Optimizer {
   Gpt& model_;
   kernels::Backend* backend_;
   Tensor buf_, master_;
+  ChunkScratch scratch_;
   int64_t t_ = 0;
 };
 

@@ -1,6 +1,5 @@
 #include "trainscope/engine/Tensor.h"
 
-#include <cstring>
 #include <stdexcept>
 #include <utility>
 
@@ -63,12 +62,15 @@ kernels::DeviceKind Tensor::device() const {
 
 void Tensor::zero() {
   if (!data_ || bytes_ == 0) return;
-  if (backend_->kind() == kernels::DeviceKind::Cpu) {
-    std::memset(data_, 0, static_cast<size_t>(bytes_));
-  } else {
-    std::vector<char> zeros(static_cast<size_t>(bytes_), 0);
-    backend_->copyToDevice(data_, zeros.data(), zeros.size());
-  }
+  backend_->fill(data_, 0, bytes_);
+}
+
+void Tensor::copyToHost(void* dst) const {
+  if (data_ && bytes_ > 0) backend_->copyToHost(dst, data_, static_cast<size_t>(bytes_));
+}
+
+void Tensor::copyFromHost(const void* src) {
+  if (data_ && bytes_ > 0) backend_->copyToDevice(data_, src, static_cast<size_t>(bytes_));
 }
 
 void Tensor::reset() {

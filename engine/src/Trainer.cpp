@@ -472,7 +472,8 @@ TrainResult Trainer::run() {
     bool skipped = false;
     if (scaler) {
       backend_->scale(model->gradBuffer().f32(), model->numParams(), 1.f / lossScale);
-      skipped = !scaler->update(hasInfOrNan(model->gradBuffer().f32(), model->numParams()));
+      skipped = !scaler->update(
+          backend_->countNonFinite(model->gradBuffer().f32(), model->numParams()) > 0);
     }
     double gradNorm = 0.0;  // not computed for a skipped step (its gradients hold inf/NaN)
     const double lr = core::learningRate(config_, step);

@@ -39,9 +39,10 @@ class CudaBackend final : public Backend {
     if (prop.major > 8 || (prop.major == 8 && prop.minor >= 9)) info.features.push_back("fp8");
     return info;
   }
-  bool supports(Op op) const override { return op != Op::Convert; }
+  bool supports(Op) const override { return true; }
   bool supports(Op op, DType dtype) const override {
     if (op == Op::MatmulBF16) return dtype == DType::BF16;
+    if (op == Op::Convert) return convertsTo(dtype);
     return supports(op) && dtype == DType::F32;
   }
   void setThreads(int) override {}  // host threads do not apply to the GPU

@@ -61,16 +61,10 @@ class CpuBackend final : public Backend {
     info.features = cpuFeatures();
     return info;
   }
-  bool supports(Op op) const override {
-    switch (op) {
-      case Op::Convert:
-        return false;
-      default:
-        return true;
-    }
-  }
+  bool supports(Op) const override { return true; }
   bool supports(Op op, DType dtype) const override {
     if (op == Op::MatmulBF16) return dtype == DType::BF16;
+    if (op == Op::Convert) return convertsTo(dtype);
     return supports(op) && dtype == DType::F32;
   }
   // bf16 GEMMs are emulated unless oneDNN has a kernel for this CPU's bf16 instructions.

@@ -1,6 +1,8 @@
 // Safetensors round trip; checkpoints: round trip, truncation and a flipped byte are detected
 // (and the model is left untouched), a write that fails (file size limit: the OS refuses like a
-// full disk) keeps the previous checkpoint.
+// full disk) keeps the previous checkpoint. The checkpoint tests run on the CPU backend and on
+// the guarded CPU backend (TestBackends.h): saving and loading touch tensor memory only through
+// the backend, as they must for a model on a GPU.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -9,10 +11,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../support/TestBackends.h"
 #include "trainscope/engine/Checkpoint.h"
 #include "trainscope/engine/Safetensors.h"
 
 using namespace ts::engine;
+using ts::testsupport::hostCopy;
 namespace fs = std::filesystem;
 
 namespace {
@@ -32,17 +36,28 @@ GptConfig tiny() {
   c.vocab = 13;
   return c;
 }
+// A tiny model after one AdamW step (gradients set through the backend) on `backend`.
 struct Fixture {
-  std::unique_ptr<ts::kernels::Backend> backend = ts::kernels::makeCpuBackend();
+  std::unique_ptr<ts::kernels::Backend> backend;
   MemoryTracker tracker;
-  Gpt model{tiny(), backend.get(), &tracker};
+  Gpt model;
   std::unique_ptr<Optimizer> opt;
-  Fixture(uint64_t seed) {
+  Fixture(uint64_t seed, const std::string& backendName)
+      : backend(ts::testsupport::makeTestBackend(backendName)),
+        model(tiny(), backend.get(), &tracker) {
     model.initWeights(seed);
     opt = makeOptimizer(ts::core::OptimizerConfig{}, model, backend.get(), &tracker);
-    float* g = model.gradBuffer().f32();
-    for (int64_t i = 0; i < model.numParams(); ++i) g[i] = 0.01f * float(i % 17);
+    std::vector<float> g(static_cast<size_t>(model.numParams()));
+    for (size_t i = 0; i < g.size(); ++i) g[i] = 0.01f * float(i % 17);
+    model.gradBuffer().copyFromHost(g.data());
     opt->step(1e-3f);
+  }
+};
+// Checkpoint tests, on each test backend (GetParam()).
+class CheckpointOn : public ::testing::TestWithParam<std::string> {
+ protected:
+  fs::path dirFor(const std::string& name) const {
+    return tempDir(name + "_" + ts::testsupport::backendTestName(GetParam()));
   }
 };
 void flipByte(const fs::path& p, size_t pos) {
@@ -80,9 +95,9 @@ TEST(Safetensors, RoundTripAndValidation) {
   EXPECT_THROW(f.f32("missing"), FormatError);
 }
 
-TEST(Checkpoint, RoundTripRestoresWeightsAndOptimizerState) {
-  const fs::path dir = tempDir("roundtrip");
-  Fixture a(1), b(2);
+TEST_P(CheckpointOn, RoundTripRestoresWeightsAndOptimizerState) {
+  const fs::path dir = dirFor("roundtrip");
+  Fixture a(1, GetParam()), b(2, GetParam());
   TrainingState st;
   st.step = 12;
   st.tokens = 3456;
@@ -95,11 +110,11 @@ TEST(Checkpoint, RoundTripRestoresWeightsAndOptimizerState) {
   EXPECT_EQ(loaded.state.tokens, 3456);
   EXPECT_EQ(loaded.state.data["pos"], 99);
   EXPECT_EQ(loaded.config["name"], "x");
-  EXPECT_EQ(0, std::memcmp(a.model.paramBuffer().data(), b.model.paramBuffer().data(),
-                           a.model.paramBuffer().bytes()));
+  EXPECT_EQ(hostCopy<uint32_t>(a.model.paramBuffer()), hostCopy<uint32_t>(b.model.paramBuffer()));
   auto sa = a.opt->state(), sb = b.opt->state();
+  ASSERT_EQ(sa.size(), 2u);  // exp_avg, exp_avg_sq
   for (size_t i = 0; i < sa.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(sa[i].second->data(), sb[i].second->data(), sa[i].second->bytes()));
+    EXPECT_EQ(hostCopy<uint8_t>(*sa[i].second), hostCopy<uint8_t>(*sb[i].second)) << sa[i].first;
   EXPECT_EQ(b.opt->stepCount(), 1);
   // The weights file is standard safetensors with the GPT-2 names.
   auto f = SafetensorsFile::load(info.path + "/model.safetensors");
@@ -107,23 +122,21 @@ TEST(Checkpoint, RoundTripRestoresWeightsAndOptimizerState) {
   fs::remove_all(dir);
 }
 
-TEST(Checkpoint, TruncatedOrCorruptedIsDetectedAndNotLoaded) {
-  const fs::path dir = tempDir("corrupt");
-  Fixture a(1);
+TEST_P(CheckpointOn, TruncatedOrCorruptedIsDetectedAndNotLoaded) {
+  const fs::path dir = dirFor("corrupt");
+  Fixture a(1, GetParam());
   auto info = saveCheckpoint(dir.string(), a.model, *a.opt, {}, TrainingState{});
   const fs::path ck(info.path);
   auto expectRejected = [&](const char* what, const std::string& needle) {
-    Fixture b(2);
-    std::vector<float> before(b.model.paramBuffer().f32(),
-                              b.model.paramBuffer().f32() + b.model.numParams());
+    Fixture b(2, GetParam());
+    const auto before = hostCopy<uint32_t>(b.model.paramBuffer());
     try {
       loadCheckpoint(info.path, b.model, b.opt.get());
       ADD_FAILURE() << what << ": loaded a damaged checkpoint";
     } catch (const CheckpointError& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << what << ": " << e.what();
     }
-    EXPECT_EQ(0, std::memcmp(before.data(), b.model.paramBuffer().data(), before.size() * 4))
-        << what << ": model modified";
+    EXPECT_EQ(before, hostCopy<uint32_t>(b.model.paramBuffer())) << what << ": model modified";
   };
   const fs::path model = ck / "model.safetensors";
   const std::string original = [&] {
@@ -138,14 +151,14 @@ TEST(Checkpoint, TruncatedOrCorruptedIsDetectedAndNotLoaded) {
   { std::ofstream(model, std::ios::binary) << original; }
   flipByte(ck / "optimizer.safetensors", 100);
   expectRejected("flipped byte in optimizer state", "checksum");
-  Fixture ok(3);
+  Fixture ok(3, GetParam());
   EXPECT_THROW(loadCheckpoint(info.path, ok.model, ok.opt.get()), CheckpointError);
   fs::remove_all(dir);
 }
 
-TEST(Checkpoint, TamperedSidecarAndMissingCheckpoint) {
-  const fs::path dir = tempDir("sidecar");
-  Fixture a(1);
+TEST_P(CheckpointOn, TamperedSidecarAndMissingCheckpoint) {
+  const fs::path dir = dirFor("sidecar");
+  Fixture a(1, GetParam());
   TrainingState st;
   st.step = 5;
   auto info = saveCheckpoint(dir.string(), a.model, *a.opt, {}, st);
@@ -159,7 +172,7 @@ TEST(Checkpoint, TamperedSidecarAndMissingCheckpoint) {
   ASSERT_NE(pos, std::string::npos) << text;
   text[pos + 8] = '6';  // still valid JSON, different step
   { std::ofstream(side) << text; }
-  Fixture b(2);
+  Fixture b(2, GetParam());
   EXPECT_THROW(loadCheckpoint(info.path, b.model, b.opt.get()), CheckpointError);
   { std::ofstream(side) << text.substr(0, text.size() / 2); }
   EXPECT_THROW(loadCheckpoint(info.path, b.model, b.opt.get()), CheckpointError);
@@ -167,9 +180,9 @@ TEST(Checkpoint, TamperedSidecarAndMissingCheckpoint) {
   fs::remove_all(dir);
 }
 
-TEST(Checkpoint, FailedWriteKeepsPreviousCheckpoint) {
-  const fs::path dir = tempDir("diskfull");
-  Fixture a(1);
+TEST_P(CheckpointOn, FailedWriteKeepsPreviousCheckpoint) {
+  const fs::path dir = dirFor("diskfull");
+  Fixture a(1, GetParam());
   TrainingState st;
   st.step = 1;
   auto first = saveCheckpoint(dir.string(), a.model, *a.opt, {}, st);
@@ -195,14 +208,14 @@ TEST(Checkpoint, FailedWriteKeepsPreviousCheckpoint) {
   int dirs = 0;
   for (const auto& e : fs::directory_iterator(dir)) ++dirs, (void)e;
   EXPECT_EQ(dirs, 1);
-  Fixture b(2);
+  Fixture b(2, GetParam());
   EXPECT_NO_THROW(loadCheckpoint(first.path, b.model, b.opt.get()));
   fs::remove_all(dir);
 }
 
 TEST(Checkpoint, PruneKeepsNewest) {
   const fs::path dir = tempDir("prune");
-  Fixture a(1);
+  Fixture a(1, "cpu");
   for (int s = 1; s <= 4; ++s) {
     TrainingState st;
     st.step = s;
@@ -214,3 +227,7 @@ TEST(Checkpoint, PruneKeepsNewest) {
   EXPECT_TRUE(fs::exists(dir / "step_00000004"));
   fs::remove_all(dir);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, CheckpointOn,
+                         ::testing::ValuesIn(ts::testsupport::engineTestBackends()),
+                         ts::testsupport::backendParamName);

@@ -1,16 +1,20 @@
 // Whole-model gradient check: the engine's fp32 hand-written backward against central finite
 // differences of an independent fp64 forward (RefGpt.h), for every element of every parameter
 // tensor. Tolerance: |g - fd| <= 2e-5 + 2e-3 |fd| per element (fp32 accumulation in the engine,
-// fd error ~1e-9 in fp64).
+// fd error ~1e-9 in fp64). Every test runs on the CPU backend and on the guarded CPU backend
+// (TestBackends.h): the model's forward, backward and init touch tensor memory only through it.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <tuple>
 
+#include "../support/TestBackends.h"
 #include "RefGpt.h"
 #include "trainscope/engine/Gpt.h"
 
 using namespace ts::engine;
+using ts::testsupport::hostCopy;
 
 namespace {
 
@@ -19,12 +23,13 @@ struct Case {
   bool flash;
 };
 
-class GradCheck : public ::testing::TestWithParam<Case> {};
+class GradCheck : public ::testing::TestWithParam<std::tuple<Case, std::string>> {};
 
 reftest::Params toRef(Gpt& m) {
   reftest::Params p;
+  const auto host = hostCopy(m.paramBuffer());
   for (const auto& info : m.params()) {
-    const float* d = m.param(info);
+    const float* d = host.data() + info.offset;
     p[info.name] = std::vector<double>(d, d + info.numel);
   }
   return p;
@@ -33,19 +38,24 @@ reftest::Params toRef(Gpt& m) {
 void randomize(Gpt& m, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> nd(0.f, 0.35f);
+  auto host = hostCopy(m.paramBuffer());
   for (const auto& info : m.params()) {
-    float* d = m.param(info);
+    float* d = host.data() + info.offset;
     const bool lnWeight =
         info.name.find("ln_") != std::string::npos && info.name.find("weight") != std::string::npos;
     for (int64_t i = 0; i < info.numel; ++i) d[i] = (lnWeight ? 1.f : 0.f) + nd(rng);
   }
+  m.paramBuffer().copyFromHost(host.data());
 }
+
+// Model tests on each test backend (GetParam()).
+class ModelOn : public ::testing::TestWithParam<std::string> {};
 
 }  // namespace
 
 TEST_P(GradCheck, EveryParameterTensorMatchesFiniteDifferences) {
-  const Case c = GetParam();
-  auto backend = ts::kernels::makeCpuBackend();
+  const Case c = std::get<0>(GetParam());
+  auto backend = ts::testsupport::makeTestBackend(std::get<1>(GetParam()));
   backend->setThreads(1);
   MemoryTracker tracker;
   GptConfig cfg;
@@ -74,9 +84,10 @@ TEST_P(GradCheck, EveryParameterTensorMatchesFiniteDifferences) {
   EXPECT_NEAR(sum / count, refLoss, 1e-5 * std::abs(refLoss));
 
   const double eps = 1e-5;
+  const auto grads = hostCopy(model.gradBuffer());
   for (const auto& info : model.params()) {
     auto& v = ref[info.name];
-    const float* g = model.grad(info);
+    const float* g = grads.data() + info.offset;
     double errNorm = 0, refNorm = 0;
     for (int64_t i = 0; i < info.numel; ++i) {
       const double keep = v[i];
@@ -95,16 +106,18 @@ TEST_P(GradCheck, EveryParameterTensorMatchesFiniteDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, GradCheck,
-                         ::testing::Values(Case{false, false}, Case{true, false},
-                                           Case{false, true}),
-                         [](const auto& info) {
-                           return std::string(info.param.relu ? "Relu" : "Gelu") +
-                                  (info.param.flash ? "Flash" : "Naive");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Variants, GradCheck,
+    ::testing::Combine(::testing::Values(Case{false, false}, Case{true, false}, Case{false, true}),
+                       ::testing::ValuesIn(ts::testsupport::engineTestBackends())),
+    [](const auto& info) {
+      const Case c = std::get<0>(info.param);
+      return std::string(c.relu ? "Relu" : "Gelu") + (c.flash ? "Flash" : "Naive") + "_" +
+             ts::testsupport::backendTestName(std::get<1>(info.param));
+    });
 
-TEST(Model, ParameterNamesShapesAndInit) {
-  auto backend = ts::kernels::makeCpuBackend();
+TEST_P(ModelOn, ParameterNamesShapesAndInit) {
+  auto backend = ts::testsupport::makeTestBackend(GetParam());
   MemoryTracker tracker;
   GptConfig cfg;
   cfg.layers = 3;
@@ -114,6 +127,7 @@ TEST(Model, ParameterNamesShapesAndInit) {
   cfg.vocab = 50;
   Gpt m(cfg, backend.get(), &tracker);
   m.initWeights(7);
+  const auto w = hostCopy(m.paramBuffer());
   const int64_t C = 32;
   ASSERT_NE(m.find("h.2.attn.c_attn.weight"), nullptr);
   EXPECT_EQ(m.find("h.2.attn.c_attn.weight")->shape, (std::vector<int64_t>{3 * C, C}));
@@ -126,7 +140,7 @@ TEST(Model, ParameterNamesShapesAndInit) {
   // Init statistics: std 0.02 for weights, 0.02/sqrt(2L) for residual projections.
   auto stdOf = [&](const char* name) {
     const auto* p = m.find(name);
-    const float* d = m.param(*p);
+    const float* d = w.data() + p->offset;
     double s = 0, s2 = 0;
     for (int64_t i = 0; i < p->numel; ++i) s += d[i], s2 += double(d[i]) * d[i];
     const double mean = s / p->numel;
@@ -134,22 +148,20 @@ TEST(Model, ParameterNamesShapesAndInit) {
   };
   EXPECT_NEAR(stdOf("h.1.mlp.c_fc.weight"), 0.02, 0.002);
   EXPECT_NEAR(stdOf("h.1.mlp.c_proj.weight"), 0.02 / std::sqrt(6.0), 0.001);
-  EXPECT_EQ(m.param(*m.find("ln_f.weight"))[5], 1.f);
-  EXPECT_EQ(m.param(*m.find("h.0.attn.c_proj.bias"))[3], 0.f);
+  EXPECT_EQ(w[size_t(m.find("ln_f.weight")->offset) + 5], 1.f);
+  EXPECT_EQ(w[size_t(m.find("h.0.attn.c_proj.bias")->offset) + 3], 0.f);
   // Same seed, same weights; other seed, other weights.
   Gpt m2(cfg, backend.get(), &tracker);
   m2.initWeights(7);
-  EXPECT_EQ(0,
-            std::memcmp(m.paramBuffer().data(), m2.paramBuffer().data(), m.paramBuffer().bytes()));
+  EXPECT_EQ(hostCopy<uint32_t>(m.paramBuffer()), hostCopy<uint32_t>(m2.paramBuffer()));
   m2.initWeights(8);
-  EXPECT_NE(0,
-            std::memcmp(m.paramBuffer().data(), m2.paramBuffer().data(), m.paramBuffer().bytes()));
+  EXPECT_NE(hostCopy<uint32_t>(m.paramBuffer()), hostCopy<uint32_t>(m2.paramBuffer()));
 }
 
 // Gradient accumulation: two micro-batches with different numbers of target tokens, each loss
 // divided by the total count, give the gradient of the one big batch (not the mean of means).
-TEST(Model, GradientAccumulationNormalisesByTotalTokens) {
-  auto backend = ts::kernels::makeCpuBackend();
+TEST_P(ModelOn, GradientAccumulationNormalisesByTotalTokens) {
+  auto backend = ts::testsupport::makeTestBackend(GetParam());
   MemoryTracker tracker;
   GptConfig cfg;
   cfg.layers = 1;
@@ -176,8 +188,8 @@ TEST(Model, GradientAccumulationNormalisesByTotalTokens) {
     small.backward();
   }
   EXPECT_NEAR(sumBig, sumSmall, 1e-5);
-  const float* gb = big.gradBuffer().f32();
-  const float* gs = small.gradBuffer().f32();
+  const auto gb = hostCopy(big.gradBuffer());
+  const auto gs = hostCopy(small.gradBuffer());
   double maxDiff = 0, maxAbs = 0;
   for (int64_t i = 0; i < big.numParams(); ++i) {
     maxDiff = std::max(maxDiff, double(std::abs(gb[i] - gs[i])));
@@ -186,3 +198,7 @@ TEST(Model, GradientAccumulationNormalisesByTotalTokens) {
   EXPECT_GT(maxAbs, 1e-3);
   EXPECT_LT(maxDiff, 1e-5 * std::max(1.0, maxAbs));
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, ModelOn,
+                         ::testing::ValuesIn(ts::testsupport::engineTestBackends()),
+                         ts::testsupport::backendParamName);

@@ -1,9 +1,15 @@
-// Training loop: learning on the addition task, bitwise resume, NaN handling, stop command.
+// Training loop: learning on the addition task, bitwise resume, NaN handling, stop command. The
+// tests that train, checkpoint and resume run on the CPU backend and on the guarded CPU backend
+// (TestBackends.h), which proves they touch tensor memory only through the backend; a run on the
+// guarded backend also equals the CPU run bit for bit, checkpoint files included.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
+#include <tuple>
 
 #include "../support/TrainerHarness.h"
 #include "trainscope/engine/Trainer.h"
@@ -25,12 +31,26 @@ ts::core::RunConfig smallConfig() {
 
 TrainResult runWith(const ts::core::RunConfig& c, Recorded& rec, const std::string& runDir,
                     const std::string& resume = "", std::function<void(Trainer&)> before = {},
-                    int exactMatchSamples = 16) {
+                    int exactMatchSamples = 16, const std::string& backend = "cpu") {
   ts::testsupport::RunOptions o;
+  o.backend = backend;
   o.resume = resume;
   o.before = std::move(before);
   o.exactMatchSamples = exactMatchSamples;
   return ts::testsupport::runTrainer(c, rec, runDir, o);
+}
+
+// Trainer tests that run on each test backend (GetParam(): "cpu", "cpu-guarded").
+class TrainerOn : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string tag(const std::string& name) const {
+    return name + "_" + ts::testsupport::backendTestName(GetParam());
+  }
+};
+
+std::string readAll(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 }  // namespace
@@ -38,7 +58,7 @@ TrainResult runWith(const ts::core::RunConfig& c, Recorded& rec, const std::stri
 // Learning test: 2-digit addition (answers exact-matched by greedy decoding on 64 held-out
 // problems) reaches >= 90% exact match within 600 steps with this small model (it is at 100%
 // from about step 400; ~5 s of CPU on one core).
-TEST(Trainer, LearnsAdditionToStatedAccuracy) {
+TEST_P(TrainerOn, LearnsAdditionToStatedAccuracy) {
   auto c = smallConfig();
   c.model.layers = 2;
   c.model.heads = 4;
@@ -53,9 +73,9 @@ TEST(Trainer, LearnsAdditionToStatedAccuracy) {
   c.schedule.type = "cosine";
   c.schedule.warmup_steps = 20;
   c.schedule.min_lr = 3e-4;
-  const fs::path dir = tempDir("learn");
+  const fs::path dir = tempDir(tag("learn"));
   Recorded rec;
-  auto r = runWith(c, rec, dir.string(), "", {}, 64);
+  auto r = runWith(c, rec, dir.string(), "", {}, 64, GetParam());
   ASSERT_EQ(r.status, "completed") << r.reason;
   auto evals = rec.of(EventType::Eval);
   ASSERT_FALSE(evals.empty());
@@ -109,11 +129,11 @@ TEST(Trainer, LlamaLearnsAdditionToStatedAccuracy) {
   fs::remove_all(dir);
 }
 
-TEST(Trainer, StepEventsHaveFieldsAndMemoryMatchesTracker) {
+TEST_P(TrainerOn, StepEventsHaveFieldsAndMemoryMatchesTracker) {
   auto c = smallConfig();
-  const fs::path dir = tempDir("fields");
+  const fs::path dir = tempDir(tag("fields"));
   Recorded rec;
-  auto r = runWith(c, rec, dir.string());
+  auto r = runWith(c, rec, dir.string(), "", {}, 16, GetParam());
   ASSERT_EQ(r.status, "completed") << r.reason;
   auto steps = rec.of(EventType::Step);
   ASSERT_EQ(steps.size(), 12u);
@@ -151,26 +171,27 @@ TEST(Trainer, StepEventsHaveFieldsAndMemoryMatchesTracker) {
 // A run resumed from its step-6 checkpoint reproduces steps 7..12 of the uninterrupted run
 // bit for bit (same thread count).
 // Every precision policy resumes bitwise (pure_bf16 keeps its Adam state in bf16, fp16 its loss
-// scaler, fp8 its amax histories and the scales of its fp8 weights).
-class ResumePolicy : public ::testing::TestWithParam<const char*> {};
+// scaler, fp8 its amax histories and the scales of its fp8 weights), on each test backend.
+class ResumePolicy : public ::testing::TestWithParam<std::tuple<std::string, const char*>> {};
 
 TEST_P(ResumePolicy, ResumeIsBitwiseIdentical) {
   auto c = smallConfig();
-  const std::string policy = GetParam();
+  const std::string backend = std::get<0>(GetParam());
+  const std::string policy = std::get<1>(GetParam());
   c.precision.policy = policy == "fp8_blockwise" ? "fp8" : policy;
   if (policy == "fp8_blockwise") c.precision.fp8.recipe = "blockwise";
   // A short history so the amax ring has wrapped (position != 0) by the checkpoint.
   c.precision.fp8.amax_history = 4;
   c.train.checkpoint_every = 6;
   c.train.eval_every = 4;
-  const std::string tag = std::string("resume_") + GetParam();
+  const std::string tag = "resume_" + policy + "_" + ts::testsupport::backendTestName(backend);
   const fs::path dirA = tempDir(tag + "A"), dirB = tempDir(tag + "B");
   Recorded full;
-  ASSERT_EQ(runWith(c, full, dirA.string()).status, "completed");
+  ASSERT_EQ(runWith(c, full, dirA.string(), "", {}, 16, backend).status, "completed");
   const std::string ck6 = (dirA / "checkpoints" / "step_00000006").string();
   ASSERT_TRUE(fs::exists(ck6));
   Recorded resumed;
-  auto r = runWith(c, resumed, dirB.string(), ck6);
+  auto r = runWith(c, resumed, dirB.string(), ck6, {}, 16, backend);
   ASSERT_EQ(r.status, "completed") << r.reason;
   auto a = full.of(EventType::Step), b = resumed.of(EventType::Step);
   ASSERT_EQ(a.size(), 12u);
@@ -192,9 +213,79 @@ TEST_P(ResumePolicy, ResumeIsBitwiseIdentical) {
   fs::remove_all(dirB);
 }
 
-INSTANTIATE_TEST_SUITE_P(Trainer, ResumePolicy,
-                         ::testing::Values("fp32", "bf16", "fp16", "pure_bf16", "fp8",
-                                           "fp8_blockwise"));
+INSTANTIATE_TEST_SUITE_P(
+    Trainer, ResumePolicy,
+    ::testing::Combine(::testing::ValuesIn(ts::testsupport::engineTestBackends()),
+                       ::testing::Values("fp32", "bf16", "fp16", "pure_bf16", "fp8",
+                                         "fp8_blockwise")),
+    [](const auto& info) {
+      return ts::testsupport::backendTestName(std::get<0>(info.param)) + "_" +
+             std::get<1>(info.param);
+    });
+
+// The guarded backend runs the CPU kernels on the same values: every step, eval and checkpoint
+// byte of a run on it equals the CPU run's, for every policy (the guard changes where memory may
+// be touched, not what is computed). fp16 starts at a scale that overflows, so skipped steps and
+// the inf/NaN check are in it too.
+TEST(Trainer, GuardedBackendRunIsTheCpuRunBitForBit) {
+  for (const char* policy : {"fp32", "fp16", "pure_bf16", "fp8", "fp8_blockwise", "bf16_gemm"}) {
+    auto c = smallConfig();
+    const std::string pol = policy;
+    c.precision.policy = pol == "fp8_blockwise" ? "fp8" : pol == "bf16_gemm" ? "bf16" : pol;
+    if (pol == "fp8_blockwise") c.precision.fp8.recipe = "blockwise";
+    if (pol == "bf16_gemm") c.precision.gemm = "bf16";
+    if (pol == "fp16") c.precision.loss_scale.init = std::ldexp(1.0, 30);
+    c.train.steps = 6;
+    c.train.checkpoint_every = 3;
+    std::vector<Recorded> recs(2);
+    std::vector<fs::path> dirs;
+    for (int i = 0; i < 2; ++i) {
+      const std::string backend = ts::testsupport::engineTestBackends()[size_t(i)];
+      dirs.push_back(tempDir("same_" + pol + "_" + ts::testsupport::backendTestName(backend)));
+      ASSERT_EQ(runWith(c, recs[size_t(i)], dirs.back().string(), "", {}, 16, backend).status,
+                "completed")
+          << pol << " on " << backend;
+    }
+    auto a = recs[0].of(EventType::Step), b = recs[1].of(EventType::Step);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>()) << pol << " step " << i;
+      EXPECT_EQ(a[i]["grad_norm"].get<double>(), b[i]["grad_norm"].get<double>()) << pol;
+      EXPECT_EQ(a[i]["skipped"], b[i]["skipped"]) << pol;
+    }
+    if (pol == "fp16") EXPECT_TRUE(a[0]["skipped"].get<bool>()) << "no overflow exercised";
+    EXPECT_EQ(recs[0].of(EventType::Eval).back()["val_loss"].get<double>(),
+              recs[1].of(EventType::Eval).back()["val_loss"].get<double>())
+        << pol;
+    for (const char* step : {"step_00000003", "step_00000006"})
+      for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+        const std::string x = readAll(dirs[0] / "checkpoints" / step / file);
+        EXPECT_FALSE(x.empty()) << step << "/" << file;
+        EXPECT_TRUE(x == readAll(dirs[1] / "checkpoints" / step / file))
+            << pol << ": " << step << "/" << file << " differs";
+      }
+    for (const auto& d : dirs) fs::remove_all(d);
+  }
+}
+
+// Activation compression packs on the host (CPU backend only): a backend whose memory is not
+// the host's refuses it up front with the reason, instead of faulting mid-step.
+TEST(Trainer, CompressionOnAGuardedBackendIsRefusedWithTheReason) {
+  for (const char* mode : {"int8", "sparse"}) {
+    auto c = smallConfig();
+    c.model.activation = "relu";
+    c.memory.activation_compression = mode;
+    Recorded rec;
+    auto r =
+        runWith(c, rec, tempDir(std::string("comp_") + mode).string(), "", {}, 16, "cpu-guarded");
+    EXPECT_EQ(r.status, "failed") << mode;
+    EXPECT_NE(r.reason.find("activation compression runs on the cpu backend only"),
+              std::string::npos)
+        << r.reason;
+    EXPECT_NE(r.reason.find("cpu-guarded"), std::string::npos) << r.reason;
+    EXPECT_TRUE(rec.of(EventType::Step).empty());
+  }
+}
 
 // An fp8 checkpoint resumed with a different amax history length is refused, naming the key.
 TEST(Trainer, Fp8ResumeWithAnotherHistoryLengthSaysWhy) {
@@ -220,7 +311,7 @@ TEST(Trainer, Fp8ResumeWithAnotherHistoryLengthSaysWhy) {
 
 // A diverging run (huge SGD step, no clipping) stops with an error, status failed, and the
 // checkpoint written before it stays the last good one.
-TEST(Trainer, NanLossStopsWithErrorAndKeepsLastGoodCheckpoint) {
+TEST_P(TrainerOn, NanLossStopsWithErrorAndKeepsLastGoodCheckpoint) {
   auto c = smallConfig();
   c.train.steps = 40;
   c.train.checkpoint_every = 1;
@@ -231,9 +322,9 @@ TEST(Trainer, NanLossStopsWithErrorAndKeepsLastGoodCheckpoint) {
   c.optimizer.momentum = 0.0;
   c.optimizer.weight_decay = 0.0;
   c.schedule.type = "constant";
-  const fs::path dir = tempDir("nan");
+  const fs::path dir = tempDir(tag("nan"));
   Recorded rec;
-  auto r = runWith(c, rec, dir.string());
+  auto r = runWith(c, rec, dir.string(), "", {}, 16, GetParam());
   EXPECT_EQ(r.status, "failed");
   EXPECT_NE(r.reason.find("non-finite"), std::string::npos) << r.reason;
   auto errors = rec.of(EventType::Error);
@@ -250,20 +341,23 @@ TEST(Trainer, NanLossStopsWithErrorAndKeepsLastGoodCheckpoint) {
   fs::remove_all(dir);
 }
 
-TEST(Trainer, StopCommandEndsWithCheckpointAndStatusStopped) {
+TEST_P(TrainerOn, StopCommandEndsWithCheckpointAndStatusStopped) {
   auto c = smallConfig();
   c.train.steps = 1000;
-  const fs::path dir = tempDir("stop");
+  const fs::path dir = tempDir(tag("stop"));
   Recorded rec;
   ts::core::Command stop;
   stop.type = ts::core::CommandType::Stop;
   ts::core::Command pause;
   pause.type = ts::core::CommandType::Pause;
   // Posted before the run: pause then stop are handled at the first step boundary.
-  auto r = runWith(c, rec, dir.string(), "", [&](Trainer& t) {
-    t.post(pause);
-    t.post(stop);
-  });
+  auto r = runWith(
+      c, rec, dir.string(), "",
+      [&](Trainer& t) {
+        t.post(pause);
+        t.post(stop);
+      },
+      16, GetParam());
   EXPECT_EQ(r.status, "stopped");
   EXPECT_FALSE(r.interrupted);
   EXPECT_EQ(r.steps, 0);
@@ -310,3 +404,7 @@ TEST(Trainer, ProfileCommandEmitsKernelSummaryAndTimeline) {
     EXPECT_TRUE(names.count(n)) << n;
   EXPECT_FALSE(rec.of(EventType::Kernels).empty());
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, TrainerOn,
+                         ::testing::ValuesIn(ts::testsupport::engineTestBackends()),
+                         ts::testsupport::backendParamName);

@@ -22,7 +22,8 @@ TEST(Backend, CpuBackendIdentifiesItself) {
 }
 
 // Every OpList.h entry is a CPU op (the CPU backend implements them all), every kind has a
-// name, and only MatmulBF16 takes non-fp32 operands.
+// name, and only MatmulBF16 takes non-fp32 operands (Convert takes fp32 and the formats it
+// converts to).
 TEST(Backend, CpuSupportsEveryListedOp) {
   auto b = makeCpuBackend();
   int entries = 0;
@@ -36,8 +37,11 @@ TEST(Backend, CpuSupportsEveryListedOp) {
   EXPECT_TRUE(b->supports(Op::MatmulBF16, DType::BF16));
   EXPECT_FALSE(b->supports(Op::Matmul, DType::BF16));
   EXPECT_FALSE(b->supports(Op::LayerNorm, DType::F16));
-  EXPECT_FALSE(b->supports(Op::Convert));
-  EXPECT_FALSE(b->supports(Op::Convert, DType::F32));
+  // The conversions go between fp32 and the 16- and 8-bit float formats.
+  for (DType d : {DType::F32, DType::BF16, DType::F16, DType::F8E4M3, DType::F8E5M2})
+    EXPECT_TRUE(b->supports(Op::Convert, d)) << dtypeName(d);
+  EXPECT_FALSE(b->supports(Op::Convert, DType::I8));
+  EXPECT_FALSE(b->supports(Op::Convert, DType::NF4));
   EXPECT_STREQ(opName(Op::Convert), "Convert");
 }
 

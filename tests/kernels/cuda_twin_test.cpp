@@ -63,7 +63,9 @@ TEST_F(CudaTwin, SupportsEveryListedOp) {
   EXPECT_EQ(gpu_->supports(Op::kind, DType::F32), Op::kind != Op::MatmulBF16) << #name;
 #include "trainscope/kernels/OpList.h"
   EXPECT_TRUE(gpu_->supports(Op::MatmulBF16, DType::BF16));
-  EXPECT_FALSE(gpu_->supports(Op::Convert));
+  EXPECT_TRUE(gpu_->supports(Op::Convert, DType::BF16));
+  EXPECT_TRUE(gpu_->supports(Op::Convert, DType::F8E5M2));
+  EXPECT_FALSE(gpu_->supports(Op::Convert, DType::I8));
 }
 
 TEST_F(CudaTwin, MatmulAllTransposes) {

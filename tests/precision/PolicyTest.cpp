@@ -2,7 +2,10 @@
 // blockwise, pure_bf16) tracks fp32's loss on the addition task within a stated tolerance, the
 // tracker and the estimator show the formula's bytes per policy, fp16 with an absurd initial
 // loss scale skips, backs off and then trains without a NaN reaching the weights, and the fp8
-// GEMM sees exactly the E4M3 operands an independent reference computes.
+// GEMM sees exactly the E4M3 operands an independent reference computes. All but the config check
+// run on the CPU backend and on the guarded CPU backend (TestBackends.h), so every policy's path
+// (conversions, fp8 quantization, loss scaling, master weights) reaches tensor memory only
+// through the backend, as on a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +15,7 @@
 #include <map>
 #include <numeric>
 
+#include "../support/TestBackends.h"
 #include "../support/TrainerHarness.h"
 #include "RefFormat.h"
 #include "trainscope/core/Estimator.h"
@@ -25,6 +29,7 @@ using namespace ts::engine;
 using ts::core::EventType;
 using ts::core::MemoryCategory;
 using ts::core::MemoryTier;
+using ts::testsupport::hostCopy;
 namespace fs = std::filesystem;
 
 namespace {
@@ -59,8 +64,9 @@ ts::core::RunConfig learnConfig(const std::string& policy) {
 }
 
 TrainResult runWith(const ts::core::RunConfig& c, Recorded& rec, const std::string& runDir,
-                    int exactMatchSamples = 16) {
+                    int exactMatchSamples, const std::string& backend) {
   ts::testsupport::RunOptions o;
+  o.backend = backend;
   o.exactMatchSamples = exactMatchSamples;
   return ts::testsupport::runTrainer(c, rec, runDir, o);
 }
@@ -77,6 +83,21 @@ double meanLastLosses(const std::vector<nlohmann::json>& steps, size_t n) {
   for (size_t i = steps.size() - n; i < steps.size(); ++i) s += steps[i]["loss"].get<double>();
   return s / static_cast<double>(n);
 }
+
+// Policy tests on each test backend (GetParam()).
+class PrecisionPolicyOn : public ::testing::TestWithParam<std::string> {
+ protected:
+  fs::path dir(const std::string& name) const {
+    return tempDir(name + "_" + ts::testsupport::backendTestName(GetParam()));
+  }
+  TrainResult run(const ts::core::RunConfig& c, Recorded& rec, const std::string& runDir,
+                  int exactMatchSamples = 16) const {
+    return runWith(c, rec, runDir, exactMatchSamples, GetParam());
+  }
+  std::unique_ptr<ts::kernels::Backend> backend() const {
+    return ts::testsupport::makeTestBackend(GetParam());
+  }
+};
 
 }  // namespace
 
@@ -110,8 +131,8 @@ TEST(PrecisionPolicy, EngineAcceptsEveryPolicyOnCpu) {
 //   pure_bf16       2 + 2 + 4 (m, v in bf16, no master)      =  8 B/param
 // The fp32 compute copies of weights and gradients (no 16-bit arithmetic on this CPU) are
 // workspace. The estimator (engine activation model) must predict the same bytes.
-TEST(PrecisionPolicy, TrackerShowsModelStateBytesPerPolicy) {
-  const fs::path dir = tempDir("mem");
+TEST_P(PrecisionPolicyOn, TrackerShowsModelStateBytesPerPolicy) {
+  const fs::path dir = this->dir("mem");
   const auto cpu = ts::kernels::makeCpuBackend();
   for (const char* policy : {"fp32", "bf16", "fp16", "fp8", "pure_bf16"}) {
     for (const char* recipe : {"delayed", "blockwise"}) {
@@ -126,7 +147,7 @@ TEST(PrecisionPolicy, TrackerShowsModelStateBytesPerPolicy) {
       const int64_t P = gpt2Params(V, c.model.seq_len, C, L);
       const int64_t blockLinear = L * 12 * C * C;  // c_attn 3C^2, c_proj C^2, c_fc/proj 4C^2 each
       Recorded rec;
-      auto r = runWith(c, rec, (dir / (pol + recipe)).string());
+      auto r = run(c, rec, (dir / (pol + recipe)).string());
       ASSERT_EQ(r.status, "completed") << policy << ": " << r.reason;
       ASSERT_EQ(r.memory.ranks.size(), 1u);
       const auto& m = r.memory.ranks[0];
@@ -186,8 +207,8 @@ TEST(PrecisionPolicy, TrackerShowsModelStateBytesPerPolicy) {
 // accuracy 0.74 vs 0.58); the earlier "bf16 misses the target" compared the default seed only,
 // fp32's lucky side. Before that phase the trajectories are smooth and comparable, so that is where
 // the 2% is checked.
-TEST(PrecisionPolicy, EveryPolicyTracksFp32Loss) {
-  const fs::path dir = tempDir("learn");
+TEST_P(PrecisionPolicyOn, EveryPolicyTracksFp32Loss) {
+  const fs::path dir = this->dir("learn");
   std::map<std::string, double> loss;
   double first = 0;
   for (const char* policy :
@@ -200,7 +221,7 @@ TEST(PrecisionPolicy, EveryPolicyTracksFp32Loss) {
     c.train.steps = 200;
     c.train.eval_every = 0;
     Recorded rec;
-    auto r = runWith(c, rec, (dir / pol).string(), 0);
+    auto r = run(c, rec, (dir / pol).string(), 0);
     ASSERT_EQ(r.status, "completed") << pol << ": " << r.reason;
     const auto steps = rec.of(EventType::Step);
     ASSERT_EQ(steps.size(), 200u) << pol;
@@ -230,7 +251,7 @@ TEST(PrecisionPolicy, EveryPolicyTracksFp32Loss) {
 // fp16 with an initial scale of 2^40: the scaled gradients overflow fp16, so the first steps are
 // skipped with the scale halved each time (GradScaler backoff) until it fits; then the run
 // trains. A NaN/inf reaching the weights would make every later loss non-finite.
-TEST(PrecisionPolicy, Fp16HugeLossScaleSkipsBacksOffThenTrains) {
+TEST_P(PrecisionPolicyOn, Fp16HugeLossScaleSkipsBacksOffThenTrains) {
   auto c = smallConfig();
   c.train.steps = 60;
   c.train.micro_batch = 16;
@@ -238,9 +259,9 @@ TEST(PrecisionPolicy, Fp16HugeLossScaleSkipsBacksOffThenTrains) {
   c.optimizer.lr = 3e-3;
   c.precision.policy = "fp16";
   c.precision.loss_scale.init = std::ldexp(1.0, 40);
-  const fs::path dir = tempDir("fp16");
+  const fs::path dir = this->dir("fp16");
   Recorded rec;
-  auto r = runWith(c, rec, dir.string());
+  auto r = run(c, rec, dir.string());
   ASSERT_EQ(r.status, "completed") << r.reason;
   const auto steps = rec.of(EventType::Step);
   ASSERT_EQ(steps.size(), 60u);
@@ -292,21 +313,22 @@ GptConfig oneBlockBf16(GptConfig::Fp8Recipe fp8 = GptConfig::Fp8Recipe::None,
 
 // The fp8 weight copies the GEMMs read are the E4M3 encodings of the bf16 weights with the
 // recipe's scales, recomputed here independently (RefEncoder: exact midpoint rounding).
-TEST(PrecisionPolicy, Fp8WeightCopiesAreE4M3OfTheBf16Weights) {
+TEST_P(PrecisionPolicyOn, Fp8WeightCopiesAreE4M3OfTheBf16Weights) {
   using ts::test::kE4M3;
   using ts::test::RefEncoder;
   const RefEncoder enc(kE4M3);
   for (auto recipe : {GptConfig::Fp8Recipe::Delayed, GptConfig::Fp8Recipe::Blockwise}) {
     const GptConfig g = oneBlockBf16(recipe);
-    auto backend = ts::kernels::makeCpuBackend();
+    auto backend = this->backend();
     MemoryTracker tracker;
     Gpt model(g, backend.get(), &tracker);
     model.initWeights(3);  // quantized once: delayed uses scale 1 (empty history)
     model.setWeightsFrom(model.paramBuffer().f32());  // delayed: scale from that amax now
-    const auto* w8 = static_cast<const uint8_t*>(model.fp8Weights().data());
+    const auto w8 = hostCopy<uint8_t>(model.fp8Weights());
+    const auto weights = hostCopy(model.paramBuffer());
     for (int j = 0; j < 4; ++j) {
       const auto& site = model.fp8Site(0, j);
-      const float* w = model.paramBuffer().f32() + site.w->offset;
+      const float* w = weights.data() + site.w->offset;
       const int64_t OC = site.w->shape[0], IC = site.w->shape[1];
       const int64_t tr = recipe == GptConfig::Fp8Recipe::Blockwise ? 128 : OC;
       const int64_t tc = recipe == GptConfig::Fp8Recipe::Blockwise ? 128 : IC;
@@ -333,14 +355,14 @@ TEST(PrecisionPolicy, Fp8WeightCopiesAreE4M3OfTheBf16Weights) {
 // forward equals a double-precision product of the E4M3 input (ln_1's output) and E4M3 weights,
 // each quantized here with the recipe's scales (first delayed forward: scale 1, the history is
 // empty; blockwise: 448 / amax per 1x128 input tile and per 128x128 weight block), plus the bias.
-TEST(PrecisionPolicy, Fp8GemmSeesTheQuantizedOperands) {
+TEST_P(PrecisionPolicyOn, Fp8GemmSeesTheQuantizedOperands) {
   using ts::test::kE4M3;
   using ts::test::refDecode;
   const ts::test::RefEncoder enc(kE4M3);
   for (auto recipe : {GptConfig::Fp8Recipe::Delayed, GptConfig::Fp8Recipe::Blockwise}) {
     const bool block = recipe == GptConfig::Fp8Recipe::Blockwise;
     const GptConfig g = oneBlockBf16(recipe);
-    auto backend = ts::kernels::makeCpuBackend();
+    auto backend = this->backend();
     MemoryTracker tracker;
     Gpt model(g, backend.get(), &tracker);
     model.initWeights(5);
@@ -350,10 +372,12 @@ TEST(PrecisionPolicy, Fp8GemmSeesTheQuantizedOperands) {
     for (int i = 0; i < N; ++i) tok[size_t(i)] = (i * 7 + 3) % g.vocab;
     model.forward(tok.data(), nullptr, B, T, 0.f);
     const auto& a = model.activations().blocks[0];
-    const float* x = a.ln1.f32();
+    const auto ln1 = hostCopy(a.ln1), qkv = hostCopy(a.qkv),
+               weights = hostCopy(model.paramBuffer());
+    const float* x = ln1.data();
     const auto& site = model.fp8Site(0, 0);
-    const float* w = model.paramBuffer().f32() + site.w->offset;
-    const float* bias = model.paramBuffer().f32() + model.find("h.0.attn.c_attn.bias")->offset;
+    const float* w = weights.data() + site.w->offset;
+    const float* bias = weights.data() + model.find("h.0.attn.c_attn.bias")->offset;
     const int OC = 3 * C;
     // Quantize-dequantize a rows x cols matrix with tiles tr x tc (scale 1 when !block).
     auto fake = [&](const float* v, int rows, int cols, int tr, int tc) {
@@ -382,7 +406,7 @@ TEST(PrecisionPolicy, Fp8GemmSeesTheQuantizedOperands) {
           ref += xq[size_t(n) * C + c] * wq[size_t(o) * C + c];
           plain += double(x[n * C + c]) * double(w[o * C + c]);
         }
-        const double got = a.qkv.f32()[n * OC + o];
+        const double got = qkv[size_t(n) * OC + o];
         maxErr = std::max(maxErr, std::fabs(got - ref));
         maxPlain = std::max(maxPlain, std::fabs(got - plain));
         maxRef = std::max(maxRef, std::fabs(ref));
@@ -396,10 +420,10 @@ TEST(PrecisionPolicy, Fp8GemmSeesTheQuantizedOperands) {
 // With bf16 GEMMs (precision.gemm bf16) c_attn multiplies the bf16-rounded input (ln_1's
 // output) with the bf16 weights: its output equals a double-precision product of exactly those
 // values plus the bias; with fp32 GEMMs it is the product of the unrounded input.
-TEST(PrecisionPolicy, Bf16GemmSeesBf16RoundedInputs) {
+TEST_P(PrecisionPolicyOn, Bf16GemmSeesBf16RoundedInputs) {
   for (bool bf16Gemm : {true, false}) {
     const GptConfig g = oneBlockBf16(GptConfig::Fp8Recipe::None, bf16Gemm);
-    auto backend = ts::kernels::makeCpuBackend();
+    auto backend = this->backend();
     MemoryTracker tracker;
     Gpt model(g, backend.get(), &tracker);
     model.initWeights(5);
@@ -408,9 +432,12 @@ TEST(PrecisionPolicy, Bf16GemmSeesBf16RoundedInputs) {
     std::vector<int32_t> tok(N);
     for (int i = 0; i < N; ++i) tok[size_t(i)] = (i * 7 + 3) % g.vocab;
     model.forward(tok.data(), nullptr, B, T, 0.f);
-    const float* x = model.activations().blocks[0].ln1.f32();
-    const float* w = model.paramBuffer().f32() + model.find("h.0.attn.c_attn.weight")->offset;
-    const float* bias = model.paramBuffer().f32() + model.find("h.0.attn.c_attn.bias")->offset;
+    const auto ln1 = hostCopy(model.activations().blocks[0].ln1);
+    const auto qkv = hostCopy(model.activations().blocks[0].qkv);
+    const auto weights = hostCopy(model.paramBuffer());
+    const float* x = ln1.data();
+    const float* w = weights.data() + model.find("h.0.attn.c_attn.weight")->offset;
+    const float* bias = weights.data() + model.find("h.0.attn.c_attn.bias")->offset;
     double errRounded = 0, errPlain = 0, maxRef = 0;
     for (int n = 0; n < N; ++n)
       for (int o = 0; o < OC; ++o) {
@@ -420,7 +447,7 @@ TEST(PrecisionPolicy, Bf16GemmSeesBf16RoundedInputs) {
           rounded += double(ts::kernels::bf16ToFloat(ts::kernels::floatToBf16(xv))) * w[o * C + c];
           plain += double(xv) * double(w[o * C + c]);
         }
-        const double got = model.activations().blocks[0].qkv.f32()[n * OC + o];
+        const double got = qkv[size_t(n) * OC + o];
         errRounded = std::max(errRounded, std::fabs(got - rounded));
         errPlain = std::max(errPlain, std::fabs(got - plain));
         maxRef = std::max(maxRef, std::fabs(plain));
@@ -439,10 +466,10 @@ TEST(PrecisionPolicy, Bf16GemmSeesBf16RoundedInputs) {
 // The fp8 scaling state survives fp8State() -> loadFp8State() into a fresh model with the same
 // weights: same state and the same fp8 weight bytes (re-quantized with the saved scales). A
 // malformed or mismatched state is refused with the site named, and changes nothing.
-TEST(PrecisionPolicy, Fp8StateRoundTripsAndBadStateIsRefused) {
+TEST_P(PrecisionPolicyOn, Fp8StateRoundTripsAndBadStateIsRefused) {
   GptConfig g = oneBlockBf16(GptConfig::Fp8Recipe::Delayed);
   g.fp8History = 3;
-  auto backend = ts::kernels::makeCpuBackend();
+  auto backend = this->backend();
   MemoryTracker tracker;
   Gpt a(g, backend.get(), &tracker);
   a.initWeights(5);
@@ -454,7 +481,9 @@ TEST(PrecisionPolicy, Fp8StateRoundTripsAndBadStateIsRefused) {
     a.zeroGrad();
     a.forward(tok.data(), tgt.data(), B, T, 1.f / N);
     a.backward();
-    a.paramBuffer().f32()[a.find("h.0.mlp.c_fc.weight")->offset + step] += 0.25f;
+    auto w = hostCopy(a.paramBuffer());
+    w[size_t(a.find("h.0.mlp.c_fc.weight")->offset + step)] += 0.25f;
+    a.paramBuffer().copyFromHost(w.data());
     a.setWeightsFrom(a.paramBuffer().f32());
   }
   const nlohmann::json state = a.fp8State();
@@ -467,8 +496,7 @@ TEST(PrecisionPolicy, Fp8StateRoundTripsAndBadStateIsRefused) {
   b.loadFp8State(state);
   EXPECT_EQ(b.fp8State(), state);
   ASSERT_EQ(a.fp8Weights().bytes(), b.fp8Weights().bytes());
-  EXPECT_EQ(
-      std::memcmp(a.fp8Weights().data(), b.fp8Weights().data(), size_t(a.fp8Weights().bytes())), 0);
+  EXPECT_EQ(hostCopy<uint8_t>(a.fp8Weights()), hostCopy<uint8_t>(b.fp8Weights()));
 
   auto refused = [&](nlohmann::json bad, const std::string& needle) {
     try {
@@ -497,8 +525,8 @@ TEST(PrecisionPolicy, Fp8StateRoundTripsAndBadStateIsRefused) {
 }
 
 // bf16 GEMMs need bf16 working weights and no fp8: other combinations are refused by the model.
-TEST(PrecisionPolicy, Bf16GemmNeedsBf16WorkingWeights) {
-  auto backend = ts::kernels::makeCpuBackend();
+TEST_P(PrecisionPolicyOn, Bf16GemmNeedsBf16WorkingWeights) {
+  auto backend = this->backend();
   MemoryTracker tracker;
   GptConfig fp32 = oneBlockBf16(GptConfig::Fp8Recipe::None, true);
   fp32.working = ts::engine::DType::F32;
@@ -516,14 +544,14 @@ TEST(PrecisionPolicy, Bf16GemmNeedsBf16WorkingWeights) {
 
 // A run that asks for bf16 GEMMs on a CPU without a bf16 kernel is told they are emulated
 // (and slower than fp32 GEMMs); with a native kernel it logs which one.
-TEST(PrecisionPolicy, ForcedBf16GemmSaysWhetherItIsEmulated) {
+TEST_P(PrecisionPolicyOn, ForcedBf16GemmSaysWhetherItIsEmulated) {
   auto c = smallConfig();
   c.train.steps = 2;
   c.precision.policy = "bf16";
   c.precision.gemm = "bf16";
   Recorded rec;
-  const fs::path dir = tempDir("gemm_warning");
-  ASSERT_EQ(runWith(c, rec, dir.string()).status, "completed");
+  const fs::path dir = this->dir("gemm_warning");
+  ASSERT_EQ(run(c, rec, dir.string()).status, "completed");
   std::string impl;
   const bool native = ts::kernels::cpu::matmulBf16Native(&impl);
   bool warned = false;
@@ -538,3 +566,7 @@ TEST(PrecisionPolicy, ForcedBf16GemmSaysWhetherItIsEmulated) {
   EXPECT_EQ(warned, !native);
   fs::remove_all(dir);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, PrecisionPolicyOn,
+                         ::testing::ValuesIn(ts::testsupport::engineTestBackends()),
+                         ts::testsupport::backendParamName);

@@ -1,7 +1,8 @@
 #pragma once
 // Helpers shared by the test binaries that train in-process (engine, activation, precision,
 // validation): a fresh temp directory per test and process, an event recorder, and one call that
-// runs a Trainer on the CPU backend with every event recorded.
+// runs a Trainer on the CPU backend (or another test backend, TestBackends.h) with every event
+// recorded.
 #include <unistd.h>
 
 #include <filesystem>
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "TestBackends.h"
 #include "trainscope/engine/Trainer.h"
 #include "trainscope/kernels/Backend.h"
 
@@ -59,18 +61,20 @@ inline core::RunConfig tinyAdditionConfig() {
 }
 
 struct RunOptions {
-  std::string resume;          // checkpoint to resume from
-  int exactMatchSamples = 16;  // addition task: held-out problems decoded per eval
-  int evalBatches = -1;        // -1: the trainer's default
+  std::string backend = "cpu";  // a test backend name (TestBackends.h)
+  std::string resume;           // checkpoint to resume from
+  int exactMatchSamples = 16;   // addition task: held-out problems decoded per eval
+  int evalBatches = -1;         // -1: the trainer's default
   std::function<void(engine::Trainer&)> before;  // called once, before run()
   // Sees each event with the trainer, e.g. to post commands mid-run.
   std::function<void(engine::Trainer&, core::EventType, const nlohmann::json&)> onEvent;
 };
 
-// Runs `config` in-process on the CPU backend; every event lands in `rec`.
+// Runs `config` in-process on ro.backend (the CPU backend by default); every event lands in
+// `rec`.
 inline engine::TrainResult runTrainer(const core::RunConfig& config, Recorded& rec,
                                       const std::string& runDir, const RunOptions& ro = {}) {
-  auto backend = kernels::makeCpuBackend();
+  auto backend = makeTestBackend(ro.backend);
   backend->setThreads(config.device.threads);
   engine::TrainerOptions o;
   o.runDir = runDir;

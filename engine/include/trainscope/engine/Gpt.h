@@ -187,7 +187,8 @@ class Gpt {
   bool mixed() const { return config_.working != DType::F32; }
   Tensor& workingParams() { return param16_; }
   Tensor& workingGrads() { return grad16_; }
-  // Rounds `master` (numParams fp32 values) to the working dtype into workingParams() and
+  // Rounds `master` (numParams fp32 values in the backend's memory, e.g. the optimizer's master
+  // copy or paramBuffer() itself) to the working dtype into workingParams() and
   // refreshes the fp32 compute copy from it, so forward sees exactly the 16-bit weights.
   void setWeightsFrom(const float* master);
   // Rounds the accumulated fp32 gradients to the working dtype (fp16 overflows to inf here, as

@@ -46,7 +46,8 @@ class LossScaler {
   int64_t skipped_ = 0;
 };
 
-// True if any of g[0..n) is inf or NaN (vectorised, OpenMP for large n).
+// True if any of g[0..n) (host memory) is inf or NaN (vectorised, OpenMP for large n). Gradients
+// in a backend's memory are checked with Backend::countNonFinite.
 bool hasInfOrNan(const float* g, int64_t n);
 
 }  // namespace ts::engine

@@ -38,6 +38,8 @@ class Tensor {
   core::MemoryTier tier() const { return tier_; }
   kernels::DeviceKind device() const;
 
+  // The storage lives in the backend's memory (device memory on a GPU): host code reads and
+  // writes it only through the backend (ops, copies), never by dereferencing these.
   void* data() { return data_; }
   const void* data() const { return data_; }
   float* f32() { return static_cast<float*>(data_); }
@@ -45,8 +47,11 @@ class Tensor {
   int32_t* i32() { return static_cast<int32_t*>(data_); }
   const int32_t* i32() const { return static_cast<const int32_t*>(data_); }
 
-  void zero();
+  void zero();   // through the backend (a fill), for every dtype
   void reset();  // releases the storage
+  // The whole storage (bytes() bytes) to or from host memory, through the backend.
+  void copyToHost(void* dst) const;
+  void copyFromHost(const void* src);
 
  private:
   kernels::Backend* backend_ = nullptr;

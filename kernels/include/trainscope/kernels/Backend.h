@@ -10,12 +10,19 @@
 #include <string>
 #include <vector>
 
+#include "trainscope/kernels/Numeric.h"  // Fp8Format, in the conversion ops' signatures
+
 namespace ts::kernels {
 
 enum class DType { F32, BF16, F16, F8E4M3, F8E5M2, I8, NF4, I32, U16 };
 const char* dtypeName(DType d);
 // Storage size in bits (NF4 = 4).
 int dtypeBits(DType d);
+// The dtypes the Convert ops go between (fp32 and bf16, fp16, fp8 E4M3/E5M2).
+inline bool convertsTo(DType d) {
+  return d == DType::F32 || d == DType::BF16 || d == DType::F16 || d == DType::F8E4M3 ||
+         d == DType::F8E5M2;
+}
 
 // What supports()/emulates() ask about: one kind per op family in OpList.h.
 enum class Op {
@@ -52,6 +59,11 @@ class Backend {
   }
   virtual void setThreads(int n) = 0;  // CPU: OpenMP threads (0 = all cores)
   virtual int threads() const = 0;
+
+  // Whether host code may dereference this backend's pointers. Only the plain CPU backend's
+  // memory is the host's; engine code must not rely on it except for documented CPU-only paths
+  // (activation compression packs on the host), which ask this first.
+  virtual bool hostAccessible() const { return kind() == DeviceKind::Cpu; }
 
   // Memory (device memory for CUDA, 64-byte aligned host memory for the CPU).
   virtual void* allocate(size_t bytes) = 0;

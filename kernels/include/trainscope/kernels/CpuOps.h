@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <string>
 
+#include "trainscope/kernels/Fp8Quant.h"  // also declares the fp8 ops (with default arguments)
+#include "trainscope/kernels/Numeric.h"   // also declares the conversions (with default arguments)
+
 namespace ts::kernels::cpu {
 
 #define TS_OP(kind, ret, name, params, args) ret name params;

@@ -5,6 +5,8 @@
 // throw std::runtime_error. Reductions use fixed orders (no float atomics): deterministic.
 #include <cstdint>
 
+#include "trainscope/kernels/Numeric.h"  // Fp8Format
+
 namespace ts::kernels::cuda {
 
 #define TS_OP(kind, ret, name, params, args) ret name params;

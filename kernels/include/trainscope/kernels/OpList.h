@@ -14,8 +14,10 @@
 // to link; supports() says true for a kind unless a backend's override says otherwise.
 //
 // All tensors are dense, row-major and fp32 unless the op says otherwise; pointers live in the
-// backend's memory (host memory for the CPU). Keep the kinds' order: new kinds go at the end.
-// This file stays C++17 (the .cu files include it).
+// backend's memory (host memory for the CPU), and engine code reaches that memory only through
+// these ops and Backend's copies (the guarded test backend enforces it). Keep the kinds' order:
+// new kinds go at the end. This file stays C++17 (the .cu files include it); includers need
+// Fp8Format (Numeric.h).
 
 #ifndef TS_OP
 #define TS_OP(kind, ret, name, params, args)
@@ -131,9 +133,22 @@ TS_OP(GradNorm, double, sumSquares, (const float* x, int64_t n), (x, n))
 TS_OP_KIND(Scale)
 TS_OP(Scale, void, scale, (float* x, int64_t n, float s), (x, n, s))
 
-// Bulk format conversions: not Backend methods (Numeric.h, CudaNumeric.h), and neither
-// backend reports them as supported.
+// Bulk format conversions, bit-exact to Numeric.h's scalar functions element by element (RNE;
+// the formats' NaN/inf/saturation rules are listed there). n <= 0 is a no-op. 16-bit values are
+// uint16_t bit patterns, fp8 values uint8_t. Also callable directly as the cpu::/cuda:: free
+// functions of Numeric.h / CudaNumeric.h (same signatures, default arguments there).
 TS_OP_KIND(Convert)
+TS_OP(Convert, void, floatToBf16, (const float* x, uint16_t* y, int64_t n), (x, y, n))
+TS_OP(Convert, void, bf16ToFloat, (const uint16_t* x, float* y, int64_t n), (x, y, n))
+TS_OP(Convert, void, floatToFp16, (const float* x, uint16_t* y, int64_t n), (x, y, n))
+TS_OP(Convert, void, fp16ToFloat, (const uint16_t* x, float* y, int64_t n), (x, y, n))
+// y = fp8(x * scale); out-of-range values saturate to +-max when `saturate`, else per format.
+TS_OP(Convert, void, floatToFp8,
+      (const float* x, uint8_t* y, int64_t n, Fp8Format f, float scale, bool saturate),
+      (x, y, n, f, scale, saturate))
+// y = float(x) * scaleInv.
+TS_OP(Convert, void, fp8ToFloat,
+      (const uint8_t* x, float* y, int64_t n, Fp8Format f, float scaleInv), (x, y, n, f, scaleInv))
 
 // RMSNorm (LLaMA) over the last dim C for N rows: out = x * rstd * weight with
 // rstd = 1/sqrt(mean(x^2) + eps), saved for backward (N floats). No mean, no bias.
@@ -208,6 +223,46 @@ TS_OP(FlashAttentionGqa, void, flashAttentionGqaBackward,
       (float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
        int T, int C, int NH, int KVH),
       (dqkv, dout, out, lse, qkv, B, T, C, NH, KVH))
+
+// max |x| over n values, returned to the host (0 for n <= 0): inf if any +-inf, NaN if any NaN
+// (a poisoned tensor must not be silently scaled). Exact, so independent of reduction order.
+// The CUDA twin synchronizes.
+TS_OP_KIND(Amax)
+TS_OP(Amax, float, amax, (const float* x, int64_t n), (x, n))
+
+// How many of x[0..n) are inf or NaN, returned to the host (the fp16 loss scaler's overflow
+// check). The CUDA twin synchronizes.
+TS_OP_KIND(NonFinite)
+TS_OP(NonFinite, int64_t, countNonFinite, (const float* x, int64_t n), (x, n))
+
+// Sets `bytes` bytes at dst to `value` (memset: zeroing any dtype), and x[0..n) = value.
+TS_OP_KIND(Fill)
+TS_OP(Fill, void, fill, (void* dst, uint8_t value, int64_t bytes), (dst, value, bytes))
+TS_OP(Fill, void, fillF32, (float* x, float value, int64_t n), (x, value, n))
+
+// dst = src for `bytes` bytes, both in the backend's memory, not overlapping (copyToDevice and
+// copyToHost cross between host and backend; this stays on the device).
+TS_OP_KIND(Copy)
+TS_OP(Copy, void, copyOnDevice, (void* dst, const void* src, int64_t bytes), (dst, src, bytes))
+
+// fp8 GEMM operand quantization (Fp8Quant.h has the recipes). quantizeFp8Tiles: current
+// scaling over tileRows x tileCols tiles of the row-major rows x cols matrix x (edge tiles
+// partial): per tile t (row-major tile order) scale_t = fp8ScaleFor(amax of tile t, f, margin),
+// scaleInv[t] = 1 / scale_t, q = fp8(x * scale_t) (saturating); q and deq may be null, deq =
+// fp8ToFloat(q) * scaleInv[t] (the GEMM's view). Non-positive sizes are a no-op.
+TS_OP_KIND(Fp8Quant)
+TS_OP(Fp8Quant, void, quantizeFp8Tiles,
+      (const float* x, uint8_t* q, float* deq, float* scaleInv, int64_t rows, int64_t cols,
+       int64_t tileRows, int64_t tileCols, Fp8Format f, int margin),
+      (x, q, deq, scaleInv, rows, cols, tileRows, tileCols, f, margin))
+// deq = fp8ToFloat(q) * scaleInv[tile].
+TS_OP(Fp8Quant, void, dequantizeFp8Tiles,
+      (const uint8_t* q, const float* scaleInv, float* deq, int64_t rows, int64_t cols,
+       int64_t tileRows, int64_t tileCols, Fp8Format f),
+      (q, scaleInv, deq, rows, cols, tileRows, tileCols, f))
+// One per-tensor scale: deq = fp8ToFloat(fp8(x * scale)) * (1 / scale), the bytes not kept.
+TS_OP(Fp8Quant, void, fakeQuantizeFp8,
+      (const float* x, float* deq, int64_t n, Fp8Format f, float scale), (x, deq, n, f, scale))
 
 #undef TS_OP
 #undef TS_OP_KIND
