@@ -11,6 +11,7 @@
 
 #include "../support/TestBackends.h"
 #include "RefGpt.h"
+#include "RefLlama.h"
 #include "trainscope/engine/Gpt.h"
 
 using namespace ts::engine;
@@ -113,6 +114,84 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       const Case c = std::get<0>(info.param);
       return std::string(c.relu ? "Relu" : "Gelu") + (c.flash ? "Flash" : "Naive") + "_" +
+             ts::testsupport::backendTestName(std::get<1>(info.param));
+    });
+
+// The llama description, whole model, every element of every tensor against finite
+// differences of the independent fp64 forward (RefLlama.h): RMSNorm, RoPE, grouped-query
+// attention (4 heads on 2 kv heads), SwiGLU of width 12, untied head; naive and flash.
+class LlamaGradCheck : public ::testing::TestWithParam<std::tuple<bool, std::string>> {};
+
+TEST_P(LlamaGradCheck, EveryParameterTensorMatchesFiniteDifferences) {
+  auto backend = ts::testsupport::makeTestBackend(std::get<1>(GetParam()));
+  backend->setThreads(1);
+  MemoryTracker tracker;
+  GptConfig cfg;
+  cfg.architecture = "llama";
+  cfg.layers = 2;
+  cfg.heads = 4;
+  cfg.kvHeads = 2;
+  cfg.d_model = 16;
+  cfg.dFf = 12;
+  cfg.seq_len = 6;
+  cfg.vocab = 7;
+  cfg.flash = std::get<0>(GetParam());
+  Gpt model(cfg, backend.get(), &tracker);
+  {
+    std::mt19937_64 rng(7);
+    std::normal_distribution<float> nd(0.f, 0.35f);
+    auto host = hostCopy(model.paramBuffer());
+    for (const auto& info : model.params()) {
+      const bool norm = info.spec.role == ts::core::TensorRole::NormWeight;
+      for (int64_t i = 0; i < info.numel; ++i) host[info.offset + i] = (norm ? 1.f : 0.f) + nd(rng);
+    }
+    model.paramBuffer().copyFromHost(host.data());
+  }
+  model.allocate(2);
+  const int B = 2, T = 5;
+  std::vector<int32_t> tokens = {1, 4, 6, 0, 2, 3, 3, 5, 1, 6};
+  std::vector<int32_t> targets = {4, 6, -1, 2, 3, 5, 1, 6, -1, 0};
+  int64_t count = 0;
+  model.zeroGrad();
+  const double sum = model.forward(tokens.data(), targets.data(), B, T, 1.f / 8.f, &count);
+  ASSERT_EQ(count, 8);
+  model.backward();
+  reftest::RefLlamaShape rs{cfg.layers, cfg.heads, cfg.kvHeads, cfg.d_model, cfg.dFf, cfg.vocab};
+  reftest::LlamaParams ref;
+  const auto host = hostCopy(model.paramBuffer());
+  for (const auto& info : model.params())
+    ref[info.name] =
+        std::vector<double>(host.data() + info.offset, host.data() + info.offset + info.numel);
+  ASSERT_EQ(ref.size(), 2u * 9u + 3u);
+  const double refLoss = reftest::llamaForward(rs, ref, tokens, targets, B, T);
+  EXPECT_NEAR(sum / count, refLoss, 1e-5 * std::abs(refLoss));
+  const double eps = 1e-5;
+  const auto grads = hostCopy(model.gradBuffer());
+  for (const auto& info : model.params()) {
+    auto& v = ref[info.name];
+    const float* g = grads.data() + info.offset;
+    double refNorm = 0;
+    for (int64_t i = 0; i < info.numel; ++i) {
+      const double keep = v[i];
+      v[i] = keep + eps;
+      const double lp = reftest::llamaForward(rs, ref, tokens, targets, B, T);
+      v[i] = keep - eps;
+      const double lm = reftest::llamaForward(rs, ref, tokens, targets, B, T);
+      v[i] = keep;
+      const double fd = (lp - lm) / (2 * eps);
+      ASSERT_NEAR(g[i], fd, 2e-5 + 2e-3 * std::abs(fd)) << info.name << "[" << i << "]";
+      refNorm += fd * fd;
+    }
+    EXPECT_GT(refNorm, 0.0) << info.name << " has no gradient at all";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, LlamaGradCheck,
+    ::testing::Combine(::testing::Values(false, true),
+                       ::testing::ValuesIn(ts::testsupport::engineTestBackends())),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param) ? "Flash" : "Naive") + "_" +
              ts::testsupport::backendTestName(std::get<1>(info.param));
     });
 
