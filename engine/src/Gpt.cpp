@@ -592,6 +592,7 @@ void Gpt::normBackward(float* dinp, const float* dout, const float* in, const Pa
 }
 
 void Gpt::blockForward(int l, BlockActivations& a, const float* in, float* out, bool recompute) {
+  if (hooks_.beforeBlockForward) hooks_.beforeBlockForward(l, recompute);
   using Comp = GptConfig::Compression;
   ScopedRange br(recompute ? "block_recompute" : "block_fwd", SpanCategory::Block);
   const int B = curB_, T = curT_, C = config_.d_model, NH = config_.heads;
@@ -797,6 +798,7 @@ void Gpt::blockBackward(int l, BlockActivations& a, const float* in) {
   if (q8) dequantizeRows(ws_.dfc.f32(), a.ln1Q, a.ln1Scale, N, C);
   linearBackward(0, dtmp, ws_.dqkv.f32(), ln1);
   normBackward(dres, dtmp, in, p.ln1w, p.ln1b, a.ln1Mean.f32(), a.ln1Rstd.f32(), N);
+  if (hooks_.blockGradientsReady) hooks_.blockGradientsReady(l);
 }
 
 void Gpt::backward() {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <random>
 #include <tuple>
 
@@ -281,3 +282,56 @@ TEST_P(ModelOn, GradientAccumulationNormalisesByTotalTokens) {
 INSTANTIATE_TEST_SUITE_P(Backends, ModelOn,
                          ::testing::ValuesIn(ts::testsupport::engineTestBackends()),
                          ts::testsupport::backendParamName);
+
+// The decoder's hooks: before every block's forward (and recomputation, under checkpointing) in
+// order, and "gradients ready" for each block in reverse order, each when that block's
+// gradients already hold their final values for the micro-batch.
+TEST(Decoder, HooksRunInOrderAndGradientsAreFinalWhenReported) {
+  auto backend = ts::kernels::makeCpuBackend();
+  backend->setThreads(1);
+  MemoryTracker tracker;
+  GptConfig cfg;
+  cfg.layers = 4;
+  cfg.heads = 2;
+  cfg.d_model = 8;
+  cfg.seq_len = 6;
+  cfg.vocab = 7;
+  cfg.checkpointEvery = 2;
+  Gpt model(cfg, backend.get(), &tracker);
+  model.initWeights(3);
+  model.allocate(2);
+  std::vector<std::string> order;
+  std::map<int, std::vector<float>> atReady;
+  Gpt::Hooks h;
+  h.beforeBlockForward = [&](int l, bool recompute) {
+    order.push_back((recompute ? "re" : "fwd") + std::to_string(l));
+  };
+  h.blockGradientsReady = [&](int l) {
+    order.push_back("ready" + std::to_string(l));
+    const std::string first = "h." + std::to_string(l) + ".ln_1.weight";
+    const std::string last = "h." + std::to_string(l) + ".mlp.c_proj.bias";
+    const auto grads = hostCopy(model.gradBuffer());
+    const auto* a = model.find(first);
+    const auto* b = model.find(last);
+    atReady[l] =
+        std::vector<float>(grads.begin() + a->offset, grads.begin() + b->offset + b->numel);
+  };
+  model.setHooks(h);
+  std::vector<int32_t> tokens = {1, 4, 6, 0, 2, 3, 3, 5, 1, 6, 2, 2};
+  std::vector<int32_t> targets = {4, 6, 1, 2, 3, 5, 1, 6, 0, 0, 3, 1};
+  model.zeroGrad();
+  model.forward(tokens.data(), targets.data(), 2, 6, 1.f / 12.f);
+  model.backward();
+  // Segments {0,1} {2,3}: the last is still in memory; the first is recomputed in backward.
+  const std::vector<std::string> expected = {"fwd0",   "fwd1", "fwd2", "fwd3",   "ready3",
+                                             "ready2", "re0",  "re1",  "ready1", "ready0"};
+  EXPECT_EQ(order, expected);
+  const auto grads = hostCopy(model.gradBuffer());
+  for (const auto& [l, g] : atReady) {
+    const auto* a = model.find("h." + std::to_string(l) + ".ln_1.weight");
+    for (size_t i = 0; i < g.size(); ++i) ASSERT_EQ(g[i], grads[a->offset + i]) << "layer " << l;
+    double norm = 0;
+    for (float x : g) norm += double(x) * x;
+    EXPECT_GT(norm, 0.0) << "layer " << l;
+  }
+}

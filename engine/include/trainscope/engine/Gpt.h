@@ -12,6 +12,7 @@
 // those buffers. docs/memory.md lists the bytes of every buffer.
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -239,6 +240,15 @@ class Gpt {
 
   const CompressionStats& compressionStats() const { return stats_; }
 
+  // Hooks of the decoder (ZeRO-3 gathers, gradient buckets and offload hang here): before block
+  // l's forward (also before its recomputation under checkpointing, `recompute` true), and when
+  // block l's parameter gradients are complete for this micro-batch (after its backward).
+  struct Hooks {
+    std::function<void(int layer, bool recompute)> beforeBlockForward;
+    std::function<void(int layer)> blockGradientsReady;
+  };
+  void setHooks(Hooks hooks) { hooks_ = std::move(hooks); }
+
   // Training FLOPs per token (PaLM appendix B: 6*params + 12*L*C*T).
   double flopsPerToken(int T) const;
 
@@ -285,6 +295,7 @@ class Gpt {
   Workspace ws_;
   int curB_ = 0, curT_ = 0;
   CompressionStats stats_;
+  Hooks hooks_;
   bool haveLoss_ = false;
 };
 
