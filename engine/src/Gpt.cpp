@@ -6,6 +6,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "trainscope/engine/CrossEntropyLoss.h"
 #include "trainscope/kernels/Numeric.h"
 #include "trainscope/profiler/Tracer.h"
 
@@ -707,23 +708,9 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   }
   haveLoss_ = false;
   if (!targets) return 0.0;
-  backend_->copyToDevice(acts_.targets.data(), targets, sizeof(int32_t) * N);
-  {
-    ScopedRange r("cross_entropy", SpanCategory::Elementwise);
-    backend_->crossEntropyForwardBackward(acts_.losses.f32(), acts_.logits.f32(),
-                                          acts_.logits.f32(), acts_.targets.i32(), N, V, dloss);
-  }
-  std::vector<float> losses(static_cast<size_t>(N));
-  backend_->copyToHost(losses.data(), acts_.losses.f32(), sizeof(float) * N);
-  double sum = 0.0;
-  int64_t n = 0;
-  for (int i = 0; i < N; ++i) {
-    if (targets[i] >= 0) {
-      sum += losses[i];
-      ++n;
-    }
-  }
-  if (count) *count = n;
+  // The loss is not part of the model: cross-entropy over the logits just computed.
+  const double sum = CrossEntropyLoss(backend_).forwardBackward(
+      acts_.logits, acts_.targets, acts_.losses, targets, N, V, dloss, count);
   haveLoss_ = true;
   return sum;
 }

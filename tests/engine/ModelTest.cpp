@@ -13,6 +13,7 @@
 #include "../support/TestBackends.h"
 #include "RefGpt.h"
 #include "RefLlama.h"
+#include "trainscope/engine/CrossEntropyLoss.h"
 #include "trainscope/engine/Gpt.h"
 
 using namespace ts::engine;
@@ -334,4 +335,45 @@ TEST(Decoder, HooksRunInOrderAndGradientsAreFinalWhenReported) {
     for (float x : g) norm += double(x) * x;
     EXPECT_GT(norm, 0.0) << "layer " << l;
   }
+}
+
+// The loss outside the model: a forward without targets, the cross-entropy on its logits and
+// backward give the gradients of the fused forward-with-targets path, bit for bit.
+TEST(Decoder, ExternalLossGivesTheSameGradients) {
+  auto backend = ts::kernels::makeCpuBackend();
+  backend->setThreads(1);
+  GptConfig cfg;
+  cfg.layers = 2;
+  cfg.heads = 2;
+  cfg.d_model = 8;
+  cfg.seq_len = 6;
+  cfg.vocab = 7;
+  std::vector<int32_t> tokens = {1, 4, 6, 0, 2, 3, 3, 5, 1, 6, 2, 2};
+  std::vector<int32_t> targets = {4, 6, -1, 2, 3, 5, 1, 6, 0, -1, 3, 1};
+  auto run = [&](bool external) {
+    MemoryTracker tracker;
+    Gpt model(cfg, backend.get(), &tracker);
+    model.initWeights(5);
+    model.allocate(2);
+    model.zeroGrad();
+    if (external) {
+      model.forward(tokens.data(), nullptr, 2, 6, 0.f);
+      Tensor tg(backend.get(), &tracker, ts::core::MemoryCategory::Workspace, DType::I32, {12});
+      Tensor ls(backend.get(), &tracker, ts::core::MemoryCategory::Workspace, DType::F32, {12});
+      int64_t n = 0;
+      CrossEntropyLoss(backend.get())
+          .forwardBackward(model.logits(), tg, ls, targets.data(), 12, cfg.vocab, 0.1f, &n);
+      EXPECT_EQ(n, 10);
+      model.lossGradientWritten();
+    } else {
+      model.forward(tokens.data(), targets.data(), 2, 6, 0.1f);
+    }
+    model.backward();
+    return hostCopy(model.gradBuffer());
+  };
+  EXPECT_EQ(run(true), run(false));
+  MemoryTracker tracker;
+  Gpt model(cfg, backend.get(), &tracker);
+  model.allocate(2);
+  EXPECT_THROW(model.backward(), std::logic_error);  // no loss gradient yet
 }

@@ -235,6 +235,10 @@ class Gpt {
                  int64_t* count = nullptr);
   // Accumulates (+=) parameter gradients of the last loss forward.
   void backward();
+  // For a loss of its own (forward without targets, then the loss writes dL/dlogits into
+  // logits()): marks the gradient as present so backward() may run.
+  Tensor& logits() { return acts_.logits; }
+  void lossGradientWritten() { haveLoss_ = true; }
   // After a forward without targets: logits of row (b, t) copied to host (V floats).
   void logitsRow(int b, int t, float* dst) const;
 
