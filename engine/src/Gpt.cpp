@@ -592,6 +592,20 @@ void Gpt::normBackward(float* dinp, const float* dout, const float* in, const Pa
   backend_->layernormBackward(dinp, grad(*w), grad(*b), dout, in, param(*w), mean, rstd, N, C);
 }
 
+void Gpt::rope(float* qkv, bool backward) {
+  const core::ArchSpec arch = config_.arch();
+  const int NH = config_.heads, KVH = static_cast<int>(arch.kvHeads);
+  const int HD = static_cast<int>(arch.headDim()), QKV = static_cast<int>(arch.qkvDim());
+  const float theta = static_cast<float>(arch.ropeTheta);
+  ScopedRange r(backward ? "rope_bwd" : "rope_fwd", SpanCategory::Elementwise);
+  for (auto [p, heads] : {std::pair{qkv, NH}, std::pair{qkv + config_.d_model, KVH}}) {
+    if (backward)
+      backend_->ropeBackward(p, p, curB_, curT_, heads, HD, QKV, QKV, theta);
+    else
+      backend_->ropeForward(p, p, curB_, curT_, heads, HD, QKV, QKV, theta);
+  }
+}
+
 void Gpt::blockForward(int l, BlockActivations& a, const float* in, float* out, bool recompute) {
   if (hooks_.beforeBlockForward) hooks_.beforeBlockForward(l, recompute);
   using Comp = GptConfig::Compression;
@@ -618,14 +632,8 @@ void Gpt::blockForward(int l, BlockActivations& a, const float* in, float* out, 
   if (q8) {
     quantizeRows(a.ln1Q, a.ln1Scale, ln1, N, C, countStats);
   }
-  if (arch.arch == "llama") {
-    // Rotary positions on the q and k heads of the packed qkv, in place (saved rotated).
-    ScopedRange r("rope_fwd", SpanCategory::Elementwise);
-    float* qkv = a.qkv.f32();
-    const float theta = static_cast<float>(arch.ropeTheta);
-    backend_->ropeForward(qkv, qkv, B, T, NH, HD, QKV, QKV, theta);
-    backend_->ropeForward(qkv + C, qkv + C, B, T, KVH, HD, QKV, QKV, theta);
-  }
+  // Rotary positions on the q and k heads of the packed qkv, in place (saved rotated).
+  if (arch.arch == "llama") rope(a.qkv.f32(), false);
   float* attOut = q8 ? tmp : a.attOut.f32();
   {
     ScopedRange r("attention_fwd", SpanCategory::Attention, 4.0 * B * T * T * C);
@@ -773,14 +781,8 @@ void Gpt::blockBackward(int l, BlockActivations& a, const float* in) {
       backend_->attentionGqaBackward(ws_.dqkv.f32(), ws_.datt.f32(), dtmp, a.qkv.f32(), a.att.f32(),
                                      B, T, C, NH, KVH);
   }
-  if (arch.arch == "llama") {
-    // Back through the rotation: dq, dk of the unrotated projections, in place.
-    ScopedRange r("rope_bwd", SpanCategory::Elementwise);
-    float* dqkv = ws_.dqkv.f32();
-    const float theta = static_cast<float>(arch.ropeTheta);
-    backend_->ropeBackward(dqkv, dqkv, B, T, NH, HD, QKV, QKV, theta);
-    backend_->ropeBackward(dqkv + C, dqkv + C, B, T, KVH, HD, QKV, QKV, theta);
-  }
+  // Back through the rotation: dq, dk of the unrotated projections, in place.
+  if (arch.arch == "llama") rope(ws_.dqkv.f32(), true);
   const float* ln1 = q8 ? ws_.dfc.f32() : a.ln1.f32();
   if (q8) dequantizeRows(ws_.dfc.f32(), a.ln1Q, a.ln1Scale, N, C);
   linearBackward(0, dtmp, ws_.dqkv.f32(), ln1);

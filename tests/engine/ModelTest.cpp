@@ -51,6 +51,36 @@ void randomize(Gpt& m, uint64_t seed) {
   m.paramBuffer().copyFromHost(host.data());
 }
 
+// Every element of every parameter tensor: the engine's gradient against central finite
+// differences of `loss` (an fp64 reference over `ref`, the same values). Tolerance per element
+// |g - fd| <= 2e-5 + 2e-3 |fd|, and per tensor |g - fd| <= 1e-4 |fd| + 1e-6; every tensor but
+// `mayBeZero` must have some gradient.
+template <class Loss>
+void expectFiniteDifferenceGradients(Gpt& model, reftest::Params& ref, const Loss& loss,
+                                     const std::string& mayBeZero = "") {
+  const double eps = 1e-5;
+  const auto grads = hostCopy(model.gradBuffer());
+  for (const auto& info : model.params()) {
+    auto& v = ref[info.name];
+    const float* g = grads.data() + info.offset;
+    double errNorm = 0, refNorm = 0;
+    for (int64_t i = 0; i < info.numel; ++i) {
+      const double keep = v[i];
+      v[i] = keep + eps;
+      const double lp = loss(ref);
+      v[i] = keep - eps;
+      const double lm = loss(ref);
+      v[i] = keep;
+      const double fd = (lp - lm) / (2 * eps);
+      ASSERT_NEAR(g[i], fd, 2e-5 + 2e-3 * std::abs(fd)) << info.name << "[" << i << "]";
+      errNorm += (g[i] - fd) * (g[i] - fd);
+      refNorm += fd * fd;
+    }
+    if (info.name != mayBeZero) EXPECT_GT(refNorm, 0.0) << info.name << " has no gradient at all";
+    EXPECT_LE(std::sqrt(errNorm), 1e-4 * std::sqrt(refNorm) + 1e-6) << info.name;
+  }
+}
+
 // Model tests on each test backend (GetParam()).
 class ModelOn : public ::testing::TestWithParam<std::string> {};
 
@@ -86,27 +116,10 @@ TEST_P(GradCheck, EveryParameterTensorMatchesFiniteDifferences) {
   const double refLoss = reftest::forward(rs, ref, tokens, targets, B, T);
   EXPECT_NEAR(sum / count, refLoss, 1e-5 * std::abs(refLoss));
 
-  const double eps = 1e-5;
-  const auto grads = hostCopy(model.gradBuffer());
-  for (const auto& info : model.params()) {
-    auto& v = ref[info.name];
-    const float* g = grads.data() + info.offset;
-    double errNorm = 0, refNorm = 0;
-    for (int64_t i = 0; i < info.numel; ++i) {
-      const double keep = v[i];
-      v[i] = keep + eps;
-      const double lp = reftest::forward(rs, ref, tokens, targets, B, T);
-      v[i] = keep - eps;
-      const double lm = reftest::forward(rs, ref, tokens, targets, B, T);
-      v[i] = keep;
-      const double fd = (lp - lm) / (2 * eps);
-      ASSERT_NEAR(g[i], fd, 2e-5 + 2e-3 * std::abs(fd)) << info.name << "[" << i << "]";
-      errNorm += (g[i] - fd) * (g[i] - fd);
-      refNorm += fd * fd;
-    }
-    if (info.name != "wpe") EXPECT_GT(refNorm, 0.0) << info.name << " has no gradient at all";
-    EXPECT_LE(std::sqrt(errNorm), 1e-4 * std::sqrt(refNorm) + 1e-6) << info.name;
-  }
+  expectFiniteDifferenceGradients(
+      model, ref,
+      [&](const reftest::Params& p) { return reftest::forward(rs, p, tokens, targets, B, T); },
+      "wpe");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -159,7 +172,7 @@ TEST_P(LlamaGradCheck, EveryParameterTensorMatchesFiniteDifferences) {
   ASSERT_EQ(count, 8);
   model.backward();
   reftest::RefLlamaShape rs{cfg.layers, cfg.heads, cfg.kvHeads, cfg.d_model, cfg.dFf, cfg.vocab};
-  reftest::LlamaParams ref;
+  reftest::Params ref;
   const auto host = hostCopy(model.paramBuffer());
   for (const auto& info : model.params())
     ref[info.name] =
@@ -167,25 +180,9 @@ TEST_P(LlamaGradCheck, EveryParameterTensorMatchesFiniteDifferences) {
   ASSERT_EQ(ref.size(), 2u * 9u + 3u);
   const double refLoss = reftest::llamaForward(rs, ref, tokens, targets, B, T);
   EXPECT_NEAR(sum / count, refLoss, 1e-5 * std::abs(refLoss));
-  const double eps = 1e-5;
-  const auto grads = hostCopy(model.gradBuffer());
-  for (const auto& info : model.params()) {
-    auto& v = ref[info.name];
-    const float* g = grads.data() + info.offset;
-    double refNorm = 0;
-    for (int64_t i = 0; i < info.numel; ++i) {
-      const double keep = v[i];
-      v[i] = keep + eps;
-      const double lp = reftest::llamaForward(rs, ref, tokens, targets, B, T);
-      v[i] = keep - eps;
-      const double lm = reftest::llamaForward(rs, ref, tokens, targets, B, T);
-      v[i] = keep;
-      const double fd = (lp - lm) / (2 * eps);
-      ASSERT_NEAR(g[i], fd, 2e-5 + 2e-3 * std::abs(fd)) << info.name << "[" << i << "]";
-      refNorm += fd * fd;
-    }
-    EXPECT_GT(refNorm, 0.0) << info.name << " has no gradient at all";
-  }
+  expectFiniteDifferenceGradients(model, ref, [&](const reftest::Params& p) {
+    return reftest::llamaForward(rs, p, tokens, targets, B, T);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -1,6 +1,7 @@
 #pragma once
 // An independent fp64 GPT-2 forward (naive loops, written from the GPT-2 definition, no engine
 // code) used as the reference for gradient checks and forward comparisons.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -28,6 +29,22 @@ inline void layerNorm(const std::vector<double>& x, int N, int C, const std::vec
     const double rstd = 1.0 / std::sqrt(var + 1e-5);
     for (int c = 0; c < C; ++c) out[n * C + c] = (x[n * C + c] - mean) * rstd * w[c] + b[c];
   }
+}
+
+// Mean token cross-entropy of N rows of V logits over targets >= 0 (0 when there are none).
+inline double meanCrossEntropy(const std::vector<double>& logits,
+                               const std::vector<int32_t>& targets, int N, int V) {
+  double loss = 0;
+  int count = 0;
+  for (int n = 0; n < N; ++n) {
+    if (targets[n] < 0) continue;
+    double mx = -1e300, z = 0;
+    for (int v = 0; v < V; ++v) mx = std::max(mx, logits[n * V + v]);
+    for (int v = 0; v < V; ++v) z += std::exp(logits[n * V + v] - mx);
+    loss += std::log(z) + mx - logits[n * V + targets[n]];
+    ++count;
+  }
+  return count ? loss / count : 0.0;
 }
 
 // y (N, OC) = x (N, IC) W^T + b, W stored (OC, IC).
@@ -96,18 +113,8 @@ inline double forward(const RefShape& s, const Params& p, const std::vector<int3
   layerNorm(x, N, C, p.at("ln_f.weight"), p.at("ln_f.bias"), h);
   std::vector<double> zero(static_cast<size_t>(s.V), 0.0), logits;
   linear(h, N, C, wte, zero, s.V, logits);
-  double loss = 0;
-  int count = 0;
-  for (int n = 0; n < N; ++n) {
-    if (targets[n] < 0) continue;
-    double mx = -1e300, z = 0;
-    for (int v = 0; v < s.V; ++v) mx = std::max(mx, logits[n * s.V + v]);
-    for (int v = 0; v < s.V; ++v) z += std::exp(logits[n * s.V + v] - mx);
-    loss += std::log(z) + mx - logits[n * s.V + targets[n]];
-    ++count;
-  }
   if (logitsOut) *logitsOut = logits;
-  return count ? loss / count : 0.0;
+  return meanCrossEntropy(logits, targets, N, s.V);
 }
 
 }  // namespace reftest

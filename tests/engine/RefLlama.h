@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "RefGpt.h"  // meanCrossEntropy
+
 namespace reftest {
 
 struct RefLlamaShape {
@@ -16,9 +18,7 @@ struct RefLlamaShape {
   double theta = 10000.0;
 };
 
-using LlamaParams = std::map<std::string, std::vector<double>>;
-
-inline double llamaForward(const RefLlamaShape& s, const LlamaParams& p,
+inline double llamaForward(const RefLlamaShape& s, const Params& p,
                            const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
                            int B, int T) {
   const int C = s.C, HD = C / s.NH, KV = s.KVH * HD, N = B * T, half = HD / 2;
@@ -102,17 +102,7 @@ inline double llamaForward(const RefLlamaShape& s, const LlamaParams& p,
   }
   const auto f = rms(x, W("model.norm.weight"));
   const auto logits = lin(f, C, W("lm_head.weight"), s.V);
-  double loss = 0;
-  int count = 0;
-  for (int n = 0; n < N; ++n) {
-    if (targets[n] < 0) continue;
-    double mx = -1e300, z = 0;
-    for (int v = 0; v < s.V; ++v) mx = std::max(mx, logits[n * s.V + v]);
-    for (int v = 0; v < s.V; ++v) z += std::exp(logits[n * s.V + v] - mx);
-    loss += std::log(z) + mx - logits[n * s.V + targets[n]];
-    ++count;
-  }
-  return loss / count;
+  return meanCrossEntropy(logits, targets, N, s.V);
 }
 
 }  // namespace reftest

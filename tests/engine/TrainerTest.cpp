@@ -53,26 +53,33 @@ std::string readAll(const fs::path& p) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+// The learning tests' model and optimizer: 4 heads, 64 wide, micro-batch 32, AdamW at 3e-3 on a
+// cosine schedule down to 3e-4; one eval at the end.
+ts::core::RunConfig learningConfig(int steps, int warmup) {
+  auto c = smallConfig();
+  c.model.heads = 4;
+  c.model.d_model = 64;
+  c.model.seq_len = 16;
+  c.train.steps = steps;
+  c.train.micro_batch = 32;
+  c.train.grad_accum = 1;
+  c.train.eval_every = steps;
+  c.optimizer.lr = 3e-3;
+  c.optimizer.weight_decay = 0.0;
+  c.schedule.type = "cosine";
+  c.schedule.warmup_steps = warmup;
+  c.schedule.min_lr = 3e-4;
+  return c;
+}
+
 }  // namespace
 
 // Learning test: 2-digit addition (answers exact-matched by greedy decoding on 64 held-out
 // problems) reaches >= 90% exact match within 600 steps with this small model (it is at 100%
 // from about step 400; ~5 s of CPU on one core).
 TEST_P(TrainerOn, LearnsAdditionToStatedAccuracy) {
-  auto c = smallConfig();
+  auto c = learningConfig(600, 20);
   c.model.layers = 2;
-  c.model.heads = 4;
-  c.model.d_model = 64;
-  c.model.seq_len = 16;
-  c.train.steps = 600;
-  c.train.micro_batch = 32;
-  c.train.grad_accum = 1;
-  c.train.eval_every = 600;
-  c.optimizer.lr = 3e-3;
-  c.optimizer.weight_decay = 0.0;
-  c.schedule.type = "cosine";
-  c.schedule.warmup_steps = 20;
-  c.schedule.min_lr = 3e-4;
   const fs::path dir = tempDir(tag("learn"));
   Recorded rec;
   auto r = runWith(c, rec, dir.string(), "", {}, 64, GetParam());
@@ -95,26 +102,14 @@ TEST_P(TrainerOn, LearnsAdditionToStatedAccuracy) {
 // found relative to '+' and '=' instead of read off a position table.
 TEST(Trainer, LlamaLearnsAdditionToStatedAccuracy) {
   // The default preset's optimizer and schedule (resources/presets/default.json).
-  auto c = smallConfig();
+  auto c = learningConfig(1600, 50);
   c.model.arch = "llama";
   c.model.layers = 3;
-  c.model.heads = 4;
   c.model.kv_heads = 2;
-  c.model.d_model = 64;
   c.model.d_ff = 176;
-  c.model.seq_len = 16;
-  c.train.steps = 1600;
-  c.train.micro_batch = 32;
-  c.train.grad_accum = 1;
-  c.train.eval_every = 1600;
   c.train.seed = 1337;
   c.train.grad_clip = 1.0;
-  c.optimizer.lr = 3e-3;
   c.optimizer.betas = {0.9, 0.98};
-  c.optimizer.weight_decay = 0.0;
-  c.schedule.type = "cosine";
-  c.schedule.warmup_steps = 50;
-  c.schedule.min_lr = 3e-4;
   c.device.threads = 2;
   const fs::path dir = tempDir("learn_llama");
   Recorded rec;

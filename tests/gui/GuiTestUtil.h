@@ -5,7 +5,12 @@
 #include <QDir>
 #include <QElapsedTimer>
 #include <QString>
+#include <QTemporaryDir>
 #include <QTest>
+
+#ifdef TRAINSCOPE_ENGINE_BIN
+#include "MainWindow.h"
+#endif
 
 namespace ts::gui::testutil {
 
@@ -27,5 +32,19 @@ inline bool waitFor(const std::function<bool()>& cond, int ms) {
   }
   return true;
 }
+
+#ifdef TRAINSCOPE_ENGINE_BIN
+// The main window of an end-to-end test: the default preset, a database in `tmp`, the real
+// engine binary, no re-attaching and no close dialog.
+inline MainWindow::Options e2eOptions(const QTemporaryDir& tmp) {
+  MainWindow::Options o;
+  o.presetFile = QString(TRAINSCOPE_PRESET_DIR) + "/default.json";
+  o.dbPath = tmp.filePath("runs.db");
+  o.enginePath = TRAINSCOPE_ENGINE_BIN;
+  o.reattach = false;
+  o.askOnClose = false;
+  return o;
+}
+#endif
 
 }  // namespace ts::gui::testutil

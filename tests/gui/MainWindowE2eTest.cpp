@@ -25,13 +25,7 @@ namespace {
 using ts::gui::testutil::waitFor;
 
 MainWindow::Options optionsFor(const QTemporaryDir& tmp) {
-  MainWindow::Options o;
-  o.presetFile = QString(TRAINSCOPE_PRESET_DIR) + "/default.json";
-  o.dbPath = tmp.filePath("runs.db");
-  o.enginePath = TRAINSCOPE_ENGINE_BIN;
-  o.reattach = false;
-  o.askOnClose = false;
-  return o;
+  return ts::gui::testutil::e2eOptions(tmp);
 }
 
 RunDashboard* runToEnd(MainWindow& win, const QStringList& args) {

@@ -16,13 +16,7 @@ using namespace ts::gui;
 TEST(ScreenshotTourE2e, EveryShotOfTheRealAppPassesItsChecks) {
   if (!QFileInfo(TRAINSCOPE_ENGINE_BIN).isExecutable()) GTEST_SKIP() << "engine not built";
   QTemporaryDir tmp;
-  MainWindow::Options o;
-  o.presetFile = QString(TRAINSCOPE_PRESET_DIR) + "/default.json";
-  o.dbPath = tmp.filePath("runs.db");
-  o.enginePath = TRAINSCOPE_ENGINE_BIN;
-  o.reattach = false;
-  o.askOnClose = false;
-  MainWindow win(o);
+  MainWindow win(testutil::e2eOptions(tmp));
   TourOptions t;
   t.outDir = QDir(testutil::screenshotDir()).filePath("tour");
   t.steps = 160;

@@ -270,6 +270,8 @@ class Gpt {
   struct BlockParams {
     const ParamInfo *ln1w, *ln1b, *ln2w, *ln2b;
   };
+  // llama: rotary positions on the q and k heads of a packed qkv (or their gradients), in place.
+  void rope(float* qkv, bool backward);
   void normForward(float* out, float* mean, float* rstd, const float* in, const ParamInfo* w,
                    const ParamInfo* b, int N);
   void normBackward(float* dinp, const float* dout, const float* in, const ParamInfo* w,
