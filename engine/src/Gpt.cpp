@@ -119,7 +119,7 @@ int checkpointSegment(const std::string& mode, int every, int layers) {
 }
 
 Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* tracker)
-    : config_(config), backend_(backend), tracker_(tracker) {
+    : config_(config), arch_(config.arch()), backend_(backend), tracker_(tracker) {
   const int64_t C = config.d_model, V = config.vocab, T = config.seq_len;
   if (config.layers < 1 || config.heads < 1 || C < 1 || V < 1 || T < 1 || C % config.heads != 0)
     throw std::invalid_argument("invalid GPT shape (layers, heads, d_model, seq_len, vocab)");
@@ -474,7 +474,7 @@ void Gpt::allocate(int B) {
   const std::map<std::string, Tensor*> scratch = {
       {"x16", &x16_},   {"g16", &g16_},   {"fp8X", &fp8X_},
       {"fp8G", &fp8G_}, {"fp8W", &fp8W_}, {"fp8TileScales", &fp8TileScales_}};
-  for (const auto& b : core::savedState(config_.arch(), config_.savedState(B))) {
+  for (const auto& b : core::savedState(arch_, config_.savedState(B))) {
     // Data-dependent buffers (the sparse nonzeros) are sized by each forward.
     Tensor t(backend_, tracker_, b.category, dtypeOf(b.type),
              b.dataDependent ? std::vector<int64_t>{0} : b.shape);
@@ -593,7 +593,7 @@ void Gpt::normBackward(float* dinp, const float* dout, const float* in, const Pa
 }
 
 void Gpt::rope(float* qkv, bool backward) {
-  const core::ArchSpec arch = config_.arch();
+  const core::ArchSpec& arch = arch_;
   const int NH = config_.heads, KVH = static_cast<int>(arch.kvHeads);
   const int HD = static_cast<int>(arch.headDim()), QKV = static_cast<int>(arch.qkvDim());
   const float theta = static_cast<float>(arch.ropeTheta);
@@ -612,7 +612,7 @@ void Gpt::blockForward(int l, BlockActivations& a, const float* in, float* out, 
   ScopedRange br(recompute ? "block_recompute" : "block_fwd", SpanCategory::Block);
   const int B = curB_, T = curT_, C = config_.d_model, NH = config_.heads;
   const int N = B * T;
-  const core::ArchSpec arch = config_.arch();
+  const core::ArchSpec& arch = arch_;
   const int KVH = static_cast<int>(arch.kvHeads), HD = static_cast<int>(arch.headDim());
   const int QKV = static_cast<int>(arch.qkvDim());
   const int64_t F = arch.dFf;
@@ -728,7 +728,7 @@ void Gpt::blockBackward(int l, BlockActivations& a, const float* in) {
   ScopedRange blr("block_bwd", SpanCategory::Block);
   const int B = curB_, T = curT_, C = config_.d_model, NH = config_.heads;
   const int N = B * T;
-  const core::ArchSpec arch = config_.arch();
+  const core::ArchSpec& arch = arch_;
   const int KVH = static_cast<int>(arch.kvHeads), HD = static_cast<int>(arch.headDim());
   const int QKV = static_cast<int>(arch.qkvDim());
   const int64_t F = arch.dFf;

@@ -278,6 +278,7 @@ class Gpt {
                     const ParamInfo* b, const float* mean, const float* rstd, int N);
 
   GptConfig config_;
+  core::ArchSpec arch_;  // config_.arch(), resolved once
   kernels::Backend* backend_;
   MemoryTracker* tracker_;
   std::vector<ParamInfo> params_;
