@@ -28,9 +28,9 @@ constexpr double kRelTolerance = 0.05;
 std::string describe(const core::RunConfig& c) {
   char buf[360];
   std::snprintf(
-      buf, sizeof buf, "L%d H%d D%d T%d mb%d ga%d %s %s %s %s ckpt=%s comp=%s %s%s gemm=%s",
-      c.model.layers, c.model.heads, c.model.d_model, c.model.seq_len, c.train.micro_batch,
-      c.train.grad_accum, c.model.activation.c_str(), c.attention.impl.c_str(),
+      buf, sizeof buf, "%s L%d H%d D%d T%d mb%d ga%d %s %s %s %s ckpt=%s comp=%s %s%s gemm=%s",
+      c.model.arch.c_str(), c.model.layers, c.model.heads, c.model.d_model, c.model.seq_len,
+      c.train.micro_batch, c.train.grad_accum, c.model.activation.c_str(), c.attention.impl.c_str(),
       c.optimizer.type.c_str(), c.data.task.c_str(), c.memory.checkpointing.c_str(),
       c.memory.activation_compression.c_str(), c.precision.policy.c_str(),
       c.precision.policy == "fp8" ? ("/" + c.precision.fp8.recipe).c_str() : "",
@@ -130,6 +130,30 @@ std::vector<core::RunConfig> techniqueGrid() {
     core::RunConfig c = base[(k * 5) % base.size()];
     c.precision.policy = p;
     c.precision.gemm = "bf16";
+    out.push_back(c);
+    ++k;
+  }
+  // The llama description: grouped-query attention, SwiGLU of an odd width, no biases, untied
+  // head, with each activation technique and the 16-bit and fp8 policies.
+  struct Llama {
+    const char *attention, *checkpointing, *compression, *policy;
+  };
+  for (const Llama& l :
+       {Llama{"naive", "none", "none", "fp32"}, Llama{"flash", "all", "none", "fp32"},
+        Llama{"naive", "every_k", "int8", "fp32"}, Llama{"flash", "none", "int8", "bf16"},
+        Llama{"naive", "none", "none", "fp8"}}) {
+    core::RunConfig c = base[(k * 5) % base.size()];
+    c.model.arch = "llama";
+    c.model.layers = 2;
+    c.model.heads = 4;
+    c.model.kv_heads = 2;
+    c.model.d_model = 32;
+    c.model.d_ff = 88;
+    c.attention.impl = l.attention;
+    c.memory.checkpointing = l.checkpointing;
+    c.memory.checkpoint_every = 0;
+    c.memory.activation_compression = l.compression;
+    c.precision.policy = l.policy;
     out.push_back(c);
     ++k;
   }
