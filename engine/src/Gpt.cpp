@@ -613,8 +613,7 @@ void Gpt::blockForward(int l, BlockActivations& a, const float* in, float* out, 
   const int B = curB_, T = curT_, C = config_.d_model, NH = config_.heads;
   const int N = B * T;
   const core::ArchSpec& arch = arch_;
-  const int KVH = static_cast<int>(arch.kvHeads), HD = static_cast<int>(arch.headDim());
-  const int QKV = static_cast<int>(arch.qkvDim());
+  const int KVH = static_cast<int>(arch.kvHeads);
   const int64_t F = arch.dFf;
   const auto& p = blockParams_[l];
   const Comp comp = config_.compression;
@@ -729,8 +728,7 @@ void Gpt::blockBackward(int l, BlockActivations& a, const float* in) {
   const int B = curB_, T = curT_, C = config_.d_model, NH = config_.heads;
   const int N = B * T;
   const core::ArchSpec& arch = arch_;
-  const int KVH = static_cast<int>(arch.kvHeads), HD = static_cast<int>(arch.headDim());
-  const int QKV = static_cast<int>(arch.qkvDim());
+  const int KVH = static_cast<int>(arch.kvHeads);
   const int64_t F = arch.dFf;
   const auto& p = blockParams_[l];
   const Comp comp = config_.compression;
