@@ -51,6 +51,17 @@ void randomize(Gpt& m, uint64_t seed) {
   m.paramBuffer().copyFromHost(host.data());
 }
 
+// The gradient checks' and decoder tests' model: 2 blocks, 2 heads, 8 wide, 6 positions, 7 tokens.
+GptConfig tinyConfig() {
+  GptConfig cfg;
+  cfg.layers = 2;
+  cfg.heads = 2;
+  cfg.d_model = 8;
+  cfg.seq_len = 6;
+  cfg.vocab = 7;
+  return cfg;
+}
+
 // Every element of every parameter tensor: the engine's gradient against central finite
 // differences of `loss` (an fp64 reference over `ref`, the same values). Tolerance per element
 // |g - fd| <= 2e-5 + 2e-3 |fd|, and per tensor |g - fd| <= 1e-4 |fd| + 1e-6; every tensor but
@@ -91,12 +102,7 @@ TEST_P(GradCheck, EveryParameterTensorMatchesFiniteDifferences) {
   auto backend = ts::testsupport::makeTestBackend(std::get<1>(GetParam()));
   backend->setThreads(1);
   MemoryTracker tracker;
-  GptConfig cfg;
-  cfg.layers = 2;
-  cfg.heads = 2;
-  cfg.d_model = 8;
-  cfg.seq_len = 6;
-  cfg.vocab = 7;
+  GptConfig cfg = tinyConfig();
   cfg.relu = c.relu;
   cfg.flash = c.flash;
   Gpt model(cfg, backend.get(), &tracker);
@@ -288,12 +294,8 @@ TEST(Decoder, HooksRunInOrderAndGradientsAreFinalWhenReported) {
   auto backend = ts::kernels::makeCpuBackend();
   backend->setThreads(1);
   MemoryTracker tracker;
-  GptConfig cfg;
+  GptConfig cfg = tinyConfig();
   cfg.layers = 4;
-  cfg.heads = 2;
-  cfg.d_model = 8;
-  cfg.seq_len = 6;
-  cfg.vocab = 7;
   cfg.checkpointEvery = 2;
   Gpt model(cfg, backend.get(), &tracker);
   model.initWeights(3);
@@ -339,12 +341,7 @@ TEST(Decoder, HooksRunInOrderAndGradientsAreFinalWhenReported) {
 TEST(Decoder, ExternalLossGivesTheSameGradients) {
   auto backend = ts::kernels::makeCpuBackend();
   backend->setThreads(1);
-  GptConfig cfg;
-  cfg.layers = 2;
-  cfg.heads = 2;
-  cfg.d_model = 8;
-  cfg.seq_len = 6;
-  cfg.vocab = 7;
+  GptConfig cfg = tinyConfig();
   std::vector<int32_t> tokens = {1, 4, 6, 0, 2, 3, 3, 5, 1, 6, 2, 2};
   std::vector<int32_t> targets = {4, 6, -1, 2, 3, 5, 1, 6, 0, -1, 3, 1};
   auto run = [&](bool external) {
