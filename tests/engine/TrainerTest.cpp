@@ -96,13 +96,14 @@ TEST_P(TrainerOn, LearnsAdditionToStatedAccuracy) {
 }
 
 // The same learning test for the llama description (RMSNorm, RoPE, SwiGLU of width 176,
-// grouped-query attention with 2 kv heads, untied head): >= 90% exact match in 1600 steps. It
+// grouped-query attention with 2 kv heads, untied head): >= 90% exact match in 2400 steps. It
 // needs a third block and more steps than GPT-2 (measured: 2 blocks plateau near val loss 0.46;
-// 3 blocks are at 89% by step 1200 here): with rotary positions only, the digits' places are
-// found relative to '+' and '=' instead of read off a position table.
+// 3 blocks leave the plateau around step 600 and are at 89-94% by step 1200, 97% by 1600; the
+// extra steps are margin for other CPUs' rounding): with rotary positions only, the digits'
+// places are found relative to '+' and '=' instead of read off a position table.
 TEST(Trainer, LlamaLearnsAdditionToStatedAccuracy) {
   // The default preset's optimizer and schedule (resources/presets/default.json).
-  auto c = learningConfig(1600, 50);
+  auto c = learningConfig(2400, 50);
   c.model.arch = "llama";
   c.model.layers = 3;
   c.model.kv_heads = 2;
@@ -119,7 +120,7 @@ TEST(Trainer, LlamaLearnsAdditionToStatedAccuracy) {
   ASSERT_FALSE(evals.empty());
   EXPECT_GE(evals.back().value("accuracy", 0.0), 0.9) << evals.back().dump();
   auto steps = rec.of(EventType::Step);
-  ASSERT_EQ(steps.size(), 1600u);
+  ASSERT_EQ(steps.size(), 2400u);
   EXPECT_LT(steps.back()["loss"].get<double>(), steps.front()["loss"].get<double>() * 0.5);
   fs::remove_all(dir);
 }
