@@ -1,0 +1,52 @@
+// What `capabilities` says the engine runs where (the GUI refuses by it) agrees with what a run
+// refuses (unsupportedFeatures): every precision policy and activation compression on each
+// backend, and every architecture offered.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "trainscope/engine/Capabilities.h"
+#include "trainscope/engine/Trainer.h"
+
+using namespace ts;
+
+namespace {
+bool refuses(const core::RunConfig& c, const std::string& path) {
+  for (const auto& i : engine::unsupportedFeatures(c))
+    if (i.path == path) return true;
+  return false;
+}
+bool offeredOn(const nlohmann::json& entry, const std::string& backend) {
+  if (!entry.value("supported", true)) return false;
+  if (!entry.contains("backends")) return true;
+  const auto& b = entry["backends"];
+  return std::find(b.begin(), b.end(), backend) != b.end();
+}
+}  // namespace
+
+TEST(Capabilities, AgreeWithWhatARunRefuses) {
+  const auto caps = engine::capabilitiesJson();
+  for (const std::string backend : {"cpu", "cuda"}) {
+    for (const auto& [policy, entry] : caps.at("precisions").items()) {
+      core::RunConfig c;
+      c.device.backend = backend;
+      c.precision.policy = policy;
+      EXPECT_EQ(offeredOn(entry, backend), !refuses(c, "precision.policy"))
+          << policy << " on " << backend;
+    }
+    core::RunConfig c;
+    c.device.backend = backend;
+    c.memory.activation_compression = "int8";
+    EXPECT_EQ(offeredOn(caps.at("techniques").at("activation_compression"), backend),
+              !refuses(c, "memory.activation_compression"))
+        << "int8 compression on " << backend;
+  }
+  ASSERT_TRUE(caps.contains("architectures"));
+  for (const auto& arch : caps["architectures"]) {
+    core::RunConfig c;
+    c.model.arch = arch.get<std::string>();
+    c.model.heads = 4;
+    c.model.d_model = 64;
+    EXPECT_TRUE(engine::unsupportedFeatures(c).empty()) << arch;
+  }
+}
