@@ -126,10 +126,14 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   if (config.architecture != "gpt2" && config.architecture != "llama")
     throw std::invalid_argument("unknown architecture '" + config.architecture +
                                 "' (gpt2 or llama)");
-  const core::ArchSpec arch = config.arch();
-  if (config.heads % arch.kvHeads != 0) throw std::invalid_argument("kv_heads must divide heads");
+  const core::ArchSpec& arch = arch_;
+  if (config.heads % arch.kvHeads != 0)
+    throw std::invalid_argument("kv_heads " + std::to_string(arch.kvHeads) + " must divide heads " +
+                                std::to_string(config.heads));
   if (config.architecture == "llama" && arch.headDim() % 2 != 0)
-    throw std::invalid_argument("rotary embeddings need an even head dimension");
+    throw std::invalid_argument("rotary embeddings need an even head dimension (d_model " +
+                                std::to_string(C) + " / heads " + std::to_string(config.heads) +
+                                " = " + std::to_string(arch.headDim()) + ")");
   if (config.checkpointEvery < 0 || config.checkpointEvery > config.layers)
     throw std::invalid_argument("checkpoint segment must be 0 (off) or 1..layers");
   if (config.compression == GptConfig::Compression::Sparse && !config.relu)
@@ -141,7 +145,7 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
                                 " memory is not host memory)");
   // The parameter table comes from the shared description: names, shapes, storage order.
   int64_t offset = 0;
-  for (auto& t : core::modelTensors(config.arch())) {
+  for (auto& t : core::modelTensors(arch_)) {
     ParamInfo p;
     p.name = t.name;
     p.shape = t.shape;

@@ -50,3 +50,24 @@ TEST(Capabilities, AgreeWithWhatARunRefuses) {
     EXPECT_TRUE(engine::unsupportedFeatures(c).empty()) << arch;
   }
 }
+
+// What the llama description refuses before a run starts, naming the key and the reason.
+TEST(Capabilities, LlamaRefusalsNameTheKey) {
+  core::RunConfig c;
+  c.model.arch = "llama";
+  c.model.heads = 4;
+  c.model.d_model = 12;  // head dim 3: no rotary pairs
+  c.memory.activation_compression = "sparse";
+  const auto issues = engine::unsupportedFeatures(c);
+  ASSERT_EQ(issues.size(), 2u);
+  EXPECT_EQ(issues[0].path, "model.d_model");
+  EXPECT_NE(issues[0].message.find("even head dimension"), std::string::npos);
+  EXPECT_EQ(issues[1].path, "memory.activation_compression");
+  EXPECT_NE(issues[1].message.find("use int8"), std::string::npos);
+  c.model.arch = "gpt2";  // GQA belongs to the llama description
+  c.model.d_model = 64;
+  c.memory.activation_compression = "none";
+  c.model.kv_heads = 2;
+  ASSERT_EQ(engine::unsupportedFeatures(c).size(), 1u);
+  EXPECT_EQ(engine::unsupportedFeatures(c)[0].path, "model.kv_heads");
+}

@@ -44,9 +44,9 @@ void randomize(Gpt& m, uint64_t seed) {
   auto host = hostCopy(m.paramBuffer());
   for (const auto& info : m.params()) {
     float* d = host.data() + info.offset;
-    const bool lnWeight =
-        info.name.find("ln_") != std::string::npos && info.name.find("weight") != std::string::npos;
-    for (int64_t i = 0; i < info.numel; ++i) d[i] = (lnWeight ? 1.f : 0.f) + nd(rng);
+    // Norm weights near 1 (LayerNorm and RMSNorm), everything else near 0.
+    const bool norm = info.spec.role == ts::core::TensorRole::NormWeight;
+    for (int64_t i = 0; i < info.numel; ++i) d[i] = (norm ? 1.f : 0.f) + nd(rng);
   }
   m.paramBuffer().copyFromHost(host.data());
 }
@@ -158,16 +158,7 @@ TEST_P(LlamaGradCheck, EveryParameterTensorMatchesFiniteDifferences) {
   cfg.vocab = 7;
   cfg.flash = std::get<0>(GetParam());
   Gpt model(cfg, backend.get(), &tracker);
-  {
-    std::mt19937_64 rng(7);
-    std::normal_distribution<float> nd(0.f, 0.35f);
-    auto host = hostCopy(model.paramBuffer());
-    for (const auto& info : model.params()) {
-      const bool norm = info.spec.role == ts::core::TensorRole::NormWeight;
-      for (int64_t i = 0; i < info.numel; ++i) host[info.offset + i] = (norm ? 1.f : 0.f) + nd(rng);
-    }
-    model.paramBuffer().copyFromHost(host.data());
-  }
+  randomize(model, 7);
   model.allocate(2);
   const int B = 2, T = 5;
   std::vector<int32_t> tokens = {1, 4, 6, 0, 2, 3, 3, 5, 1, 6};
@@ -178,11 +169,7 @@ TEST_P(LlamaGradCheck, EveryParameterTensorMatchesFiniteDifferences) {
   ASSERT_EQ(count, 8);
   model.backward();
   reftest::RefLlamaShape rs{cfg.layers, cfg.heads, cfg.kvHeads, cfg.d_model, cfg.dFf, cfg.vocab};
-  reftest::Params ref;
-  const auto host = hostCopy(model.paramBuffer());
-  for (const auto& info : model.params())
-    ref[info.name] =
-        std::vector<double>(host.data() + info.offset, host.data() + info.offset + info.numel);
+  reftest::Params ref = toRef(model);
   ASSERT_EQ(ref.size(), 2u * 9u + 3u);
   const double refLoss = reftest::llamaForward(rs, ref, tokens, targets, B, T);
   EXPECT_NEAR(sum / count, refLoss, 1e-5 * std::abs(refLoss));
@@ -370,4 +357,30 @@ TEST(Decoder, ExternalLossGivesTheSameGradients) {
   Gpt model(cfg, backend.get(), &tracker);
   model.allocate(2);
   EXPECT_THROW(model.backward(), std::logic_error);  // no loss gradient yet
+}
+
+// A shape the llama description cannot take is refused, saying what and why.
+TEST(Decoder, RefusesShapesTheDescriptionCannotTake) {
+  auto backend = ts::kernels::makeCpuBackend();
+  MemoryTracker tracker;
+  auto message = [&](GptConfig c) {
+    try {
+      Gpt m(c, backend.get(), &tracker);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  GptConfig c = tinyConfig();
+  c.architecture = "mamba";
+  EXPECT_NE(message(c).find("unknown architecture 'mamba' (gpt2 or llama)"), std::string::npos);
+  c = tinyConfig();
+  c.architecture = "llama";
+  c.heads = 4;
+  c.kvHeads = 3;
+  EXPECT_NE(message(c).find("kv_heads 3 must divide heads 4"), std::string::npos) << message(c);
+  c.kvHeads = 2;
+  c.d_model = 12;  // head dim 3
+  EXPECT_NE(message(c).find("even head dimension (d_model 12 / heads 4 = 3)"), std::string::npos)
+      << message(c);
 }
