@@ -77,7 +77,7 @@ nlohmann::json runBench(const BenchOptions& options, std::ostream& out) {
       Gpt model(gc, backend.get(), &tracker);
       model.initWeights(1);
       model.allocate(s.batch);
-      auto opt = makeOptimizer(core::OptimizerConfig{}, model, backend.get(), &tracker);
+      auto opt = makeOptimizer(core::OptimizerConfig{}, model.arena(), backend.get(), &tracker);
       const int N = s.batch * s.seq_len;
       std::vector<int32_t> tok(N), tgt(N);
       for (int i = 0; i < N; ++i) tok[i] = (i * 31 + 7) % s.vocab, tgt[i] = (i * 17 + 3) % s.vocab;
@@ -86,7 +86,7 @@ nlohmann::json runBench(const BenchOptions& options, std::ostream& out) {
         model.zeroGrad();
         model.forward(tok.data(), tgt.data(), s.batch, s.seq_len, 1.f / N);
         model.backward();
-        clipGradNorm(model, backend.get(), 1.0);
+        clipGradNorm(model.arena(), backend.get(), 1.0);
         opt->step(1e-4f);
       };
       const double bestS = bestSeconds(step, options.warmupSteps, options.steps);
@@ -202,7 +202,7 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
     Gpt model(gc, backend.get(), &tracker);
     model.initWeights(1);
     model.allocate(s.batch);
-    auto opt = makeOptimizer(core::OptimizerConfig{}, model, backend.get(), &tracker);
+    auto opt = makeOptimizer(core::OptimizerConfig{}, model.arena(), backend.get(), &tracker);
     const int N = s.batch * s.seq_len;
     std::vector<int32_t> tok(N), tgt(N);
     for (int i = 0; i < N; ++i) tok[i] = (i * 31 + 7) % s.vocab, tgt[i] = (i * 17 + 3) % s.vocab;
@@ -213,8 +213,8 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
       model.forward(tok.data(), tgt.data(), s.batch, s.seq_len, scale / N);
       model.backward();
       model.roundGrads();
-      if (scale != 1.f) backend->scale(model.gradBuffer().f32(), model.numParams(), 1.f / scale);
-      clipGradNorm(model, backend.get(), 1.0);
+      if (scale != 1.f) backend->scale(model.gradBuffer().f32(), model.arena().gradSize(), 1.f / scale);
+      clipGradNorm(model.arena(), backend.get(), 1.0);
       opt->step(1e-4f);
     };
     const double bestS = bestSeconds(step, options.warmupSteps, options.steps);

@@ -90,7 +90,7 @@ std::string stateDtype(kernels::DType d) {
 }
 }  // namespace
 
-CheckpointInfo saveCheckpoint(const std::string& parentDir, Gpt& model, Optimizer& optimizer,
+CheckpointInfo saveCheckpoint(const std::string& parentDir, ParamArena& model, Optimizer& optimizer,
                               const nlohmann::json& config, const TrainingState& state) {
   profiler::ScopedRange range("checkpoint_save", profiler::SpanCategory::IO);
   const fs::path parent(parentDir);
@@ -107,8 +107,8 @@ CheckpointInfo saveCheckpoint(const std::string& parentDir, Gpt& model, Optimize
     // Weights and optimizer state, copied to the host first: they may live on a device.
     SafetensorsWriter mw;
     mw.setMetadata("format", "pt");
-    std::vector<float> params(static_cast<size_t>(model.numParams()));
-    model.paramBuffer().copyToHost(params.data());
+    std::vector<float> params(static_cast<size_t>(model.size()));
+    model.values().copyToHost(params.data());
     for (const auto& p : model.params()) {
       mw.add(p.name, "F32", p.shape, params.data() + p.offset, sizeof(float) * p.numel);
     }
@@ -180,7 +180,7 @@ CheckpointInfo saveCheckpoint(const std::string& parentDir, Gpt& model, Optimize
   }
 }
 
-LoadedCheckpoint loadCheckpoint(const std::string& path, Gpt& model, Optimizer* optimizer) {
+LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Optimizer* optimizer) {
   profiler::ScopedRange range("checkpoint_load", profiler::SpanCategory::IO);
   fs::path dir(path);
   std::error_code ec;
@@ -252,12 +252,12 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, Gpt& model, Optimizer* 
                                 stateDtype(t->dtype()) + " (different precision policy?)");
       }
     }
-    // All verified: load (through host copies: the model may live on a device). The parameter
-    // views tile the whole buffer, but it is read first so nothing outside them changes.
-    std::vector<float> params(static_cast<size_t>(model.numParams()));
-    model.paramBuffer().copyToHost(params.data());
+    // All verified: load (through host copies: the arena may live on a device). It is read
+    // first so nothing outside the views (padding) changes.
+    std::vector<float> params(static_cast<size_t>(model.size()));
+    model.values().copyToHost(params.data());
     for (const auto& p : model.params()) mf.readF32(p.name, params.data() + p.offset, p.numel);
-    model.paramBuffer().copyFromHost(params.data());
+    model.values().copyFromHost(params.data());
     if (optimizer) {
       for (auto& [name, t] : optimizer->state())
         t->copyFromHost(of.bytes(name).data());  // size and dtype checked above

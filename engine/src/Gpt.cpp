@@ -73,6 +73,8 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels:
                                                                     : DType::F32;
   g.masterWeights = pol != "pure_bf16";
   g.bf16Gemm = useBf16Gemm(config, backend);
+  g.dropout = static_cast<float>(config.model.dropout);
+  g.dropoutSeed = static_cast<uint64_t>(config.train.seed);
   if (pol == "fp8") {
     const auto& f = config.precision.fp8;
     g.fp8 =
@@ -108,6 +110,7 @@ core::SavedStateOptions GptConfig::savedState(int B) const {
   o.checkpointEvery = checkpointEvery;
   o.bf16Gemm = bf16Gemm;
   o.fp8 = fp8 == Fp8Recipe::Blockwise ? "blockwise" : fp8 == Fp8Recipe::Delayed ? "delayed" : "";
+  o.dropout = dropout > 0.f;
   return o;
 }
 
@@ -138,61 +141,88 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
     throw std::invalid_argument("checkpoint segment must be 0 (off) or 1..layers");
   if (config.compression == GptConfig::Compression::Sparse && !config.relu)
     throw std::invalid_argument("sparse activation compression needs the relu activation");
+  if (!(config.dropout >= 0.f && config.dropout < 1.f))
+    throw std::invalid_argument("dropout must be in [0, 1), got " + std::to_string(config.dropout));
   // Packing runs on host pointers (CPU only, docs/memory.md), so it needs host-addressable memory.
   if (config.compression != GptConfig::Compression::None && !backend->hostAccessible())
     throw std::invalid_argument(std::string("activation compression runs on the cpu backend ") +
                                 "only (it packs on the host; " + backend->name() +
                                 " memory is not host memory)");
-  // The parameter table comes from the shared description: names, shapes, storage order.
-  int64_t offset = 0;
-  for (auto& t : core::modelTensors(arch_)) {
-    ParamInfo p;
-    p.name = t.name;
-    p.shape = t.shape;
-    p.numel = t.numel();
-    p.decay = t.decay();
-    p.offset = offset;
-    p.spec = std::move(t);
-    offset += p.numel;
-    params_.push_back(std::move(p));
+  const bool mixed = config.working != DType::F32;
+  if (mixed && backend_->kind() != kernels::DeviceKind::Cpu)
+    throw std::invalid_argument("bf16/fp16 working precision runs on the cpu backend only");
+  if (config_.bf16Gemm && (config_.working != DType::BF16 || fp8()))
+    throw std::invalid_argument("bf16 GEMMs need bf16 working weights (policy bf16 or pure_bf16)");
+  if (config_.bf16Gemm && !backend_->supports(kernels::Op::MatmulBF16))
+    throw std::invalid_argument("the " + backend_->name() + " backend has no bf16 GEMM");
+  if (fp8() && config_.working != DType::BF16)
+    throw std::invalid_argument("fp8 GEMMs need bf16 working weights");
+
+  // The parameter arena comes from the shared description: names, shapes, storage order, and
+  // which tensors train.
+  std::vector<core::TensorSpec> tensors = core::modelTensors(arch_);
+  for (const auto& f : config.freeze) {
+    bool any = false;
+    for (auto& t : tensors) {
+      const bool prefix = !f.empty() && f.back() == '.';
+      if (t.name == f || (prefix && t.name.rfind(f, 0) == 0)) {
+        t.trainable = false;
+        any = true;
+      }
+    }
+    if (!any) throw std::invalid_argument("freeze: no parameter is named '" + f + "'");
   }
-  numParams_ = offset;
-  // Pointers into params_ are stable from here on (no more push_back).
+  ArenaOptions ao;
+  ao.working = config.working;
+  ao.align = std::max<int64_t>(1, config.arenaAlign);
+  ao.masterWeights = config.masterWeights;
+  arena_ = ParamArena(std::move(tensors), backend_, tracker_, ao);
+  arena_.onWeightsChanged = [this] {
+    if (fp8()) quantizeFp8Weights();
+  };
+  const auto& params = arena_.params();
   auto tensor = [&](int block, const std::string& module, core::TensorRole role) {
-    for (const auto& p : params_)
+    for (const auto& p : params)
       if (p.spec.block == block && p.spec.module == module && p.spec.role == role) return &p;
     throw std::logic_error("model description has no " + module + " tensor for block " +
                            std::to_string(block));
   };
+  auto maybe = [&](core::TensorRole role) -> const ParamInfo* {
+    for (const auto& p : params)
+      if (p.spec.role == role) return &p;
+    return nullptr;
+  };
   using R = core::TensorRole;
-  for (const auto& p : params_) {
-    if (p.spec.role == R::TokenEmbedding) wte_ = &p;
-    if (p.spec.role == R::PositionEmbedding) wpe_ = &p;
-  }
   // One GEMM multiplies adjacent tensors that share an input (llama's q|k|v and gate|up): a
-  // view over them, whose rows are the concatenated weights.
+  // view over them, whose rows are the concatenated weights (adjacent in both buffers).
   auto fuse = [&](std::vector<const ParamInfo*> parts, const std::string& name) {
     ParamInfo f = *parts.front();
     f.name = name;
     f.shape = {0, parts.front()->shape[1]};
     f.numel = 0;
     for (const ParamInfo* p : parts) {
-      if (p->offset != f.offset + f.numel || p->shape[1] != f.shape[1])
+      if (p->offset != f.offset + f.numel || p->shape[1] != f.shape[1] ||
+          p->trainable() != f.trainable() ||
+          (f.trainable() && p->gradOffset != f.gradOffset + f.numel))
         throw std::logic_error("model description: " + p->name + " does not follow " +
-                               parts.front()->name);
+                               parts.front()->name + " (or trains differently)");
       f.shape[0] += p->shape[0];
       f.numel += p->numel;
     }
     fused_.push_back(std::move(f));
     return &fused_.back();
   };
-  std::vector<std::pair<const ParamInfo*, const ParamInfo*>> projections;  // weight, bias
+  struct Projection {
+    const ParamInfo *w, *b;
+  };
+  std::vector<Projection> projections;  // 4 per layer: qkv, o, up, down
+  std::vector<std::pair<const ParamInfo*, const ParamInfo*>> norms;  // 2 per layer
   const bool llama = config.architecture == "llama";
   for (int l = 0; l < config.layers; ++l) {
     if (llama) {
       const std::string h = "model.layers." + std::to_string(l) + ".";
-      blockParams_.push_back({tensor(l, "input_layernorm", R::NormWeight), nullptr,
-                              tensor(l, "post_attention_layernorm", R::NormWeight), nullptr});
+      norms.push_back({tensor(l, "input_layernorm", R::NormWeight), nullptr});
+      norms.push_back({tensor(l, "post_attention_layernorm", R::NormWeight), nullptr});
       projections.push_back(
           {fuse({tensor(l, "q_proj", R::LinearWeight), tensor(l, "k_proj", R::LinearWeight),
                  tensor(l, "v_proj", R::LinearWeight)},
@@ -205,47 +235,19 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
            nullptr});
       projections.push_back({tensor(l, "down_proj", R::LinearWeight), nullptr});
     } else {
-      blockParams_.push_back({tensor(l, "ln_1", R::NormWeight), tensor(l, "ln_1", R::NormBias),
-                              tensor(l, "ln_2", R::NormWeight), tensor(l, "ln_2", R::NormBias)});
+      norms.push_back({tensor(l, "ln_1", R::NormWeight), tensor(l, "ln_1", R::NormBias)});
+      norms.push_back({tensor(l, "ln_2", R::NormWeight), tensor(l, "ln_2", R::NormBias)});
       for (const char* m : {"c_attn", "attn.c_proj", "c_fc", "mlp.c_proj"})
         projections.push_back({tensor(l, m, R::LinearWeight), tensor(l, m, R::LinearBias)});
     }
   }
-  lnfw_ = tensor(-1, llama ? "norm" : "ln_f", R::NormWeight);
-  lnfb_ = llama ? nullptr : tensor(-1, "ln_f", R::NormBias);
-  head_ = wte_;
-  for (const auto& p : params_)
-    if (p.spec.role == R::Head) head_ = &p;
-  if (mixed()) {
-    if (config_.working != DType::BF16 && config_.working != DType::F16)
-      throw std::invalid_argument("working precision must be fp32, bf16 or fp16");
-    if (backend_->kind() != kernels::DeviceKind::Cpu)
-      throw std::invalid_argument("bf16/fp16 working precision runs on the cpu backend only");
-    param16_ =
-        Tensor(backend_, tracker_, MemoryCategory::Parameters, config_.working, {numParams_});
-    grad16_ = Tensor(backend_, tracker_, MemoryCategory::Gradients, config_.working, {numParams_});
-    param16_.zero();
-    grad16_.zero();
-  }
-  if (config_.bf16Gemm && (config_.working != DType::BF16 || fp8()))
-    throw std::invalid_argument("bf16 GEMMs need bf16 working weights (policy bf16 or pure_bf16)");
-  if (config_.bf16Gemm && !backend_->supports(kernels::Op::MatmulBF16))
-    throw std::invalid_argument("the " + backend_->name() + " backend has no bf16 GEMM");
-  // In 16-bit mode these are the fp32 compute copies (workspace), see GptConfig::working.
-  const auto pc = mixed() ? MemoryCategory::Workspace : MemoryCategory::Parameters;
-  const auto gc = mixed() ? MemoryCategory::Workspace : MemoryCategory::Gradients;
-  paramBuf_ = Tensor(backend_, tracker_, pc, DType::F32, {numParams_});
-  gradBuf_ = Tensor(backend_, tracker_, gc, DType::F32, {numParams_});
-  paramBuf_.zero();
-  gradBuf_.zero();
-  if (fp8() && config_.working != DType::BF16)
-    throw std::invalid_argument("fp8 GEMMs need bf16 working weights");
-  storage_ = ParamStorage{&paramBuf_, &gradBuf_, &param16_, &w8_, &w8Scales_};
+  storage_ = ParamStorage{&arena_.values(), &arena_.grads(), &arena_.values16(), &w8_, &w8Scales_};
   const Linear::Format format = config_.fp8 == GptConfig::Fp8Recipe::Blockwise
                                     ? Linear::Format::Fp8Blockwise
                                 : fp8()            ? Linear::Format::Fp8Delayed
                                 : config_.bf16Gemm ? Linear::Format::Bf16Gemm
                                                    : Linear::Format::F32;
+  linears_.reserve(projections.size());  // the layers keep pointers into it
   for (auto [w, b] : projections) linears_.emplace_back(backend_, &storage_, w, b, format);
   if (fp8()) {
     // Each linear's fp8 weight and its dequantization scales (one per 128x128 block, or one
@@ -261,27 +263,47 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
     w8Scales_ = Tensor(backend_, tracker_, MemoryCategory::Parameters, DType::F32, {scales});
     w8Scales_.zero();
   }
-}
-
-namespace {
-void roundTrip(kernels::Backend& be, DType dt, float* f32, uint16_t* h, int64_t n) {
-  if (dt == DType::BF16) {
-    be.floatToBf16(f32, h, n);
-    be.bf16ToFloat(h, f32, n);
-  } else {
-    be.floatToFp16(f32, h, n);
-    be.fp16ToFloat(h, f32, n);
+  // The layers, from the description's shape.
+  const int dm = static_cast<int>(C);
+  AttentionShape as;
+  as.dModel = dm;
+  as.heads = config.heads;
+  as.kvHeads = static_cast<int>(arch.kvHeads);
+  as.headDim = static_cast<int>(arch.headDim());
+  as.qkvDim = static_cast<int>(arch.qkvDim());
+  as.ropeTheta = llama ? arch.ropeTheta : 0.0;
+  as.flash = config.flash;
+  const Mlp::Activation act = arch.swiglu  ? Mlp::Activation::SwiGlu
+                              : config.relu ? Mlp::Activation::Relu
+                                            : Mlp::Activation::Gelu;
+  std::vector<Block> blocks;
+  for (int l = 0; l < config.layers; ++l) {
+    Linear* lin = &linears_[4 * l];
+    blocks.emplace_back(l, dm, makeNorm(norms[2 * l].first, norms[2 * l].second, dm),
+                        Attention(as, &lin[0], &lin[1]),
+                        makeNorm(norms[2 * l + 1].first, norms[2 * l + 1].second, dm),
+                        Mlp(dm, static_cast<int>(arch.dFf), act, &lin[2], &lin[3]));
   }
-}
-}  // namespace
-
-void Gpt::setWeightsFrom(const float* master) {
-  if (master != paramBuf_.f32())
-    backend_->copyOnDevice(paramBuf_.data(), master, numParams_ * int64_t(sizeof(float)));
-  if (!mixed()) return;
-  roundTrip(*backend_, config_.working, paramBuf_.f32(), static_cast<uint16_t*>(param16_.data()),
-            numParams_);
-  if (fp8()) quantizeFp8Weights();
+  decoder_.emplace(std::move(blocks), config.checkpointEvery);
+  const ParamInfo* wte = maybe(R::TokenEmbedding);
+  embedding_.emplace(wte, maybe(R::PositionEmbedding), dm);
+  finalNorm_ = makeNorm(tensor(-1, llama ? "norm" : "ln_f", R::NormWeight),
+                        llama ? nullptr : tensor(-1, "ln_f", R::NormBias), dm);
+  const ParamInfo* lmHead = maybe(R::Head);
+  head_.emplace(lmHead ? lmHead : wte, lmHead == nullptr);
+  compressor_ = ActivationCompressor(backend_, tracker_,
+                                     config.compression == GptConfig::Compression::Int8
+                                         ? ActivationCompressor::Mode::Int8
+                                     : config.compression == GptConfig::Compression::Sparse
+                                         ? ActivationCompressor::Mode::Sparse
+                                         : ActivationCompressor::Mode::None);
+  ctx_.backend = backend_;
+  ctx_.arena = &arena_;
+  ctx_.ws = &ws_;
+  ctx_.scratch = &scratch_;
+  ctx_.compressor = &compressor_;
+  ctx_.dropout.p = config.dropout;
+  ctx_.dropout.seed = config.dropoutSeed;
 }
 
 void Gpt::quantizeFp8Weights() {
@@ -373,25 +395,13 @@ void Gpt::loadFp8State(const nlohmann::json& state) {
   for (auto& lin : linears_) lin.quantizeFp8WeightDelayed(lin.fp8Site().wUsed);
 }
 
-void Gpt::roundGrads() {
-  if (!mixed()) return;
-  roundTrip(*backend_, config_.working, gradBuf_.f32(), static_cast<uint16_t*>(grad16_.data()),
-            numParams_);
-}
-
-const ParamInfo* Gpt::find(const std::string& name) const {
-  for (const auto& p : params_)
-    if (p.name == name) return &p;
-  return nullptr;
-}
-
 void Gpt::initWeights(uint64_t seed) {
   Rng rng(seed);
-  std::vector<float> host(static_cast<size_t>(numParams_));
+  std::vector<float> host(static_cast<size_t>(arena_.size()), 0.f);  // padding stays 0
   const double std0 = 0.02;
   const double stdResid = 0.02 / std::sqrt(2.0 * config_.layers);
   using R = core::TensorRole;
-  for (const auto& p : params_) {
+  for (const auto& p : arena_.params()) {
     float* dst = host.data() + p.offset;
     const R role = p.spec.role;
     if (role == R::NormWeight) {
@@ -403,49 +413,51 @@ void Gpt::initWeights(uint64_t seed) {
       for (int64_t i = 0; i < p.numel; ++i) dst[i] = static_cast<float>(rng.normal() * s);
     }
   }
-  backend_->copyToDevice(paramBuf_.data(), host.data(), host.size() * sizeof(float));
-  if (mixed()) setWeightsFrom(paramBuf_.f32());
-}
-
-void Gpt::zeroGrad() {
-  gradBuf_.zero();
+  backend_->copyToDevice(arena_.values().data(), host.data(), host.size() * sizeof(float));
+  if (mixed()) arena_.roundWeights();
 }
 
 namespace {
-// Where each buffer of the description lives in the engine's structs.
-const std::map<std::string, Tensor BlockActivations::*>& blockFields() {
-  static const std::map<std::string, Tensor BlockActivations::*> m = {
-      {"input", &BlockActivations::input},
-      {"ln1", &BlockActivations::ln1},
-      {"ln1Mean", &BlockActivations::ln1Mean},
-      {"ln1Rstd", &BlockActivations::ln1Rstd},
-      {"qkv", &BlockActivations::qkv},
-      {"att", &BlockActivations::att},
-      {"attOut", &BlockActivations::attOut},
-      {"resid2", &BlockActivations::resid2},
-      {"ln2", &BlockActivations::ln2},
-      {"ln2Mean", &BlockActivations::ln2Mean},
-      {"ln2Rstd", &BlockActivations::ln2Rstd},
-      {"fcPre", &BlockActivations::fcPre},
-      {"fcAct", &BlockActivations::fcAct},
-      {"ln1Q", &BlockActivations::ln1Q},
-      {"attOutQ", &BlockActivations::attOutQ},
-      {"ln2Q", &BlockActivations::ln2Q},
-      {"fcActQ", &BlockActivations::fcActQ},
-      {"ln1Scale", &BlockActivations::ln1Scale},
-      {"attOutScale", &BlockActivations::attOutScale},
-      {"ln2Scale", &BlockActivations::ln2Scale},
-      {"fcActScale", &BlockActivations::fcActScale},
-      {"fcMask", &BlockActivations::fcMask},
-      {"fcVals", &BlockActivations::fcVals}};
+// Where each buffer of the description lives in the layers' saved-state structs.
+using BlockField = Tensor& (*)(BlockActivations&);
+const std::map<std::string, BlockField>& blockFields() {
+  static const std::map<std::string, BlockField> m = {
+      {"input", [](BlockActivations& a) -> Tensor& { return a.input; }},
+      {"ln1", [](BlockActivations& a) -> Tensor& { return a.attn.in; }},
+      {"ln1Mean", [](BlockActivations& a) -> Tensor& { return a.norm1.mean; }},
+      {"ln1Rstd", [](BlockActivations& a) -> Tensor& { return a.norm1.rstd; }},
+      {"qkv", [](BlockActivations& a) -> Tensor& { return a.attn.qkv; }},
+      {"att", [](BlockActivations& a) -> Tensor& { return a.attn.att; }},
+      {"attOut", [](BlockActivations& a) -> Tensor& { return a.attn.out; }},
+      {"resid2", [](BlockActivations& a) -> Tensor& { return a.resid2; }},
+      {"ln2", [](BlockActivations& a) -> Tensor& { return a.mlp.in; }},
+      {"ln2Mean", [](BlockActivations& a) -> Tensor& { return a.norm2.mean; }},
+      {"ln2Rstd", [](BlockActivations& a) -> Tensor& { return a.norm2.rstd; }},
+      {"fcPre", [](BlockActivations& a) -> Tensor& { return a.mlp.pre; }},
+      {"fcAct", [](BlockActivations& a) -> Tensor& { return a.mlp.act; }},
+      {"ln1Q", [](BlockActivations& a) -> Tensor& { return a.attn.inQ; }},
+      {"attOutQ", [](BlockActivations& a) -> Tensor& { return a.attn.outQ; }},
+      {"ln2Q", [](BlockActivations& a) -> Tensor& { return a.mlp.inQ; }},
+      {"fcActQ", [](BlockActivations& a) -> Tensor& { return a.mlp.actQ; }},
+      {"ln1Scale", [](BlockActivations& a) -> Tensor& { return a.attn.inScale; }},
+      {"attOutScale", [](BlockActivations& a) -> Tensor& { return a.attn.outScale; }},
+      {"ln2Scale", [](BlockActivations& a) -> Tensor& { return a.mlp.inScale; }},
+      {"fcActScale", [](BlockActivations& a) -> Tensor& { return a.mlp.actScale; }},
+      {"fcMask", [](BlockActivations& a) -> Tensor& { return a.mlp.mask; }},
+      {"fcVals", [](BlockActivations& a) -> Tensor& { return a.mlp.vals; }}};
   return m;
 }
-const std::map<std::string, Tensor Activations::*>& globalFields() {
-  static const std::map<std::string, Tensor Activations::*> m = {
-      {"tokens", &Activations::tokens},     {"targets", &Activations::targets},
-      {"residOut", &Activations::residOut}, {"lnf", &Activations::lnf},
-      {"lnfMean", &Activations::lnfMean},   {"lnfRstd", &Activations::lnfRstd},
-      {"logits", &Activations::logits},     {"losses", &Activations::losses}};
+using GlobalField = Tensor& (*)(Activations&);
+const std::map<std::string, GlobalField>& globalFields() {
+  static const std::map<std::string, GlobalField> m = {
+      {"tokens", [](Activations& a) -> Tensor& { return a.tokens; }},
+      {"targets", [](Activations& a) -> Tensor& { return a.targets; }},
+      {"residOut", [](Activations& a) -> Tensor& { return a.residOut; }},
+      {"lnf", [](Activations& a) -> Tensor& { return a.lnf; }},
+      {"lnfMean", [](Activations& a) -> Tensor& { return a.lnfSaved.mean; }},
+      {"lnfRstd", [](Activations& a) -> Tensor& { return a.lnfSaved.rstd; }},
+      {"logits", [](Activations& a) -> Tensor& { return a.logits; }},
+      {"losses", [](Activations& a) -> Tensor& { return a.losses; }}};
   return m;
 }
 DType dtypeOf(core::ElementType t) {
@@ -472,9 +484,9 @@ void Gpt::allocate(int B) {
   // Every buffer of the shared description, allocated as described (the estimator sums the
   // same list, so the memory plan is exactly what the tracker measures).
   const std::map<std::string, Tensor Workspace::*> wsFields = {
-      {"ones", &Workspace::ones}, {"dres", &Workspace::dres}, {"dtmp", &Workspace::dtmp},
-      {"dqkv", &Workspace::dqkv}, {"datt", &Workspace::datt}, {"dfc", &Workspace::dfc},
-      {"dfc2", &Workspace::dfc2}};
+      {"ones", &Workspace::ones}, {"dres", &Workspace::dres},   {"dtmp", &Workspace::dtmp},
+      {"dqkv", &Workspace::dqkv}, {"datt", &Workspace::datt},   {"dfc", &Workspace::dfc},
+      {"dfc2", &Workspace::dfc2}, {"ddrop", &Workspace::ddrop}};
   const std::map<std::string, Tensor*> scratch = {
       {"x16", &x16_},   {"g16", &g16_},   {"fp8X", &fp8X_},
       {"fp8G", &fp8G_}, {"fp8W", &fp8W_}, {"fp8TileScales", &fp8TileScales_}};
@@ -484,11 +496,11 @@ void Gpt::allocate(int B) {
              b.dataDependent ? std::vector<int64_t>{0} : b.shape);
     if (b.set >= 0) {
       if (static_cast<int>(acts_.blocks.size()) <= b.set) acts_.blocks.resize(b.set + 1);
-      acts_.blocks[b.set].*blockFields().at(b.name) = std::move(t);
+      blockFields().at(b.name)(acts_.blocks[b.set]) = std::move(t);
     } else if (b.name == "checkpoint") {
       acts_.checkpoints.push_back(std::move(t));
     } else if (auto g = globalFields().find(b.name); g != globalFields().end()) {
-      acts_.*(g->second) = std::move(t);
+      g->second(acts_) = std::move(t);
     } else if (auto w = wsFields.find(b.name); w != wsFields.end()) {
       ws_.*(w->second) = std::move(t);
     } else {
@@ -504,219 +516,27 @@ void Gpt::allocate(int B) {
   haveLoss_ = false;
 }
 
-void Gpt::quantizeRows(Tensor& q, Tensor& scale, const float* x, int64_t rows, int64_t cols,
-                       bool count) {
-  ScopedRange r("int8_pack", SpanCategory::Elementwise);
-  int8_t* qd = static_cast<int8_t*>(q.data());
-  float* sd = scale.f32();
-#pragma omp parallel for schedule(static) if (rows * cols > 32768)
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* xr = x + i * cols;
-    float amax = 0.f;
-    for (int64_t j = 0; j < cols; ++j) amax = std::max(amax, std::fabs(xr[j]));
-    const float s = amax / 127.f;
-    sd[i] = s;
-    const float inv = s > 0.f ? 1.f / s : 0.f;
-    for (int64_t j = 0; j < cols; ++j)
-      qd[i * cols + j] =
-          static_cast<int8_t>(std::clamp(std::nearbyint(xr[j] * inv), -127.f, 127.f));
-  }
-  if (count) {
-    stats_.rawBytes += 4 * rows * cols;
-    stats_.storedBytes += rows * cols + 4 * rows;
-  }
-}
-
-void Gpt::dequantizeRows(float* x, const Tensor& q, const Tensor& scale, int64_t rows,
-                         int64_t cols) {
-  ScopedRange r("int8_unpack", SpanCategory::Elementwise);
-  const int8_t* qd = static_cast<const int8_t*>(q.data());
-  const float* sd = scale.f32();
-#pragma omp parallel for schedule(static) if (rows * cols > 32768)
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) x[i * cols + j] = qd[i * cols + j] * sd[i];
-}
-
-void Gpt::packSparse(BlockActivations& a, const float* x, int64_t n, bool count) {
-  ScopedRange r("sparse_pack", SpanCategory::Elementwise);
-  uint8_t* mask = static_cast<uint8_t*>(a.fcMask.data());
-  int64_t nnz = 0;
-  for (int64_t byte = 0; byte * 8 < n; ++byte) {
-    uint8_t m = 0;
-    for (int b = 0; b < 8 && byte * 8 + b < n; ++b)
-      if (x[byte * 8 + b] != 0.f) {
-        m |= static_cast<uint8_t>(1u << b);
-        ++nnz;
-      }
-    mask[byte] = m;
-  }
-  // Exactly nnz values are kept, so the tracker shows what the storage really costs (the old
-  // values go first so old and new never count together).
-  a.fcVals.reset();
-  a.fcVals = Tensor(backend_, tracker_, MemoryCategory::Activations, DType::F32, {nnz});
-  float* v = a.fcVals.f32();
-  for (int64_t i = 0; i < n; ++i)
-    if (x[i] != 0.f) *v++ = x[i];
-  if (count) {
-    stats_.rawBytes += 4 * n;
-    stats_.storedBytes += (n + 7) / 8 + 4 * nnz;
-    stats_.reluValues += n;
-    stats_.reluZeros += n - nnz;
-  }
-}
-
-void Gpt::unpackSparse(float* x, const BlockActivations& a, int64_t n) {
-  ScopedRange r("sparse_unpack", SpanCategory::Elementwise);
-  const uint8_t* mask = static_cast<const uint8_t*>(a.fcMask.data());
-  const float* v = a.fcVals.f32();
-  for (int64_t i = 0; i < n; ++i) x[i] = (mask[i >> 3] >> (i & 7)) & 1u ? *v++ : 0.f;
-}
-
-void Gpt::normForward(float* out, float* mean, float* rstd, const float* in, const ParamInfo* w,
-                      const ParamInfo* b, int N) {
-  const int C = config_.d_model;
-  if (!b) {  // RMSNorm (llama): no mean, no bias
-    ScopedRange r("rmsnorm_fwd", SpanCategory::Norm);
-    backend_->rmsnormForward(out, rstd, in, param(*w), N, C, 1e-5f);
-    return;
-  }
-  ScopedRange r("layernorm_fwd", SpanCategory::Norm);
-  backend_->layernormForward(out, mean, rstd, in, param(*w), param(*b), N, C, 1e-5f);
-}
-
-void Gpt::normBackward(float* dinp, const float* dout, const float* in, const ParamInfo* w,
-                       const ParamInfo* b, const float* mean, const float* rstd, int N) {
-  const int C = config_.d_model;
-  if (!b) {
-    ScopedRange r("rmsnorm_bwd", SpanCategory::Norm);
-    backend_->rmsnormBackward(dinp, grad(*w), dout, in, param(*w), rstd, N, C);
-    return;
-  }
-  ScopedRange r("layernorm_bwd", SpanCategory::Norm);
-  backend_->layernormBackward(dinp, grad(*w), grad(*b), dout, in, param(*w), mean, rstd, N, C);
-}
-
-void Gpt::rope(float* qkv, bool backward) {
-  const core::ArchSpec& arch = arch_;
-  const int NH = config_.heads, KVH = static_cast<int>(arch.kvHeads);
-  const int HD = static_cast<int>(arch.headDim()), QKV = static_cast<int>(arch.qkvDim());
-  const float theta = static_cast<float>(arch.ropeTheta);
-  ScopedRange r(backward ? "rope_bwd" : "rope_fwd", SpanCategory::Elementwise);
-  for (auto [p, heads] : {std::pair{qkv, NH}, std::pair{qkv + config_.d_model, KVH}}) {
-    if (backward)
-      backend_->ropeBackward(p, p, curB_, curT_, heads, HD, QKV, QKV, theta);
-    else
-      backend_->ropeForward(p, p, curB_, curT_, heads, HD, QKV, QKV, theta);
-  }
-}
-
-void Gpt::blockForward(int l, BlockActivations& a, const float* in, float* out, bool recompute) {
-  if (hooks_.beforeBlockForward) hooks_.beforeBlockForward(l, recompute);
-  using Comp = GptConfig::Compression;
-  ScopedRange br(recompute ? "block_recompute" : "block_fwd", SpanCategory::Block);
-  const int B = curB_, T = curT_, C = config_.d_model, NH = config_.heads;
-  const int N = B * T;
-  const core::ArchSpec& arch = arch_;
-  const int KVH = static_cast<int>(arch.kvHeads);
-  const int64_t F = arch.dFf;
-  const auto& p = blockParams_[l];
-  const Comp comp = config_.compression;
-  const bool q8 = comp == Comp::Int8;
-  const bool countStats = !recompute;
-  // int8: each matmul input is computed in fp32 into dfc2 (free during forward), used, then
-  // quantized. Sparse: the ReLU output likewise, then packed.
-  float* tmp = ws_.dfc2.f32();
-  auto linearForward = [&](int j, float* o, const float* i) {
-    linears_[4 * l + j].forward(o, i, N, scratch_, recompute);
-  };
-  float* ln1 = q8 ? tmp : a.ln1.f32();
-  normForward(ln1, a.ln1Mean.f32(), a.ln1Rstd.f32(), in, p.ln1w, p.ln1b, N);
-  linearForward(0, a.qkv.f32(), ln1);
-  if (q8) {
-    quantizeRows(a.ln1Q, a.ln1Scale, ln1, N, C, countStats);
-  }
-  // Rotary positions on the q and k heads of the packed qkv, in place (saved rotated).
-  if (arch.arch == "llama") rope(a.qkv.f32(), false);
-  float* attOut = q8 ? tmp : a.attOut.f32();
-  {
-    ScopedRange r("attention_fwd", SpanCategory::Attention, 4.0 * B * T * T * C);
-    if (config_.flash)
-      backend_->flashAttentionGqaForward(attOut, a.att.f32(), a.qkv.f32(), B, T, C, NH, KVH);
-    else
-      backend_->attentionGqaForward(attOut, a.att.f32(), a.qkv.f32(), B, T, C, NH, KVH);
-  }
-  linearForward(1, ws_.dtmp.f32(), attOut);
-  if (q8) {
-    quantizeRows(a.attOutQ, a.attOutScale, attOut, N, C, countStats);
-  }
-  {
-    ScopedRange r("residual_fwd", SpanCategory::Elementwise);
-    backend_->residualForward(a.resid2.f32(), in, ws_.dtmp.f32(), int64_t(N) * C);
-  }
-  float* ln2 = q8 ? tmp : a.ln2.f32();
-  normForward(ln2, a.ln2Mean.f32(), a.ln2Rstd.f32(), a.resid2.f32(), p.ln2w, p.ln2b, N);
-  linearForward(2, a.fcPre.f32(), ln2);
-  if (q8) {
-    quantizeRows(a.ln2Q, a.ln2Scale, ln2, N, C, countStats);
-  }
-  float* fcAct = comp == Comp::None ? a.fcAct.f32() : tmp;
-  {
-    const char* name = arch.swiglu ? "swiglu_fwd" : config_.relu ? "relu_fwd" : "gelu_fwd";
-    ScopedRange r(name, SpanCategory::Elementwise);
-    if (arch.swiglu)
-      backend_->swigluForward(fcAct, a.fcPre.f32(), N, static_cast<int>(F));
-    else if (config_.relu)
-      backend_->reluForward(fcAct, a.fcPre.f32(), int64_t(N) * F);
-    else
-      backend_->geluForward(fcAct, a.fcPre.f32(), int64_t(N) * F);
-  }
-  if (out) linearForward(3, ws_.dtmp.f32(), fcAct);
-  if (q8) {
-    quantizeRows(a.fcActQ, a.fcActScale, fcAct, N, F, countStats);
-  } else if (comp == Comp::Sparse) {
-    packSparse(a, fcAct, int64_t(N) * F, countStats);
-  }
-  if (out) {
-    ScopedRange r("residual_fwd", SpanCategory::Elementwise);
-    backend_->residualForward(out, a.resid2.f32(), ws_.dtmp.f32(), int64_t(N) * C);
-  }
-}
-
 double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss,
                     int64_t* count) {
   if (B < 1 || B > acts_.B || T < 1 || T > config_.seq_len)
     throw std::invalid_argument("forward: batch shape exceeds the allocated activations");
   ScopedRange fr("forward", SpanCategory::Block);
-  const int C = config_.d_model, V = config_.vocab, L = config_.layers;
+  const int C = config_.d_model, V = config_.vocab;
   const int N = B * T;
-  const int k = config_.checkpointEvery;
-  curB_ = B;
-  curT_ = T;
-  stats_ = CompressionStats{};
+  ctx_.B = B;
+  ctx_.T = T;
+  compressor_.resetStats();
   backend_->copyToDevice(acts_.tokens.data(), tokens, sizeof(int32_t) * N);
-  // Block l reads `inputOf(l)`: its own set's input (plain), or with segments of k blocks the
-  // segment's checkpoint (first block) / the scratch slot's input (the others).
-  auto inputOf = [&](int l) -> float* {
-    if (k == 0) return acts_.blocks[l].input.f32();
-    return l % k == 0 ? acts_.checkpoints[l / k].f32() : acts_.blocks[l % k].input.f32();
-  };
-  {
-    ScopedRange r("embedding_fwd", SpanCategory::Elementwise);
-    backend_->embeddingForward(inputOf(0), acts_.tokens.i32(), param(*wte_),
-                               wpe_ ? param(*wpe_) : nullptr, B, T, C);
+  float* x0 = decoder_->input(acts_);
+  embedding_->forward(ctx_, x0, acts_.tokens.i32());
+  if (ctx_.dropout.active()) {
+    ScopedRange r("dropout", SpanCategory::Elementwise);
+    backend_->dropout(x0, x0, int64_t(N) * C, ctx_.dropout.p, ctx_.dropout.seed,
+                      ctx_.dropout.stream(-1, 0));
   }
-  for (int l = 0; l < L; ++l) {
-    auto& a = acts_.blocks[k == 0 ? l : l % k];
-    float* out = l + 1 < L ? inputOf(l + 1) : acts_.residOut.f32();
-    blockForward(l, a, inputOf(l), out, false);
-  }
-  normForward(acts_.lnf.f32(), acts_.lnfMean.f32(), acts_.lnfRstd.f32(), acts_.residOut.f32(),
-              lnfw_, lnfb_, N);
-  {
-    ScopedRange r("lm_head_fwd", SpanCategory::Gemm, 2.0 * N * V * C);
-    backend_->matmul(acts_.logits.f32(), acts_.lnf.f32(), param(*head_), N, V, C, false, true, 1.f,
-                     0.f);
-  }
+  decoder_->forward(ctx_, acts_, acts_.residOut.f32());
+  finalNorm_->forward(ctx_, acts_.lnf.f32(), acts_.lnfSaved, acts_.residOut.f32());
+  head_->forward(ctx_, acts_.logits.f32(), acts_.lnf.f32());
   haveLoss_ = false;
   if (!targets) return 0.0;
   // The loss is not part of the model: cross-entropy over the logits just computed.
@@ -726,127 +546,35 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   return sum;
 }
 
-void Gpt::blockBackward(int l, BlockActivations& a, const float* in) {
-  using Comp = GptConfig::Compression;
-  ScopedRange blr("block_bwd", SpanCategory::Block);
-  const int B = curB_, T = curT_, C = config_.d_model, NH = config_.heads;
-  const int N = B * T;
-  const core::ArchSpec& arch = arch_;
-  const int KVH = static_cast<int>(arch.kvHeads);
-  const int64_t F = arch.dFf;
-  const auto& p = blockParams_[l];
-  const Comp comp = config_.compression;
-  const bool q8 = comp == Comp::Int8;
-  float* dres = ws_.dres.f32();
-  float* dtmp = ws_.dtmp.f32();
-  auto linearBackward = [&](int j, float* di, const float* d, const float* i) {
-    linears_[4 * l + j].backward(di, d, i, N, scratch_);
-  };
-  // Compressed inputs are expanded into whichever of dfc / dfc2 is free at that point.
-  const float* fcAct = a.fcAct.empty() ? nullptr : a.fcAct.f32();
-  if (q8) {
-    dequantizeRows(ws_.dfc2.f32(), a.fcActQ, a.fcActScale, N, F);
-    fcAct = ws_.dfc2.f32();
-  } else if (comp == Comp::Sparse) {
-    unpackSparse(ws_.dfc2.f32(), a, int64_t(N) * F);
-    fcAct = ws_.dfc2.f32();
-  }
-  // MLP branch: out = resid2 + proj(act(fc(norm_2(resid2)))).
-  linearBackward(3, ws_.dfc.f32(), dres, fcAct);
-  {
-    const char* name = arch.swiglu ? "swiglu_bwd" : config_.relu ? "relu_bwd" : "gelu_bwd";
-    ScopedRange r(name, SpanCategory::Elementwise);
-    // relu(x) > 0 exactly when x > 0, so the pre-activation gives the same mask.
-    if (arch.swiglu)
-      backend_->swigluBackward(ws_.dfc2.f32(), a.fcPre.f32(), ws_.dfc.f32(), N,
-                               static_cast<int>(F));
-    else if (config_.relu)
-      backend_->reluBackward(ws_.dfc2.f32(), comp == Comp::None ? fcAct : a.fcPre.f32(),
-                             ws_.dfc.f32(), int64_t(N) * F);
-    else
-      backend_->geluBackward(ws_.dfc2.f32(), a.fcPre.f32(), ws_.dfc.f32(), int64_t(N) * F);
-  }
-  const float* ln2 = q8 ? ws_.dfc.f32() : a.ln2.f32();
-  if (q8) dequantizeRows(ws_.dfc.f32(), a.ln2Q, a.ln2Scale, N, C);
-  linearBackward(2, dtmp, ws_.dfc2.f32(), ln2);
-  normBackward(dres, dtmp, a.resid2.f32(), p.ln2w, p.ln2b, a.ln2Mean.f32(), a.ln2Rstd.f32(), N);
-  // Attention branch: resid2 = input + o(attn(qkv(norm_1(input)))).
-  const float* attOut = q8 ? ws_.dfc.f32() : a.attOut.f32();
-  if (q8) dequantizeRows(ws_.dfc.f32(), a.attOutQ, a.attOutScale, N, C);
-  linearBackward(1, dtmp, dres, attOut);
-  {
-    ScopedRange r("attention_bwd", SpanCategory::Attention, 8.0 * B * T * T * C);
-    if (config_.flash)
-      backend_->flashAttentionGqaBackward(ws_.dqkv.f32(), dtmp, attOut, a.att.f32(), a.qkv.f32(), B,
-                                          T, C, NH, KVH);
-    else
-      backend_->attentionGqaBackward(ws_.dqkv.f32(), ws_.datt.f32(), dtmp, a.qkv.f32(), a.att.f32(),
-                                     B, T, C, NH, KVH);
-  }
-  // Back through the rotation: dq, dk of the unrotated projections, in place.
-  if (arch.arch == "llama") rope(ws_.dqkv.f32(), true);
-  const float* ln1 = q8 ? ws_.dfc.f32() : a.ln1.f32();
-  if (q8) dequantizeRows(ws_.dfc.f32(), a.ln1Q, a.ln1Scale, N, C);
-  linearBackward(0, dtmp, ws_.dqkv.f32(), ln1);
-  normBackward(dres, dtmp, in, p.ln1w, p.ln1b, a.ln1Mean.f32(), a.ln1Rstd.f32(), N);
-  if (hooks_.blockGradientsReady) hooks_.blockGradientsReady(l);
-}
-
 void Gpt::backward() {
   if (!haveLoss_) throw std::logic_error("backward() needs a forward with targets first");
   ScopedRange br("backward", SpanCategory::Block);
-  const int B = curB_, T = curT_, C = config_.d_model, V = config_.vocab, L = config_.layers;
-  const int N = B * T;
-  const int k = config_.checkpointEvery;
+  const int C = config_.d_model;
+  const int64_t n = ctx_.rows() * C;
   float* dres = ws_.dres.f32();
   float* dtmp = ws_.dtmp.f32();
-  {
-    ScopedRange r("lm_head_bwd", SpanCategory::Gemm, 4.0 * N * V * C);
-    // dlnf = dlogits W_head; dW_head += dlogits^T lnf (W_head is wte when tied).
-    backend_->matmul(dtmp, acts_.logits.f32(), param(*head_), N, C, V, false, false, 1.f, 0.f);
-    backend_->matmul(grad(*head_), acts_.logits.f32(), acts_.lnf.f32(), V, C, N, true, false, 1.f,
-                     1.f);
-  }
+  // dlnf = dlogits W_head; dW_head += dlogits^T lnf (W_head is wte when tied).
+  head_->backward(ctx_, dtmp, acts_.logits.f32(), acts_.lnf.f32());
   ws_.dres.zero();
-  normBackward(dres, dtmp, acts_.residOut.f32(), lnfw_, lnfb_, acts_.lnfMean.f32(),
-               acts_.lnfRstd.f32(), N);
-  if (k == 0) {
-    for (int l = L - 1; l >= 0; --l) blockBackward(l, acts_.blocks[l], acts_.blocks[l].input.f32());
-  } else {
-    const int segments = (L + k - 1) / k;
-    for (int s = segments - 1; s >= 0; --s) {
-      const int first = s * k, last = std::min(L, first + k) - 1;
-      auto in = [&](int l) {
-        return l == first ? acts_.checkpoints[s].f32() : acts_.blocks[l - first].input.f32();
-      };
-      // The last segment is still in the scratch sets from forward; the others are recomputed
-      // from their checkpoint with the same kernels, hence bitwise the same values. The final
-      // residual add of the segment is skipped: the next checkpoint already holds it.
-      if (s != segments - 1) {
-        ScopedRange r("recompute", SpanCategory::Block);
-        for (int l = first; l <= last; ++l)
-          blockForward(l, acts_.blocks[l - first], in(l),
-                       l < last ? acts_.blocks[l - first + 1].input.f32() : nullptr, true);
-      }
-      for (int l = last; l >= first; --l) blockBackward(l, acts_.blocks[l - first], in(l));
-    }
+  finalNorm_->backward(ctx_, dres, dtmp, acts_.residOut.f32(), acts_.lnfSaved);
+  decoder_->backward(ctx_, acts_);
+  if (ctx_.dropout.active()) {  // through the embeddings' mask, in place (dres is done)
+    ScopedRange r("dropout", SpanCategory::Elementwise);
+    backend_->dropout(dres, dres, n, ctx_.dropout.p, ctx_.dropout.seed,
+                      ctx_.dropout.stream(-1, 0));
   }
-  {
-    ScopedRange r("embedding_bwd", SpanCategory::Elementwise);
-    backend_->embeddingBackward(grad(*wte_), wpe_ ? grad(*wpe_) : nullptr, dres, acts_.tokens.i32(),
-                                B, T, C);
-  }
+  embedding_->backward(ctx_, dres, acts_.tokens.i32());
   haveLoss_ = false;
 }
 
 void Gpt::logitsRow(int b, int t, float* dst) const {
   const int64_t V = config_.vocab;
-  const int64_t row = static_cast<int64_t>(b) * curT_ + t;
+  const int64_t row = static_cast<int64_t>(b) * ctx_.T + t;
   backend_->copyToHost(dst, acts_.logits.f32() + row * V, sizeof(float) * V);
 }
 
 double Gpt::flopsPerToken(int T) const {
-  return 6.0 * static_cast<double>(numParams_) +
+  return 6.0 * static_cast<double>(arena_.numParams()) +
          12.0 * config_.layers * static_cast<double>(config_.d_model) * T;
 }
 

@@ -1,6 +1,6 @@
 #include "trainscope/engine/Linear.h"
 
-#include "trainscope/engine/Gpt.h"
+#include "trainscope/engine/ParamArena.h"
 #include "trainscope/kernels/Numeric.h"
 #include "trainscope/profiler/Tracer.h"
 
@@ -12,7 +12,12 @@ using profiler::SpanCategory;
 
 Linear::Linear(kernels::Backend* backend, const ParamStorage* storage, const ParamInfo* weight,
                const ParamInfo* bias, Format format)
-    : backend_(backend), storage_(storage), w_(weight), b_(bias), format_(format) {
+    : trainable(weight->trainable()),
+      backend_(backend),
+      storage_(storage),
+      w_(weight),
+      b_(bias),
+      format_(format) {
   site_.w = weight;
 }
 
@@ -27,7 +32,7 @@ float* Linear::value(const ParamInfo& p) const {
   return storage_->values->f32() + p.offset;
 }
 float* Linear::grad(const ParamInfo& p) const {
-  return storage_->grads->f32() + p.offset;
+  return storage_->grads->f32() + p.gradOffset;  // gradient space: trainable tensors only
 }
 float* Linear::wScaleInv() const {
   return storage_->w8Scales->f32() + site_.scaleOffset;
@@ -127,7 +132,7 @@ void Linear::backward(float* dinp, const float* dout, const float* inp, int N,
                                                    : "linear_bwd";
   ScopedRange r(name, SpanCategory::Gemm, 4.0 * N * OC * IC);
   // db += 1^T dout (from the unquantized output gradient, as Transformer Engine does).
-  if (b_ && trainable)
+  if (b_ && b_->trainable())
     backend_->matmul(grad(*b_), s.ones->f32(), dout, 1, OC, N, false, false, 1.f, 1.f);
   if (fp8()) {
     float* X = s.fp8X->f32();

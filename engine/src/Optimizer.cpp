@@ -16,23 +16,25 @@ using profiler::SpanCategory;
 
 // Mixed precision (16-bit working weights): the fp32 master copy the update is applied to,
 // counted as optimizer_state (ZeRO accounting); empty in fp32.
-Tensor makeMaster(Gpt& model, kernels::Backend* backend, MemoryTracker* tracker) {
-  if (!model.mixed() || !model.config().masterWeights) return {};
-  Tensor t(backend, tracker, MemoryCategory::OptimizerState, DType::F32, {model.numParams()});
+// Of the trainable tensors only (gradient space, ParamArena.h).
+Tensor makeMaster(ParamArena& arena, kernels::Backend* backend, MemoryTracker* tracker) {
+  if (!arena.mixed() || !arena.options().masterWeights) return {};
+  Tensor t(backend, tracker, MemoryCategory::OptimizerState, DType::F32, {arena.gradSize()});
+  t.zero();  // padding
   // The fp32 compute copy holds the (16-bit representable) initial weights.
-  backend->copyOnDevice(t.data(), model.paramBuffer().data(), t.bytes());
+  arena.copyTrainableTo(t.f32());
   return t;
 }
-float* target(Gpt& model, Tensor& master, const ParamInfo& p) {
-  return master.empty() ? model.param(p) : master.f32() + p.offset;
+float* target(ParamArena& arena, Tensor& master, const ParamInfo& p) {
+  return master.empty() ? arena.value(p) : master.f32() + p.gradOffset;
 }
 
 // pure_bf16 (no master): optimizer state is stored in bf16 as well.
-bool pureBf16(const Gpt& model) {
-  return model.mixed() && !model.config().masterWeights;
+bool pureBf16(const ParamArena& arena) {
+  return arena.options().pureBf16();
 }
-DType stateType(const Gpt& model) {
-  return pureBf16(model) ? DType::BF16 : DType::F32;
+DType stateType(const ParamArena& arena) {
+  return pureBf16(arena) ? DType::BF16 : DType::F32;
 }
 // Runs `update(m, v, offset, count)` on fp32 views of bf16 state in chunks of kChunk values: the
 // state is upcast, updated by the backend's fp32 kernel, and rounded back (RNE), all on the
@@ -43,8 +45,8 @@ struct ChunkScratch {
 };
 // Device buffers for the chunks, uncounted: a fixed 32 KiB that the estimator leaves out, as it
 // left out the stack buffers these replace (a device kernel cannot read host stack memory).
-ChunkScratch makeChunkScratch(const Gpt& model, kernels::Backend* backend) {
-  if (!pureBf16(model)) return {};
+ChunkScratch makeChunkScratch(const ParamArena& arena, kernels::Backend* backend) {
+  if (!pureBf16(arena)) return {};
   return {Tensor(backend, nullptr, MemoryCategory::Workspace, DType::F32, {kChunk}),
           Tensor(backend, nullptr, MemoryCategory::Workspace, DType::F32, {kChunk})};
 }
@@ -67,17 +69,17 @@ void chunkedBf16(kernels::Backend& be, ChunkScratch& scratch, Tensor* m, Tensor*
 
 class AdamW final : public Optimizer {
  public:
-  AdamW(const core::OptimizerConfig& c, Gpt& model, kernels::Backend* backend,
+  AdamW(const core::OptimizerConfig& c, ParamArena& arena, kernels::Backend* backend,
         MemoryTracker* tracker)
-      : config_(c), model_(model), backend_(backend) {
-    m_ = Tensor(backend, tracker, MemoryCategory::OptimizerState, stateType(model),
-                {model.numParams()});
-    v_ = Tensor(backend, tracker, MemoryCategory::OptimizerState, stateType(model),
-                {model.numParams()});
+      : config_(c), arena_(arena), backend_(backend) {
+    m_ = Tensor(backend, tracker, MemoryCategory::OptimizerState, stateType(arena),
+                {arena.gradSize()});
+    v_ = Tensor(backend, tracker, MemoryCategory::OptimizerState, stateType(arena),
+                {arena.gradSize()});
     m_.zero();
     v_.zero();
-    master_ = makeMaster(model, backend, tracker);
-    scratch_ = makeChunkScratch(model, backend);
+    master_ = makeMaster(arena, backend, tracker);
+    scratch_ = makeChunkScratch(arena, backend);
   }
   void step(float lr) override {
     ScopedRange r("adamw", SpanCategory::Optimizer);
@@ -85,24 +87,25 @@ class AdamW final : public Optimizer {
     const float b1 = static_cast<float>(config_.betas.size() > 0 ? config_.betas[0] : 0.9);
     const float b2 = static_cast<float>(config_.betas.size() > 1 ? config_.betas[1] : 0.999);
     const float eps = static_cast<float>(config_.eps);
-    const bool pure = pureBf16(model_);
-    for (const auto& p : model_.params()) {
+    const bool pure = pureBf16(arena_);
+    for (const auto& p : arena_.params()) {
+      if (!p.trainable()) continue;  // frozen: no state, no update
       const float wd = p.decay ? static_cast<float>(config_.weight_decay) : 0.f;
       if (pure) {
         // The fp32 compute copy holds the bf16 weights exactly; updated, then rounded below.
-        float* w = model_.param(p);
-        const float* g = model_.grad(p);
-        chunkedBf16(*backend_, scratch_, &m_, &v_, p.offset, p.numel,
+        float* w = arena_.value(p);
+        const float* g = arena_.grad(p);
+        chunkedBf16(*backend_, scratch_, &m_, &v_, p.gradOffset, p.numel,
                     [&](float* m, float* v, int64_t c, int64_t n) {
                       backend_->adamwUpdate(w + c, g + c, m, v, n, lr, b1, b2, eps, wd, t_);
                     });
       } else {
-        backend_->adamwUpdate(target(model_, master_, p), model_.grad(p), m_.f32() + p.offset,
-                              v_.f32() + p.offset, p.numel, lr, b1, b2, eps, wd, t_);
+        backend_->adamwUpdate(target(arena_, master_, p), arena_.grad(p), m_.f32() + p.gradOffset,
+                              v_.f32() + p.gradOffset, p.numel, lr, b1, b2, eps, wd, t_);
       }
     }
-    if (!master_.empty()) model_.setWeightsFrom(master_.f32());
-    if (pure) model_.roundWeights();
+    if (!master_.empty()) arena_.setWeightsFrom(master_.f32());
+    if (pure) arena_.roundWeights();
   }
   int64_t stepCount() const override { return t_; }
   void setStepCount(int64_t n) override { t_ = n; }
@@ -114,7 +117,7 @@ class AdamW final : public Optimizer {
 
  private:
   core::OptimizerConfig config_;
-  Gpt& model_;
+  ParamArena& arena_;
   kernels::Backend* backend_;
   Tensor m_, v_, master_;
   ChunkScratch scratch_;
@@ -123,35 +126,36 @@ class AdamW final : public Optimizer {
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(const core::OptimizerConfig& c, Gpt& model, kernels::Backend* backend, MemoryTracker* tracker)
-      : config_(c), model_(model), backend_(backend) {
-    buf_ = Tensor(backend, tracker, MemoryCategory::OptimizerState, stateType(model),
-                  {model.numParams()});
+  Sgd(const core::OptimizerConfig& c, ParamArena& arena, kernels::Backend* backend, MemoryTracker* tracker)
+      : config_(c), arena_(arena), backend_(backend) {
+    buf_ = Tensor(backend, tracker, MemoryCategory::OptimizerState, stateType(arena),
+                  {arena.gradSize()});
     buf_.zero();
-    master_ = makeMaster(model, backend, tracker);
-    scratch_ = makeChunkScratch(model, backend);
+    master_ = makeMaster(arena, backend, tracker);
+    scratch_ = makeChunkScratch(arena, backend);
   }
   void step(float lr) override {
     ScopedRange r("sgd", SpanCategory::Optimizer);
     ++t_;
     const float mom = static_cast<float>(config_.momentum);
-    const bool pure = pureBf16(model_);
-    for (const auto& p : model_.params()) {
+    const bool pure = pureBf16(arena_);
+    for (const auto& p : arena_.params()) {
+      if (!p.trainable()) continue;  // frozen: no state, no update
       const float wd = p.decay ? static_cast<float>(config_.weight_decay) : 0.f;
       if (pure) {
-        float* w = model_.param(p);
-        const float* g = model_.grad(p);
-        chunkedBf16(*backend_, scratch_, &buf_, nullptr, p.offset, p.numel,
+        float* w = arena_.value(p);
+        const float* g = arena_.grad(p);
+        chunkedBf16(*backend_, scratch_, &buf_, nullptr, p.gradOffset, p.numel,
                     [&](float* m, float*, int64_t c, int64_t n) {
                       backend_->sgdUpdate(w + c, g + c, m, n, lr, mom, wd);
                     });
       } else {
-        backend_->sgdUpdate(target(model_, master_, p), model_.grad(p), buf_.f32() + p.offset,
+        backend_->sgdUpdate(target(arena_, master_, p), arena_.grad(p), buf_.f32() + p.gradOffset,
                             p.numel, lr, mom, wd);
       }
     }
-    if (!master_.empty()) model_.setWeightsFrom(master_.f32());
-    if (pure) model_.roundWeights();
+    if (!master_.empty()) arena_.setWeightsFrom(master_.f32());
+    if (pure) arena_.roundWeights();
   }
   int64_t stepCount() const override { return t_; }
   void setStepCount(int64_t n) override { t_ = n; }
@@ -163,7 +167,7 @@ class Sgd final : public Optimizer {
 
  private:
   core::OptimizerConfig config_;
-  Gpt& model_;
+  ParamArena& arena_;
   kernels::Backend* backend_;
   Tensor buf_, master_;
   ChunkScratch scratch_;
@@ -172,18 +176,19 @@ class Sgd final : public Optimizer {
 
 }  // namespace
 
-std::unique_ptr<Optimizer> makeOptimizer(const core::OptimizerConfig& config, Gpt& model,
+std::unique_ptr<Optimizer> makeOptimizer(const core::OptimizerConfig& config, ParamArena& arena,
                                          kernels::Backend* backend, MemoryTracker* tracker) {
-  if (config.type == "adamw") return std::make_unique<AdamW>(config, model, backend, tracker);
-  if (config.type == "sgd") return std::make_unique<Sgd>(config, model, backend, tracker);
+  if (config.type == "adamw") return std::make_unique<AdamW>(config, arena, backend, tracker);
+  if (config.type == "sgd") return std::make_unique<Sgd>(config, arena, backend, tracker);
   throw std::invalid_argument("optimizer.type '" + config.type + "' is not one of adamw, sgd");
 }
 
-double clipGradNorm(Gpt& model, kernels::Backend* backend, double maxNorm) {
+double clipGradNorm(ParamArena& arena, kernels::Backend* backend, double maxNorm) {
   ScopedRange r("grad_norm", SpanCategory::Optimizer);
-  const double norm = std::sqrt(backend->sumSquares(model.gradBuffer().f32(), model.numParams()));
+  // The gradient buffer holds exactly the trainable tensors (padding is zero).
+  const double norm = std::sqrt(backend->sumSquares(arena.grads().f32(), arena.gradSize()));
   if (maxNorm > 0 && std::isfinite(norm) && norm > maxNorm) {
-    backend->scale(model.gradBuffer().f32(), model.numParams(),
+    backend->scale(arena.grads().f32(), arena.gradSize(),
                    static_cast<float>(maxNorm / (norm + 1e-6)));
   }
   return norm;

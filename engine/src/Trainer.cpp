@@ -29,8 +29,6 @@ std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
     out.push_back({std::move(path), value.dump(), std::move(why)});
   };
   const std::string later = "is not implemented by this engine yet";
-  if (c.model.dropout != 0.0)
-    add("model.dropout", c.model.dropout, "dropout " + later + " (use 0)");
   if (c.model.arch == "llama") {
     // The llama description: RMSNorm, rotary positions, SwiGLU of width d_ff, kv_heads.
     if (c.model.mlp != "gelu" && c.model.mlp != "swiglu")
@@ -167,7 +165,7 @@ TrainResult Trainer::run() {
     model = std::make_unique<Gpt>(gptConfigFrom(config_, vocab, backend_), backend_, &tracker_);
     model->initWeights(config_.train.seed);
     model->allocate(B);
-    opt = makeOptimizer(config_.optimizer, *model, backend_, &tracker_);
+    opt = makeOptimizer(config_.optimizer, model->arena(), backend_, &tracker_);
   } catch (const std::bad_alloc&) {
     return fail("out of memory allocating the model (" + std::to_string(tracker_.totalCurrent()) +
                     " bytes tracked so far)",
@@ -222,7 +220,7 @@ TrainResult Trainer::run() {
   double bestVal = NAN;
   if (!options_.resumePath.empty()) {
     try {
-      auto loaded = loadCheckpoint(options_.resumePath, *model, opt.get());
+      auto loaded = loadCheckpoint(options_.resumePath, model->arena(), opt.get());
       data->restore(loaded.state.data);
       step = loaded.state.step;
       tokens = loaded.state.tokens;
@@ -233,7 +231,7 @@ TrainResult Trainer::run() {
         scaler->loadState(loaded.state.extra["loss_scaler"]);
       result.lastCheckpoint = loaded.path;
       // 16-bit working copy from the loaded (16-bit representable) weights.
-      if (model->mixed()) model->setWeightsFrom(model->paramBuffer().f32());
+      if (model->mixed()) model->roundWeights();
       if (model->fp8()) {
         if (loaded.state.extra.contains("fp8"))
           model->loadFp8State(loaded.state.extra["fp8"]);
@@ -261,7 +259,7 @@ TrainResult Trainer::run() {
     if (scaler) st.extra["loss_scaler"] = scaler->state();
     if (model->fp8()) st.extra["fp8"] = model->fp8State();
     try {
-      auto info = saveCheckpoint(ckptDir, *model, *opt, configJson, st);
+      auto info = saveCheckpoint(ckptDir, model->arena(), *opt, configJson, st);
       pruneCheckpoints(ckptDir, std::max(1, options_.keepCheckpoints));
       result.lastCheckpoint = info.path;
       emit(EventType::Checkpoint, {{"path", info.path},
@@ -286,6 +284,11 @@ TrainResult Trainer::run() {
   const int evalB = B;
   auto evaluate = [&]() {
     profiler::ScopedRange r("eval", profiler::SpanCategory::Other);
+    model->setTraining(false);  // no dropout while evaluating
+    struct Training {
+      Gpt* m;
+      ~Training() { m->setTraining(true); }
+    } training{model.get()};
     nlohmann::json ev = {{"step", step}};
     const int64_t nb = std::min<int64_t>(data->valBatchCount(evalB, T), options_.evalBatches);
     std::vector<int32_t> in(static_cast<size_t>(evalB) * T), tg(in.size());
@@ -444,6 +447,8 @@ TrainResult Trainer::run() {
       model->zeroGrad();
       for (int a = 0; a < accum; ++a) {
         int64_t c = 0;
+        // Dropout masks keyed by the global micro-step: a resumed run draws the same ones.
+        model->setDropoutKey(static_cast<uint64_t>(step) * accum + a);
         lossSum += model->forward(inputs.data() + a * perMicro, targets.data() + a * perMicro, B, T,
                                   dloss, &c);
         count += c;
@@ -471,14 +476,14 @@ TrainResult Trainer::run() {
     model->roundGrads();
     bool skipped = false;
     if (scaler) {
-      backend_->scale(model->gradBuffer().f32(), model->numParams(), 1.f / lossScale);
-      skipped = !scaler->update(
-          backend_->countNonFinite(model->gradBuffer().f32(), model->numParams()) > 0);
+      ParamArena& pa = model->arena();
+      backend_->scale(pa.grads().f32(), pa.gradSize(), 1.f / lossScale);
+      skipped = !scaler->update(backend_->countNonFinite(pa.grads().f32(), pa.gradSize()) > 0);
     }
     double gradNorm = 0.0;  // not computed for a skipped step (its gradients hold inf/NaN)
     const double lr = core::learningRate(config_, step);
     if (!skipped) {
-      gradNorm = clipGradNorm(*model, backend_, config_.train.grad_clip);
+      gradNorm = clipGradNorm(model->arena(), backend_, config_.train.grad_clip);
       opt->step(static_cast<float>(lr));
     }
     const double stepMs = msSince(t0);

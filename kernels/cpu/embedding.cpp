@@ -27,6 +27,7 @@ void embeddingForward(float* out, const int32_t* tokens, const float* wte, const
 
 void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                        int T, int C) {
+  if (!dwte && !dwpe) return;  // both frozen
   const bool par = worthThreading(int64_t(B) * T * C);
 #pragma omp parallel if (par)
   {
@@ -38,6 +39,12 @@ void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_
     for (int b = 0; b < B; ++b) {
       for (int t = 0; t < T; ++t) {
         const float* g = dout + (int64_t(b) * T + t) * C;
+        if (!dwte) {  // a frozen token table
+          float* dp = dwpe + int64_t(t) * C;
+#pragma omp simd
+          for (int c = c0; c < c1; ++c) dp[c] += g[c];
+          continue;
+        }
         float* dw = dwte + int64_t(tokens[b * T + t]) * C;
         if (!dwpe) {
 #pragma omp simd

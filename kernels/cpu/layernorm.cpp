@@ -72,8 +72,8 @@ void layernormBackward(float* dinp, float* dweight, float* dbias, const float* d
     const float* db = dw + C;
 #pragma omp simd
     for (int c = 0; c < C; ++c) {
-      dweight[c] += dw[c];
-      dbias[c] += db[c];
+      if (dweight) dweight[c] += dw[c];  // null: a frozen weight
+      if (dbias) dbias[c] += db[c];
     }
   }
 }

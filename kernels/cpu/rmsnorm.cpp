@@ -53,7 +53,7 @@ void rmsnormBackward(float* dinp, float* dweight, const float* dout, const float
       }
     }
   }
-  for (int t = 0; t < nt; ++t) {
+  for (int t = 0; t < nt && dweight; ++t) {  // null: a frozen weight
     const float* dw = partial.data() + size_t(t) * C;
 #pragma omp simd
     for (int c = 0; c < C; ++c) dweight[c] += dw[c];

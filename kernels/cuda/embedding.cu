@@ -42,7 +42,7 @@ void embeddingForward(float* out, const int32_t* tokens, const float* wte, const
 void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                        int T, int C) {
   if (int64_t(B) * T * C <= 0) return;
-  embBwdTokens<<<(C + 127) / 128, 128>>>(dwte, dout, tokens, B * T, C);
+  if (dwte) embBwdTokens<<<(C + 127) / 128, 128>>>(dwte, dout, tokens, B * T, C);
   if (dwpe)
     embBwdPositions<<<gridFor(int64_t(T) * C, kElementwiseBlock), kElementwiseBlock>>>(dwpe, dout,
                                                                                        B, T, C);

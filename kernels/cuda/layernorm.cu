@@ -56,8 +56,8 @@ __global__ void lnBackwardParams(float* dweight, float* dbias, const float* dout
     db += g;
     dw += (inp[int64_t(i) * C + c] - mean[i]) * rstd[i] * g;
   }
-  dweight[c] += dw;
-  dbias[c] += db;
+  if (dweight) dweight[c] += dw;  // null: frozen
+  if (dbias) dbias[c] += db;
 }
 }  // namespace
 
@@ -74,6 +74,7 @@ void layernormBackward(float* dinp, float* dweight, float* dbias, const float* d
   if (N <= 0) return;
   lnBackwardInput<<<N, kBlock>>>(dinp, dout, inp, weight, mean, rstd, C);
   TS_CUDA_LAUNCHED("layernormBackward(input)");
+  if (!dweight && !dbias) return;  // frozen
   lnBackwardParams<<<(C + 127) / 128, 128>>>(dweight, dbias, dout, inp, mean, rstd, N, C);
   TS_CUDA_LAUNCHED("layernormBackward(params)");
 }

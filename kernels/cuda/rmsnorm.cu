@@ -55,6 +55,7 @@ void rmsnormBackward(float* dinp, float* dweight, const float* dout, const float
   if (N <= 0) return;
   rmsBackwardInput<<<N, kBlock>>>(dinp, dout, inp, weight, rstd, C);
   TS_CUDA_LAUNCHED("rmsnormBackward(input)");
+  if (!dweight) return;  // frozen
   rmsBackwardWeight<<<(C + 127) / 128, 128>>>(dweight, dout, inp, rstd, N, C);
   TS_CUDA_LAUNCHED("rmsnormBackward(weight)");
 }

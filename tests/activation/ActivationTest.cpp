@@ -266,10 +266,10 @@ TEST(SparseCompression, LosslessAndStorageFollowsNonzeroCount) {
   int64_t zeros = 0, values = 0;
   for (const auto& blk : mp.activations().blocks) {
     int64_t c = 0;
-    for (int64_t i = 0; i < blk.fcAct.numel(); ++i) c += blk.fcAct.f32()[i] != 0.f;
+    for (int64_t i = 0; i < blk.mlp.act.numel(); ++i) c += blk.mlp.act.f32()[i] != 0.f;
     nnz.push_back(c);
-    zeros += blk.fcAct.numel() - c;
-    values += blk.fcAct.numel();
+    zeros += blk.mlp.act.numel() - c;
+    values += blk.mlp.act.numel();
   }
   const int64_t want = activationFormula(configOf(sparse), 4, nnz);
   EXPECT_EQ(trk.current(MemoryTier::Device, MemoryCategory::Activations), want);

@@ -13,6 +13,7 @@
 
 #include "../support/TestBackends.h"
 #include "trainscope/engine/Checkpoint.h"
+#include "trainscope/engine/Gpt.h"
 #include "trainscope/engine/Safetensors.h"
 
 using namespace ts::engine;
@@ -46,7 +47,7 @@ struct Fixture {
       : backend(ts::testsupport::makeTestBackend(backendName)),
         model(tiny(), backend.get(), &tracker) {
     model.initWeights(seed);
-    opt = makeOptimizer(ts::core::OptimizerConfig{}, model, backend.get(), &tracker);
+    opt = makeOptimizer(ts::core::OptimizerConfig{}, model.arena(), backend.get(), &tracker);
     std::vector<float> g(static_cast<size_t>(model.numParams()));
     for (size_t i = 0; i < g.size(); ++i) g[i] = 0.01f * float(i % 17);
     model.gradBuffer().copyFromHost(g.data());
@@ -102,10 +103,10 @@ TEST_P(CheckpointOn, RoundTripRestoresWeightsAndOptimizerState) {
   st.step = 12;
   st.tokens = 3456;
   st.data = {{"pos", 99}};
-  auto info = saveCheckpoint(dir.string(), a.model, *a.opt, {{"name", "x"}}, st);
+  auto info = saveCheckpoint(dir.string(), a.model.arena(), *a.opt, {{"name", "x"}}, st);
   EXPECT_EQ(info.step, 12);
   EXPECT_TRUE(fs::exists(fs::path(info.path) / "model.safetensors"));
-  auto loaded = loadCheckpoint(info.path + "/state.json", b.model, b.opt.get());
+  auto loaded = loadCheckpoint(info.path + "/state.json", b.model.arena(), b.opt.get());
   EXPECT_EQ(loaded.state.step, 12);
   EXPECT_EQ(loaded.state.tokens, 3456);
   EXPECT_EQ(loaded.state.data["pos"], 99);
@@ -125,13 +126,13 @@ TEST_P(CheckpointOn, RoundTripRestoresWeightsAndOptimizerState) {
 TEST_P(CheckpointOn, TruncatedOrCorruptedIsDetectedAndNotLoaded) {
   const fs::path dir = dirFor("corrupt");
   Fixture a(1, GetParam());
-  auto info = saveCheckpoint(dir.string(), a.model, *a.opt, {}, TrainingState{});
+  auto info = saveCheckpoint(dir.string(), a.model.arena(), *a.opt, {}, TrainingState{});
   const fs::path ck(info.path);
   auto expectRejected = [&](const char* what, const std::string& needle) {
     Fixture b(2, GetParam());
     const auto before = hostCopy<uint32_t>(b.model.paramBuffer());
     try {
-      loadCheckpoint(info.path, b.model, b.opt.get());
+      loadCheckpoint(info.path, b.model.arena(), b.opt.get());
       ADD_FAILURE() << what << ": loaded a damaged checkpoint";
     } catch (const CheckpointError& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << what << ": " << e.what();
@@ -152,7 +153,7 @@ TEST_P(CheckpointOn, TruncatedOrCorruptedIsDetectedAndNotLoaded) {
   flipByte(ck / "optimizer.safetensors", 100);
   expectRejected("flipped byte in optimizer state", "checksum");
   Fixture ok(3, GetParam());
-  EXPECT_THROW(loadCheckpoint(info.path, ok.model, ok.opt.get()), CheckpointError);
+  EXPECT_THROW(loadCheckpoint(info.path, ok.model.arena(), ok.opt.get()), CheckpointError);
   fs::remove_all(dir);
 }
 
@@ -161,7 +162,7 @@ TEST_P(CheckpointOn, TamperedSidecarAndMissingCheckpoint) {
   Fixture a(1, GetParam());
   TrainingState st;
   st.step = 5;
-  auto info = saveCheckpoint(dir.string(), a.model, *a.opt, {}, st);
+  auto info = saveCheckpoint(dir.string(), a.model.arena(), *a.opt, {}, st);
   const fs::path side = fs::path(info.path) / "state.json";
   std::string text;
   {
@@ -173,10 +174,10 @@ TEST_P(CheckpointOn, TamperedSidecarAndMissingCheckpoint) {
   text[pos + 8] = '6';  // still valid JSON, different step
   { std::ofstream(side) << text; }
   Fixture b(2, GetParam());
-  EXPECT_THROW(loadCheckpoint(info.path, b.model, b.opt.get()), CheckpointError);
+  EXPECT_THROW(loadCheckpoint(info.path, b.model.arena(), b.opt.get()), CheckpointError);
   { std::ofstream(side) << text.substr(0, text.size() / 2); }
-  EXPECT_THROW(loadCheckpoint(info.path, b.model, b.opt.get()), CheckpointError);
-  EXPECT_THROW(loadCheckpoint((dir / "nope").string(), b.model, b.opt.get()), CheckpointError);
+  EXPECT_THROW(loadCheckpoint(info.path, b.model.arena(), b.opt.get()), CheckpointError);
+  EXPECT_THROW(loadCheckpoint((dir / "nope").string(), b.model.arena(), b.opt.get()), CheckpointError);
   fs::remove_all(dir);
 }
 
@@ -185,7 +186,7 @@ TEST_P(CheckpointOn, FailedWriteKeepsPreviousCheckpoint) {
   Fixture a(1, GetParam());
   TrainingState st;
   st.step = 1;
-  auto first = saveCheckpoint(dir.string(), a.model, *a.opt, {}, st);
+  auto first = saveCheckpoint(dir.string(), a.model.arena(), *a.opt, {}, st);
   // Make the OS refuse writes past 4 KiB (EFBIG), as a full disk would refuse with ENOSPC.
   struct rlimit old {};
   ASSERT_EQ(0, getrlimit(RLIMIT_FSIZE, &old));
@@ -196,7 +197,7 @@ TEST_P(CheckpointOn, FailedWriteKeepsPreviousCheckpoint) {
   st.step = 2;
   bool threw = false;
   try {
-    saveCheckpoint(dir.string(), a.model, *a.opt, {}, st);
+    saveCheckpoint(dir.string(), a.model.arena(), *a.opt, {}, st);
   } catch (const CheckpointError& e) {
     threw = true;
     EXPECT_NE(std::string(e.what()).find("cannot write"), std::string::npos) << e.what();
@@ -209,7 +210,7 @@ TEST_P(CheckpointOn, FailedWriteKeepsPreviousCheckpoint) {
   for (const auto& e : fs::directory_iterator(dir)) ++dirs, (void)e;
   EXPECT_EQ(dirs, 1);
   Fixture b(2, GetParam());
-  EXPECT_NO_THROW(loadCheckpoint(first.path, b.model, b.opt.get()));
+  EXPECT_NO_THROW(loadCheckpoint(first.path, b.model.arena(), b.opt.get()));
   fs::remove_all(dir);
 }
 
@@ -219,7 +220,7 @@ TEST(Checkpoint, PruneKeepsNewest) {
   for (int s = 1; s <= 4; ++s) {
     TrainingState st;
     st.step = s;
-    saveCheckpoint(dir.string(), a.model, *a.opt, {}, st);
+    saveCheckpoint(dir.string(), a.model.arena(), *a.opt, {}, st);
   }
   pruneCheckpoints(dir.string(), 2);
   EXPECT_FALSE(fs::exists(dir / "step_00000002"));

@@ -35,7 +35,7 @@ TEST_P(MemoryFormula, TrackerMatchesDocumentedFormula) {
   model.allocate(s.B);
   ts::core::OptimizerConfig oc;
   oc.type = s.opt;
-  auto opt = makeOptimizer(oc, model, backend.get(), &tracker);
+  auto opt = makeOptimizer(oc, model.arena(), backend.get(), &tracker);
 
   // docs/memory.md
   const int64_t B = s.B, T = s.T, C = s.C, NH = s.NH, L = s.L, V = s.V, N = B * T;

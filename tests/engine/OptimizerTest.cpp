@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "trainscope/engine/Gpt.h"
 #include "trainscope/engine/Optimizer.h"
 
 using namespace ts::engine;
@@ -33,7 +34,7 @@ TEST(Optimizer, AdamWMatchesReferenceAndSkipsDecayOnBiasesAndNorms) {
   oc.betas = {0.8, 0.95};
   oc.eps = 1e-6;
   oc.weight_decay = 0.5;
-  auto opt = makeOptimizer(oc, m, backend.get(), &tracker);
+  auto opt = makeOptimizer(oc, m.arena(), backend.get(), &tracker);
   const int64_t P = m.numParams();
   std::vector<double> p(m.paramBuffer().f32(), m.paramBuffer().f32() + P), mm(P, 0), vv(P, 0);
   std::vector<bool> decay(P);
@@ -69,7 +70,7 @@ TEST(Optimizer, SgdMomentumMatchesReference) {
   oc.type = "sgd";
   oc.momentum = 0.9;
   oc.weight_decay = 0.0;
-  auto opt = makeOptimizer(oc, m, backend.get(), &tracker);
+  auto opt = makeOptimizer(oc, m.arena(), backend.get(), &tracker);
   const int64_t P = m.numParams();
   std::vector<double> p(m.paramBuffer().f32(), m.paramBuffer().f32() + P), buf(P, 0);
   for (int t = 1; t <= 3; ++t) {
@@ -94,8 +95,8 @@ TEST(Optimizer, GlobalNormClipping) {
   for (int64_t i = 0; i < m.numParams(); ++i)
     ss += double(m.gradBuffer().f32()[i]) * m.gradBuffer().f32()[i];
   const double norm = std::sqrt(ss);
-  EXPECT_NEAR(clipGradNorm(m, backend.get(), 0.0), norm, 1e-6 * norm);       // 0 = off
-  EXPECT_NEAR(clipGradNorm(m, backend.get(), norm * 2), norm, 1e-6 * norm);  // below: unchanged
-  EXPECT_NEAR(clipGradNorm(m, backend.get(), norm / 4), norm, 1e-6 * norm);  // returns pre-clip
-  EXPECT_NEAR(clipGradNorm(m, backend.get(), 0.0), norm / 4, 1e-5 * norm);
+  EXPECT_NEAR(clipGradNorm(m.arena(), backend.get(), 0.0), norm, 1e-6 * norm);       // 0 = off
+  EXPECT_NEAR(clipGradNorm(m.arena(), backend.get(), norm * 2), norm, 1e-6 * norm);  // below: unchanged
+  EXPECT_NEAR(clipGradNorm(m.arena(), backend.get(), norm / 4), norm, 1e-6 * norm);  // returns pre-clip
+  EXPECT_NEAR(clipGradNorm(m.arena(), backend.get(), 0.0), norm / 4, 1e-5 * norm);
 }

@@ -199,6 +199,7 @@ SavedStateOptions savedStateOptionsOf(const RunConfig& c, int64_t layers, bool b
                                               : std::lround(std::sqrt(static_cast<double>(layers)));
     o.checkpointEvery = static_cast<int>(std::clamp<int64_t>(k, 1, std::max<int64_t>(1, layers)));
   }
+  o.dropout = c.model.dropout > 0;
   const std::string policy = lower(c.precision.policy);
   o.bf16Gemm = bf16Gemm && (policy == "bf16" || policy == "pure_bf16");
   if (policy == "fp8")
@@ -297,6 +298,7 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
   if (!o.flash) add("datt", {B, NH, T, T}, E::F32, ws);
   add("dfc", {B, T, fcPre}, E::F32, ws);
   add("dfc2", {B, T, fcPre}, E::F32, ws);
+  if (o.dropout) add("ddrop", {B, T, C}, E::F32, ws);  // a branch's gradient through its mask
   const int64_t widest = std::max({fcPre, qkv, C});  // the widest GEMM operand row
   if (o.bf16Gemm) {  // bf16 inputs / output gradients of the block GEMMs
     add("x16", {N * widest}, E::BF16, ws);

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "trainscope/engine/Gpt.h"
+#include "trainscope/engine/ParamArena.h"
 #include "trainscope/engine/Optimizer.h"
 
 namespace ts::engine {
@@ -40,7 +40,7 @@ struct CheckpointInfo {
 
 // Writes `<parentDir>/step_<step>` atomically. Throws CheckpointError (with the OS error) and
 // removes the partial temporary directory on any failure.
-CheckpointInfo saveCheckpoint(const std::string& parentDir, Gpt& model, Optimizer& optimizer,
+CheckpointInfo saveCheckpoint(const std::string& parentDir, ParamArena& arena, Optimizer& optimizer,
                               const nlohmann::json& config, const TrainingState& state);
 
 struct LoadedCheckpoint {
@@ -51,10 +51,11 @@ struct LoadedCheckpoint {
 };
 
 // Accepts the checkpoint directory or its state.json. Verifies everything, then loads weights
-// (and optimizer state when `optimizer` is given). Throws CheckpointError naming the file and
+// into the arena's fp32 values (and optimizer state when `optimizer` is given); under a 16-bit
+// policy the caller then rounds them (ParamArena::setWeightsFrom). Throws CheckpointError naming the file and
 // the problem (missing, truncated, checksum mismatch, shape mismatch); the model is untouched
 // in that case.
-LoadedCheckpoint loadCheckpoint(const std::string& path, Gpt& model, Optimizer* optimizer);
+LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& arena, Optimizer* optimizer);
 
 // Removes checkpoint directories `step_*` under parentDir except the newest `keep`.
 void pruneCheckpoints(const std::string& parentDir, int keep);

@@ -2,17 +2,19 @@
 // The decoder (GPT-2 and LLaMA from one description, core/ModelSpec.h) with a hand-written
 // backward pass (no autograd).
 //
-// Parameters and gradients each live in ONE flat fp32 buffer; every named tensor is a view at
-// an offset (ParamInfo). That keeps the optimizer, global-norm clipping, checkpoints and later
-// ZeRO sharding (contiguous slices of the flat buffer) simple. Weights are stored (out, in) like
-// torch.nn.Linear: y = x W^T + b. The LM head is tied to wte.
-//
-// What a block saves for backward is an explicit struct (BlockActivations), so recomputation,
-// compression or a different attention (flash keeps only the log-sum-exp) can replace exactly
-// those buffers. docs/memory.md lists the bytes of every buffer.
+// The model is composed of layers (Embedding, Decoder of Blocks of Norm / Attention / Mlp over
+// Linear, the final Norm and the Head), each with forward, backward and an explicit struct of
+// what it saves (BlockActivations and its parts), so recomputation, compression or a different
+// attention (flash keeps only the log-sum-exp) replace exactly those buffers. The loss is not
+// part of it (CrossEntropyLoss.h). Parameters live in a ParamArena: flat buffers with a named
+// view per tensor, gradients only for trainable ones; the optimizer, clipping and checkpoints
+// work on the arena. Weights are stored (out, in) like torch.nn.Linear: y = x W^T + b.
+// docs/memory.md lists the bytes of every buffer.
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,7 +22,11 @@
 
 #include "trainscope/core/Config.h"
 #include "trainscope/core/ModelSpec.h"
+#include "trainscope/engine/Decoder.h"
+#include "trainscope/engine/Embedding.h"
+#include "trainscope/engine/Head.h"
 #include "trainscope/engine/Linear.h"
+#include "trainscope/engine/ParamArena.h"
 #include "trainscope/engine/MemoryTracker.h"
 #include "trainscope/engine/Tensor.h"
 #include "trainscope/kernels/Backend.h"
@@ -74,6 +80,16 @@ struct GptConfig {
   // stored bf16 weights with bf16-rounded inputs / output gradients (Backend::matmulBf16, fp32
   // accumulation) instead of the fp32 copies; two bf16 scratch operands (workspace).
   bool bf16Gemm = false;
+  // model.dropout on the embeddings and each residual branch (LayerContext.h), with masks from
+  // seed dropoutSeed (train.seed) and the micro-batch key (Gpt::setDropoutKey).
+  float dropout = 0.f;
+  uint64_t dropoutSeed = 0;
+  // Tensors without gradients: exact names or prefixes ending in '.' ("h.0." freezes block 0).
+  // The description's own trainable flags (a LoRA run's frozen base) apply as well.
+  std::vector<std::string> freeze;
+  // Parameter arena: each group (embeddings, every block, the head) starts at a multiple of
+  // this many elements (ParamArena.h; a ZeRO shard or a block as one aligned slice).
+  int64_t arenaAlign = 1;
 
   // The shared model description (core/ModelSpec.h) of this shape, and what it keeps for a
   // micro-batch of B sequences: the engine allocates exactly these, the estimator sums them.
@@ -95,109 +111,48 @@ bool autoPicksBf16Gemm(const kernels::Backend* backend);
 // Whether the config's precision.gemm resolves to bf16 GEMMs on `backend`.
 bool useBf16Gemm(const core::RunConfig& config, const kernels::Backend* backend);
 
-struct ParamInfo {
-  std::string name;            // "wte", "h.0.attn.c_attn.weight", ...
-  std::vector<int64_t> shape;  // (out, in) for linear weights
-  int64_t offset = 0;          // in elements, into the flat buffer
-  int64_t numel = 0;
-  bool decay = false;     // weight decay applies (2-D weights incl. embeddings, as nanoGPT)
-  core::TensorSpec spec;  // its entry in the model description (role, block, module)
-};
-
-// Everything one block keeps from forward for backward (all fp32; N = B*T rows).
-struct BlockActivations {
-  Tensor input;    // (B,T,C) residual stream entering the block (ln_1's input)
-  Tensor ln1;      // (B,T,C) ln_1 output (c_attn's input)
-  Tensor ln1Mean;  // (B,T)
-  Tensor ln1Rstd;  // (B,T)
-  Tensor qkv;      // (B,T,3C)
-  Tensor att;      // naive: softmax probabilities (B,NH,T,T); flash: log-sum-exp (B,NH,T)
-  Tensor attOut;   // (B,T,C) attention output, heads merged (c_proj's input)
-  Tensor resid2;   // (B,T,C) input + attention branch (ln_2's input)
-  Tensor ln2;      // (B,T,C)
-  Tensor ln2Mean;  // (B,T)
-  Tensor ln2Rstd;  // (B,T)
-  Tensor fcPre;    // (B,T,4C) c_fc output before the activation
-  Tensor fcAct;    // (B,T,4C) after the activation (mlp c_proj's input)
-  // int8 compression replaces ln1, attOut, ln2 and fcAct by these (1 byte per value) plus one
-  // fp32 scale per row (absmax / 127).
-  Tensor ln1Q, attOutQ, ln2Q, fcActQ;                  // I8
-  Tensor ln1Scale, attOutScale, ln2Scale, fcActScale;  // (B,T)
-  // sparse compression replaces fcAct by a bitmap (1 bit per value, set = nonzero) and the
-  // nonzero values in order; fcVals is re-allocated by every forward with the exact count.
-  Tensor fcMask;  // I8, ceil(B*T*4C / 8) bytes
-  Tensor fcVals;  // F32 (nnz)
-};
-
-// What compression did in the last forward (blocks computed in forward, not recomputation).
-struct CompressionStats {
-  int64_t rawBytes = 0;     // fp32 bytes of the tensors that were compressed
-  int64_t storedBytes = 0;  // bytes they took compressed (values + scales / bitmap)
-  int64_t reluValues = 0;   // ReLU outputs seen (sparse only)
-  int64_t reluZeros = 0;    // of which exactly zero
-};
-
-struct Activations {
+// The model's top-level saved state: the decoder's (blocks, checkpoints) plus the final norm,
+// the logits and the loss's per-token values.
+struct Activations : DecoderActivations {
   int B = 0, T = 0;
-  Tensor tokens;   // I32 (B,T)
-  Tensor targets;  // I32 (B,T)
-  // Without checkpointing: one per layer. With segments of k blocks: k scratch sets (slot 0 has
-  // no `input`: it is the segment's checkpoint), shared by all segments.
-  std::vector<BlockActivations> blocks;
-  std::vector<Tensor> checkpoints;  // (B,T,C) input of blocks 0, k, 2k, ... (checkpointing only)
-  Tensor residOut;                  // (B,T,C) output of the last block
-  Tensor lnf;                       // (B,T,C)
-  Tensor lnfMean;                   // (B,T)
-  Tensor lnfRstd;                   // (B,T)
-  Tensor logits;                    // (B,T,V); after a loss forward it holds dlogits
-  Tensor losses;                    // (B,T)
-};
-
-// Backward scratch (category workspace), reused by every block.
-struct Workspace {
-  Tensor ones;  // (B*T) ones: bias add and bias gradient as GEMMs (device agnostic)
-  Tensor dres;  // (B,T,C) gradient of the residual stream
-  Tensor dtmp;  // (B,T,C) also the forward's projection output before the residual add
-  Tensor dqkv;  // (B,T,3C)
-  Tensor datt;  // (B,NH,T,T), naive attention only
-  Tensor dfc;   // (B,T,4C)
-  Tensor dfc2;  // (B,T,4C)
+  Tensor tokens;     // I32 (B,T)
+  Tensor targets;    // I32 (B,T)
+  Tensor residOut;   // (B,T,C) output of the last block
+  Tensor lnf;        // (B,T,C)
+  NormSaved lnfSaved;  // final norm's mean (LayerNorm) and rstd
+  Tensor logits;     // (B,T,V); after a loss forward it holds dlogits
+  Tensor losses;     // (B,T)
 };
 
 class Gpt {
  public:
   Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* tracker);
-  Gpt(const Gpt&) = delete;  // holds pointers into its own parameter table
+  Gpt(const Gpt&) = delete;  // its layers hold pointers into its own parameter table
   Gpt& operator=(const Gpt&) = delete;
 
   const GptConfig& config() const { return config_; }
-  const std::vector<ParamInfo>& params() const { return params_; }
-  const ParamInfo* find(const std::string& name) const;
-  int64_t numParams() const { return numParams_; }
-  Tensor& paramBuffer() { return paramBuf_; }
-  Tensor& gradBuffer() { return gradBuf_; }
-  float* param(const ParamInfo& p) { return paramBuf_.f32() + p.offset; }
-  float* grad(const ParamInfo& p) { return gradBuf_.f32() + p.offset; }
+  // The parameters: the optimizer, clipping and checkpoints take the arena.
+  ParamArena& arena() { return arena_; }
+  const ParamArena& arena() const { return arena_; }
+  const std::vector<ParamInfo>& params() const { return arena_.params(); }
+  const ParamInfo* find(const std::string& name) const { return arena_.find(name); }
+  int64_t numParams() const { return arena_.numParams(); }
+  Tensor& paramBuffer() { return arena_.values(); }
+  Tensor& gradBuffer() { return arena_.grads(); }
+  float* param(const ParamInfo& p) { return arena_.value(p); }
+  float* grad(const ParamInfo& p) { return arena_.grad(p); }  // null when frozen
   // The stored bf16/fp16 weights of p (working precision != F32).
-  const uint16_t* weight16(const ParamInfo& p) const {
-    return static_cast<const uint16_t*>(param16_.data()) + p.offset;
-  }
+  const uint16_t* weight16(const ParamInfo& p) const { return arena_.value16(p); }
 
   // 16-bit working precision (config().working != F32). paramBuffer()/gradBuffer() are then the
   // fp32 compute copies; these are the stored 16-bit tensors.
-  bool mixed() const { return config_.working != DType::F32; }
-  Tensor& workingParams() { return param16_; }
-  Tensor& workingGrads() { return grad16_; }
-  // Rounds `master` (numParams fp32 values in the backend's memory, e.g. the optimizer's master
-  // copy or paramBuffer() itself) to the working dtype into workingParams() and
-  // refreshes the fp32 compute copy from it, so forward sees exactly the 16-bit weights.
-  void setWeightsFrom(const float* master);
-  // Rounds the accumulated fp32 gradients to the working dtype (fp16 overflows to inf here, as
-  // on hardware) and upcasts them back for the fp32 unscale / clip / update. No-op in fp32.
-  void roundGrads();
-  // Rounds the fp32 compute copy of the weights to the working dtype in place (pure_bf16: the
-  // optimizer updated it directly) and refreshes workingParams().
-  void roundWeights() { setWeightsFrom(paramBuf_.f32()); }
+  bool mixed() const { return arena_.mixed(); }
+  Tensor& workingParams() { return arena_.values16(); }
+  Tensor& workingGrads() { return arena_.grads16(); }
+  // ParamArena::setWeightsFrom / roundGrads / roundWeights (fp8 copies re-quantized).
+  void setWeightsFrom(const float* master) { arena_.setWeightsFrom(master); }
+  void roundGrads() { arena_.roundGrads(); }
+  void roundWeights() { arena_.roundWeights(); }
 
   // fp8 (config().fp8 != None): the fp8 copies of the block linear weights (1 byte each,
   // category parameters), and the delayed-scaling state of one block linear (l = layer,
@@ -208,6 +163,7 @@ class Gpt {
   const Fp8Site& fp8Site(int l, int j) const { return linears_[4 * l + j].fp8Site(); }
   // The block projections, 4 per layer (c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj).
   const std::vector<Linear>& linears() const { return linears_; }
+  const Decoder& decoder() const { return *decoder_; }
   // The fp8 scaling state for checkpoints: every site's amax histories with their ring
   // positions and scales, and the scale the fp8 weights were quantized with. Floats are stored
   // as their bit patterns (exact, and an overflowed step records inf, which JSON cannot hold).
@@ -220,12 +176,18 @@ class Gpt {
   // GPT-2 init from `seed`: weights N(0, 0.02), residual projections (attn.c_proj, mlp.c_proj)
   // N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1 / bias 0.
   void initWeights(uint64_t seed);
-  void zeroGrad();
+  void zeroGrad() { arena_.zeroGrad(); }
 
   // Allocates activations and workspace for micro-batches of B sequences of up to seq_len.
   void allocate(int B);
   int allocatedBatch() const { return acts_.B; }
   const Activations& activations() const { return acts_; }
+
+  // Dropout (config().dropout > 0) applies in training mode only (evaluation: setTraining
+  // false). Each training micro-batch draws its masks from stream `key` (the trainer passes the
+  // global micro-step, so a resumed run draws the same masks).
+  void setTraining(bool training) { ctx_.dropout.training = training; }
+  void setDropoutKey(uint64_t key) { ctx_.dropout.key = key; }
 
   // Forward on host token ids (B*T, B <= allocated, T <= seq_len). With targets (ignored < 0)
   // the fused cross-entropy also writes dlogits = dloss * (softmax - onehot) in place of the
@@ -242,67 +204,41 @@ class Gpt {
   // After a forward without targets: logits of row (b, t) copied to host (V floats).
   void logitsRow(int b, int t, float* dst) const;
 
-  const CompressionStats& compressionStats() const { return stats_; }
+  const CompressionStats& compressionStats() const { return compressor_.stats(); }
 
-  // Hooks of the decoder (ZeRO-3 gathers, gradient buckets and offload hang here): before block
-  // l's forward (also before its recomputation under checkpointing, `recompute` true), and when
-  // block l's parameter gradients are complete for this micro-batch (after its backward).
-  struct Hooks {
-    std::function<void(int layer, bool recompute)> beforeBlockForward;
-    std::function<void(int layer)> blockGradientsReady;
-  };
-  void setHooks(Hooks hooks) { hooks_ = std::move(hooks); }
+  // The decoder's hooks (ZeRO-3 gathers, gradient buckets and offload hang here).
+  using Hooks = Decoder::Hooks;
+  void setHooks(Hooks hooks) { decoder_->setHooks(std::move(hooks)); }
 
   // Training FLOPs per token (PaLM appendix B: 6*params + 12*L*C*T).
   double flopsPerToken(int T) const;
 
  private:
   void quantizeFp8Weights();
-  // One block's forward from `in`; `out` == nullptr skips the final residual add (recompute).
-  void blockForward(int l, BlockActivations& a, const float* in, float* out, bool recompute);
-  void blockBackward(int l, BlockActivations& a, const float* in);
-  void quantizeRows(Tensor& q, Tensor& scale, const float* x, int64_t rows, int64_t cols,
-                    bool count);
-  void dequantizeRows(float* x, const Tensor& q, const Tensor& scale, int64_t rows, int64_t cols);
-  void packSparse(BlockActivations& a, const float* x, int64_t n, bool count);
-  void unpackSparse(float* x, const BlockActivations& a, int64_t n);
-  // A block's norms (bias null for RMSNorm); its projections are linears_[4l .. 4l+3].
-  struct BlockParams {
-    const ParamInfo *ln1w, *ln1b, *ln2w, *ln2b;
-  };
-  // llama: rotary positions on the q and k heads of a packed qkv (or their gradients), in place.
-  void rope(float* qkv, bool backward);
-  void normForward(float* out, float* mean, float* rstd, const float* in, const ParamInfo* w,
-                   const ParamInfo* b, int N);
-  void normBackward(float* dinp, const float* dout, const float* in, const ParamInfo* w,
-                    const ParamInfo* b, const float* mean, const float* rstd, int N);
 
   GptConfig config_;
   core::ArchSpec arch_;  // config_.arch(), resolved once
   kernels::Backend* backend_;
   MemoryTracker* tracker_;
-  std::vector<ParamInfo> params_;
-  std::vector<BlockParams> blockParams_;
-  const ParamInfo *wte_ = nullptr, *wpe_ = nullptr, *lnfw_ = nullptr, *lnfb_ = nullptr;
-  const ParamInfo* head_ = nullptr;  // lm_head, or wte when tied
-  std::deque<ParamInfo> fused_;      // views over adjacent tensors one GEMM multiplies (q|k|v)
-  int64_t numParams_ = 0;
-  Tensor paramBuf_;
-  Tensor gradBuf_;
-  Tensor param16_, grad16_;      // 16-bit working precision only
+  ParamArena arena_;
+  std::deque<ParamInfo> fused_;  // views over adjacent tensors one GEMM multiplies (q|k|v)
   Tensor w8_;                    // fp8 weight copies (fp8 only)
-  std::vector<Linear> linears_;  // 4 per layer
-  ParamStorage storage_;         // what the linears read: stable pointers to the buffers below
+  std::vector<Linear> linears_;  // 4 per layer; the layers point into it (never resized)
+  ParamStorage storage_;         // what the linears read: stable pointers to the buffers
   LinearScratch scratch_;        // set by allocate()
   Tensor fp8X_, fp8G_, fp8W_;    // fp8: dequantized GEMM operands (workspace, fp32)
   Tensor x16_, g16_;             // bf16Gemm: bf16 inputs / output gradients (workspace)
   Tensor w8Scales_;              // fp8: the weights' dequantization scales (parameters, fp32)
   Tensor fp8TileScales_;         // blockwise: per-tile scales of X / G (workspace, fp32)
+  // The layers.
+  std::optional<Embedding> embedding_;
+  std::optional<Decoder> decoder_;
+  std::unique_ptr<Norm> finalNorm_;
+  std::optional<Head> head_;
+  ActivationCompressor compressor_;
+  LayerContext ctx_;
   Activations acts_;
   Workspace ws_;
-  int curB_ = 0, curT_ = 0;
-  CompressionStats stats_;
-  Hooks hooks_;
   bool haveLoss_ = false;
 };
 

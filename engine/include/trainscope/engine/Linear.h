@@ -17,7 +17,7 @@ struct ParamInfo;
 // The model's parameter storage the linears read (owned by the model; stable pointers).
 struct ParamStorage {
   Tensor* values = nullptr;    // fp32 (the compute copy under a 16-bit policy)
-  Tensor* grads = nullptr;     // fp32
+  Tensor* grads = nullptr;     // fp32, gradient space (ParamInfo::gradOffset)
   Tensor* values16 = nullptr;  // the stored bf16/fp16 weights (16-bit policies)
   Tensor* w8 = nullptr;        // fp8 weight copies (fp8)
   Tensor* w8Scales = nullptr;  // their dequantization scales (fp8)
@@ -52,7 +52,7 @@ class Linear {
   const ParamInfo& weight() const { return *w_; }
   int64_t in() const;
   int64_t out() const;
-  bool trainable = true;    // false: no dW (a frozen base weight)
+  bool trainable = true;    // false: no dW (a frozen base weight); from the weight's view
   void* adapter = nullptr;  // a low-rank adapter (LoRA), added to the output when set
 
   // fp8: the site's state (checkpoints), and re-quantizing the fp8 weight after an update.

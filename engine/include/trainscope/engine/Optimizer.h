@@ -1,6 +1,7 @@
 #pragma once
-// Optimizers over the model's flat parameter buffer. State tensors are counted as
-// optimizer_state. AdamW decays only 2-D weights (linear weights and embeddings, as nanoGPT);
+// Optimizers over a parameter arena (ParamArena.h): state for the trainable tensors only, laid
+// out in the arena's gradient space, so a rank's slice of it is a slice of the state too. State
+// tensors are counted as optimizer_state. AdamW decays only 2-D weights (linear weights and embeddings, as nanoGPT);
 // biases and LayerNorm parameters are not decayed. SGD uses momentum (PyTorch semantics).
 #include <cstdint>
 #include <memory>
@@ -9,7 +10,7 @@
 #include <vector>
 
 #include "trainscope/core/Config.h"
-#include "trainscope/engine/Gpt.h"
+#include "trainscope/engine/ParamArena.h"
 
 namespace ts::engine {
 
@@ -25,11 +26,11 @@ class Optimizer {
   virtual std::string name() const = 0;
 };
 
-std::unique_ptr<Optimizer> makeOptimizer(const core::OptimizerConfig& config, Gpt& model,
+std::unique_ptr<Optimizer> makeOptimizer(const core::OptimizerConfig& config, ParamArena& arena,
                                          kernels::Backend* backend, MemoryTracker* tracker);
 
 // Global L2 norm of all gradients (before clipping). With maxNorm > 0 and norm > maxNorm, the
 // gradients are scaled by maxNorm / (norm + 1e-6), as torch.nn.utils.clip_grad_norm_.
-double clipGradNorm(Gpt& model, kernels::Backend* backend, double maxNorm);
+double clipGradNorm(ParamArena& arena, kernels::Backend* backend, double maxNorm);
 
 }  // namespace ts::engine

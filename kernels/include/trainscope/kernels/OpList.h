@@ -48,7 +48,7 @@ TS_OP(LayerNorm, void, layernormForward,
       (float* out, float* mean, float* rstd, const float* inp, const float* weight,
        const float* bias, int N, int C, float eps),
       (out, mean, rstd, inp, weight, bias, N, C, eps))
-// Accumulates (+=) into dinp, dweight, dbias.
+// Accumulates (+=) into dinp, dweight, dbias (dweight / dbias null: frozen, not computed).
 TS_OP(LayerNorm, void, layernormBackward,
       (float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
        const float* weight, const float* mean, const float* rstd, int N, int C),
@@ -96,7 +96,8 @@ TS_OP(CrossEntropy, void, crossEntropyForwardBackward,
        float dloss),
       (losses, dlogits, logits, targets, N, V, dloss))
 
-// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; backward accumulates (+=) into dwte, dwpe.
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; backward accumulates (+=) into dwte, dwpe
+// (either may be null: frozen).
 // wpe / dwpe may be null: no position table (rotary positions, llama).
 TS_OP_KIND(Embedding)
 TS_OP(Embedding, void, embeddingForward,
@@ -263,6 +264,15 @@ TS_OP(Fp8Quant, void, dequantizeFp8Tiles,
 // One per-tensor scale: deq = fp8ToFloat(fp8(x * scale)) * (1 / scale), the bytes not kept.
 TS_OP(Fp8Quant, void, fakeQuantizeFp8,
       (const float* x, float* deq, int64_t n, Fp8Format f, float scale), (x, deq, n, f, scale))
+
+// Dropout with a counter-based mask (DropoutMask.h): out[i] = inp[i] / (1 - p) where element i
+// of stream (seed, key) is kept, else 0. The mask is a pure function of (seed, key, i), so the
+// backward (the same op on the output gradient), a recomputed forward and a resumed run all see
+// the same mask without storing it. out may alias inp; 0 <= p < 1.
+TS_OP_KIND(Dropout)
+TS_OP(Dropout, void, dropout,
+      (float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t key),
+      (out, inp, n, p, seed, key))
 
 #undef TS_OP
 #undef TS_OP_KIND

@@ -78,6 +78,7 @@ struct SavedStateOptions {
   int checkpointEvery = 0;           // segments of k blocks (0 = off)
   bool bf16Gemm = false;             // bf16 GEMM operand scratch
   std::string fp8;                   // "" | "delayed" | "blockwise": fp8 GEMM operand scratch
+  bool dropout = false;              // model.dropout > 0 (masks are recomputed, not stored)
 };
 SavedStateOptions savedStateOptionsOf(const RunConfig& config, int64_t layers, bool bf16Gemm);
 

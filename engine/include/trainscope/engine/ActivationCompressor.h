@@ -1,0 +1,50 @@
+#pragma once
+// Saved-activation compression (memory.activation_compression): int8 rows with one fp32 absmax
+// scale each, or a sparse bitmap plus the nonzero values (post-ReLU). The packing runs on host
+// pointers, so it needs a host-accessible backend (the model refuses otherwise).
+#include <cstdint>
+
+#include "trainscope/engine/MemoryTracker.h"
+#include "trainscope/engine/Tensor.h"
+#include "trainscope/kernels/Backend.h"
+
+namespace ts::engine {
+
+// What compression did in the last forward (blocks computed in forward, not recomputation).
+struct CompressionStats {
+  int64_t rawBytes = 0;     // fp32 bytes of the tensors that were compressed
+  int64_t storedBytes = 0;  // bytes they took compressed (values + scales / bitmap)
+  int64_t reluValues = 0;   // ReLU outputs seen (sparse only)
+  int64_t reluZeros = 0;    // of which exactly zero
+};
+
+class ActivationCompressor {
+ public:
+  enum class Mode { None, Int8, Sparse };
+  ActivationCompressor() = default;
+  ActivationCompressor(kernels::Backend* backend, MemoryTracker* tracker, Mode mode)
+      : backend_(backend), tracker_(tracker), mode_(mode) {}
+
+  Mode mode() const { return mode_; }
+  bool int8() const { return mode_ == Mode::Int8; }
+  bool sparse() const { return mode_ == Mode::Sparse; }
+
+  // int8: q (I8, rows x cols) and scale (rows) from x; `count` adds to stats().
+  void quantizeRows(Tensor& q, Tensor& scale, const float* x, int64_t rows, int64_t cols,
+                    bool count);
+  void dequantizeRows(float* x, const Tensor& q, const Tensor& scale, int64_t rows, int64_t cols);
+  // sparse: mask (1 bit per value) and vals, re-allocated with exactly the nonzero count.
+  void packSparse(Tensor& mask, Tensor& vals, const float* x, int64_t n, bool count);
+  void unpackSparse(float* x, const Tensor& mask, const Tensor& vals, int64_t n);
+
+  const CompressionStats& stats() const { return stats_; }
+  void resetStats() { stats_ = CompressionStats{}; }
+
+ private:
+  kernels::Backend* backend_ = nullptr;
+  MemoryTracker* tracker_ = nullptr;
+  Mode mode_ = Mode::None;
+  CompressionStats stats_;
+};
+
+}  // namespace ts::engine

@@ -1,0 +1,54 @@
+#pragma once
+// One pre-norm transformer block: x + attn(norm_1(x)), then + mlp(norm_2(.)), with dropout on
+// each branch's output when model.dropout > 0.
+#include <memory>
+
+#include "trainscope/engine/Attention.h"
+#include "trainscope/engine/Mlp.h"
+#include "trainscope/engine/Norm.h"
+
+namespace ts::engine {
+
+// Everything one block keeps from forward for backward. The names the model description uses
+// for these buffers (core/ModelSpec.h savedState: "input", "ln1", "qkv", ...) map onto the
+// fields in Gpt.cpp.
+struct BlockActivations {
+  Tensor input;  // (B,T,C) residual stream entering the block (norm_1's input)
+  NormSaved norm1;
+  AttentionSaved attn;
+  Tensor resid2;  // (B,T,C) input + attention branch (norm_2's input)
+  NormSaved norm2;
+  MlpSaved mlp;
+};
+
+class Block {
+ public:
+  Block(int layer, int dModel, std::unique_ptr<Norm> norm1, Attention attn,
+        std::unique_ptr<Norm> norm2, Mlp mlp)
+      : layer_(layer),
+        C_(dModel),
+        norm1_(std::move(norm1)),
+        attn_(attn),
+        norm2_(std::move(norm2)),
+        mlp_(mlp) {}
+  int layer() const { return layer_; }
+  const Attention& attention() const { return attn_; }
+  const Mlp& mlp() const { return mlp_; }
+  // out (B,T,C) from in; out == nullptr stops before the MLP's output projection and the final
+  // residual add (a recomputation: the next checkpoint already holds the output).
+  void forward(const LayerContext& c, BlockActivations& a, const float* in, float* out,
+               bool recompute) const;
+  // Takes the gradient of the block's output in ws.dres and leaves the gradient of its input
+  // there; parameter gradients accumulate.
+  void backward(const LayerContext& c, BlockActivations& a, const float* in) const;
+
+ private:
+  void dropout(const LayerContext& c, float* out, const float* in, int site) const;
+  int layer_, C_;
+  std::unique_ptr<Norm> norm1_;
+  Attention attn_;
+  std::unique_ptr<Norm> norm2_;
+  Mlp mlp_;
+};
+
+}  // namespace ts::engine

@@ -1,0 +1,52 @@
+#pragma once
+// The stack of blocks with activation checkpointing (segments of k blocks: only each segment's
+// input is kept, backward recomputes the segment) and the hooks that ZeRO gathers, gradient
+// buckets and offload hang on.
+#include <functional>
+#include <vector>
+
+#include "trainscope/engine/Block.h"
+
+namespace ts::engine {
+
+// What the decoder keeps: without checkpointing one BlockActivations per layer; with segments
+// of k blocks, k scratch sets (slot 0 has no `input`: it is the segment's checkpoint) shared by
+// all segments, plus each segment's input.
+struct DecoderActivations {
+  std::vector<BlockActivations> blocks;
+  std::vector<Tensor> checkpoints;  // (B,T,C) input of blocks 0, k, 2k, ... (checkpointing only)
+};
+
+class Decoder {
+ public:
+  // Before block l's forward (also before its recomputation under checkpointing, `recompute`
+  // true), and when block l's parameter gradients are complete for this micro-batch.
+  struct Hooks {
+    std::function<void(int layer, bool recompute)> beforeBlockForward;
+    std::function<void(int layer)> blockGradientsReady;
+  };
+
+  Decoder(std::vector<Block> blocks, int checkpointEvery)
+      : blocks_(std::move(blocks)), k_(checkpointEvery) {}
+  int layers() const { return static_cast<int>(blocks_.size()); }
+  int checkpointEvery() const { return k_; }
+  const Block& block(int l) const { return blocks_[l]; }
+  void setHooks(Hooks hooks) { hooks_ = std::move(hooks); }
+
+  // Where the embeddings write the first block's input.
+  float* input(DecoderActivations& a) const { return inputOf(a, 0); }
+  // Runs every block from input(a); the last one writes `out`.
+  void forward(const LayerContext& c, DecoderActivations& a, float* out) const;
+  // Takes the gradient of `out` in ws.dres; leaves the gradient of input(a) there.
+  void backward(const LayerContext& c, DecoderActivations& a) const;
+
+ private:
+  float* inputOf(DecoderActivations& a, int l) const;
+  void blockForward(const LayerContext& c, int l, BlockActivations& s, const float* in, float* out,
+                    bool recompute) const;
+  std::vector<Block> blocks_;
+  int k_;
+  Hooks hooks_;
+};
+
+}  // namespace ts::engine

@@ -1,0 +1,124 @@
+#pragma once
+// The parameter arena: every parameter tensor of a model as a named view into flat buffers, one
+// per dtype (fp32 values and gradients; the stored 16-bit weights and gradients under a 16-bit
+// policy). Built from the model description (core/ModelSpec.h), in its storage order.
+//
+// - Gradient storage only for trainable tensors: the gradient buffer holds the trainable views
+//   back to back (frozen tensors have no gradient, no optimizer state and no master copy), so
+//   the optimizer, clipping and checkpoints work in "gradient space" (ParamInfo::gradOffset).
+// - Grouped by block: the tensors of the embeddings, each block and the head form groups
+//   (ParamGroup), each one contiguous slice of both buffers. With `align` > 1 every group starts
+//   at a multiple of `align` elements (zero padding between groups), so a block or a rank's
+//   shard is one aligned slice.
+//
+// Values and gradients live in the backend's memory: host code reaches them only through the
+// backend (kernels, copies).
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "trainscope/core/ModelSpec.h"
+#include "trainscope/engine/MemoryTracker.h"
+#include "trainscope/engine/Tensor.h"
+#include "trainscope/kernels/Backend.h"
+
+namespace ts::engine {
+
+struct ParamInfo {
+  std::string name;            // "wte", "h.0.attn.c_attn.weight", ...
+  std::vector<int64_t> shape;  // (out, in) for linear weights
+  int64_t offset = 0;          // in elements, into the value buffers
+  int64_t numel = 0;
+  int64_t gradOffset = -1;  // into the gradient buffers; -1: frozen (no gradient)
+  bool decay = false;       // weight decay applies (2-D weights incl. embeddings, as nanoGPT)
+  core::TensorSpec spec;    // its entry in the model description (role, block, module)
+  bool trainable() const { return gradOffset >= 0; }
+};
+
+// A contiguous slice of the arena: the tensors of one block (block >= 0), or those before the
+// first block (embeddings) or after the last (final norm, head), block -1.
+struct ParamGroup {
+  int block = -1;
+  size_t firstParam = 0, paramCount = 0;  // into params()
+  int64_t offset = 0, numel = 0;          // value elements incl. trailing padding
+  int64_t gradOffset = 0, gradNumel = 0;  // gradient elements incl. trailing padding
+};
+
+struct ArenaOptions {
+  // Working dtype: F32, or BF16/F16 (then the stored weights and gradients are 16-bit and the
+  // fp32 buffers are compute copies, category workspace).
+  DType working = DType::F32;
+  int64_t align = 1;  // each group starts at a multiple of this many elements
+  // An fp32 master copy of the trainable weights is kept by the optimizer (16-bit policies
+  // except pure_bf16, whose optimizer updates the 16-bit weights and keeps bf16 state).
+  bool masterWeights = true;
+  bool pureBf16() const { return working != DType::F32 && !masterWeights; }
+};
+
+class ParamArena {
+ public:
+  ParamArena() = default;
+  ParamArena(std::vector<core::TensorSpec> tensors, kernels::Backend* backend,
+             MemoryTracker* tracker, ArenaOptions options);
+  ParamArena(ParamArena&&) = default;
+  ParamArena& operator=(ParamArena&&) = default;
+
+  const std::vector<ParamInfo>& params() const { return params_; }
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+  const ParamInfo* find(const std::string& name) const;
+  const ArenaOptions& options() const { return options_; }
+
+  int64_t numParams() const { return numParams_; }          // elements of all tensors
+  int64_t trainableParams() const { return trainable_; }    // elements of trainable tensors
+  int64_t size() const { return size_; }                    // value buffer length (padding incl.)
+  int64_t gradSize() const { return gradSize_; }            // gradient buffer length
+  bool allTrainable() const { return trainable_ == numParams_; }
+  // Gradient space equals value space (every tensor trainable): one copy moves the whole arena.
+  bool sameLayout() const { return allTrainable(); }
+
+  bool mixed() const { return options_.working != DType::F32; }
+  DType working() const { return options_.working; }
+
+  Tensor& values() { return values_; }  // fp32 (the compute copy under a 16-bit policy)
+  Tensor& grads() { return grads_; }    // fp32, gradSize()
+  const Tensor& values() const { return values_; }
+  const Tensor& grads() const { return grads_; }
+  Tensor& values16() { return values16_; }  // the stored 16-bit weights (mixed only)
+  Tensor& grads16() { return grads16_; }    // the stored 16-bit gradients (mixed only)
+  float* value(const ParamInfo& p) { return values_.f32() + p.offset; }
+  const float* value(const ParamInfo& p) const { return values_.f32() + p.offset; }
+  // Null for a frozen tensor.
+  float* grad(const ParamInfo& p) { return p.trainable() ? grads_.f32() + p.gradOffset : nullptr; }
+  const uint16_t* value16(const ParamInfo& p) const {
+    return static_cast<const uint16_t*>(values16_.data()) + p.offset;
+  }
+
+  // Copies the trainable values into `dst` (gradient space, gradSize() floats, backend memory):
+  // how an optimizer's fp32 master copy starts.
+  void copyTrainableTo(float* dst) const;
+  // Sets the trainable values from `master` (gradient space, backend memory; may be
+  // values().f32() itself when sameLayout()), rounds them to the working dtype under a 16-bit
+  // policy and refreshes the fp32 compute copy, so forward sees exactly the stored weights.
+  // Then runs onWeightsChanged (the model re-quantizes its fp8 copies there).
+  void setWeightsFrom(const float* master);
+  // Rounds the fp32 values in place to the working dtype (pure_bf16: the optimizer updated the
+  // compute copy directly) and refreshes the stored weights.
+  void roundWeights();
+  // Rounds the fp32 gradients to the working dtype (fp16 overflows to inf, as on hardware) and
+  // upcasts them back. No-op in fp32.
+  void roundGrads();
+  void zeroGrad();
+
+  std::function<void()> onWeightsChanged;
+
+ private:
+  kernels::Backend* backend_ = nullptr;
+  ArenaOptions options_;
+  std::vector<ParamInfo> params_;
+  std::vector<ParamGroup> groups_;
+  int64_t numParams_ = 0, trainable_ = 0, size_ = 0, gradSize_ = 0;
+  Tensor values_, grads_, values16_, grads16_;
+};
+
+}  // namespace ts::engine

@@ -1,0 +1,63 @@
+#include "trainscope/engine/Decoder.h"
+
+#include <algorithm>
+
+#include "trainscope/profiler/Tracer.h"
+
+namespace ts::engine {
+
+using profiler::ScopedRange;
+using profiler::SpanCategory;
+
+float* Decoder::inputOf(DecoderActivations& a, int l) const {
+  // Its own set's input (plain), or with segments of k blocks the segment's checkpoint (first
+  // block) / the scratch slot's input (the others).
+  if (k_ == 0) return a.blocks[l].input.f32();
+  return l % k_ == 0 ? a.checkpoints[l / k_].f32() : a.blocks[l % k_].input.f32();
+}
+
+void Decoder::blockForward(const LayerContext& c, int l, BlockActivations& s, const float* in,
+                           float* out, bool recompute) const {
+  if (hooks_.beforeBlockForward) hooks_.beforeBlockForward(l, recompute);
+  blocks_[l].forward(c, s, in, out, recompute);
+}
+
+void Decoder::forward(const LayerContext& c, DecoderActivations& a, float* out) const {
+  const int L = layers();
+  for (int l = 0; l < L; ++l) {
+    auto& s = a.blocks[k_ == 0 ? l : l % k_];
+    blockForward(c, l, s, inputOf(a, l), l + 1 < L ? inputOf(a, l + 1) : out, false);
+  }
+}
+
+void Decoder::backward(const LayerContext& c, DecoderActivations& a) const {
+  const int L = layers();
+  auto blockBackward = [&](int l, BlockActivations& s, const float* in) {
+    blocks_[l].backward(c, s, in);
+    if (hooks_.blockGradientsReady) hooks_.blockGradientsReady(l);
+  };
+  if (k_ == 0) {
+    for (int l = L - 1; l >= 0; --l) blockBackward(l, a.blocks[l], a.blocks[l].input.f32());
+    return;
+  }
+  const int segments = (L + k_ - 1) / k_;
+  for (int s = segments - 1; s >= 0; --s) {
+    const int first = s * k_, last = std::min(L, first + k_) - 1;
+    auto in = [&](int l) {
+      return l == first ? a.checkpoints[s].f32() : a.blocks[l - first].input.f32();
+    };
+    // The last segment is still in the scratch sets from forward; the others are recomputed
+    // from their checkpoint with the same kernels (and the same dropout streams), hence bitwise
+    // the same values. The final residual add of the segment is skipped: the next checkpoint
+    // already holds it.
+    if (s != segments - 1) {
+      ScopedRange r("recompute", SpanCategory::Block);
+      for (int l = first; l <= last; ++l)
+        blockForward(c, l, a.blocks[l - first], in(l),
+                     l < last ? a.blocks[l - first + 1].input.f32() : nullptr, true);
+    }
+    for (int l = last; l >= first; --l) blockBackward(l, a.blocks[l - first], in(l));
+  }
+}
+
+}  // namespace ts::engine
