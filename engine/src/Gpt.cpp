@@ -273,7 +273,7 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   as.qkvDim = static_cast<int>(arch.qkvDim());
   as.ropeTheta = llama ? arch.ropeTheta : 0.0;
   as.flash = config.flash;
-  const Mlp::Activation act = arch.swiglu  ? Mlp::Activation::SwiGlu
+  const Mlp::Activation act = arch.swiglu   ? Mlp::Activation::SwiGlu
                               : config.relu ? Mlp::Activation::Relu
                                             : Mlp::Activation::Gelu;
   std::vector<Block> blocks;
@@ -291,12 +291,11 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
                         llama ? nullptr : tensor(-1, "ln_f", R::NormBias), dm);
   const ParamInfo* lmHead = maybe(R::Head);
   head_.emplace(lmHead ? lmHead : wte, lmHead == nullptr);
-  compressor_ = ActivationCompressor(backend_, tracker_,
-                                     config.compression == GptConfig::Compression::Int8
-                                         ? ActivationCompressor::Mode::Int8
-                                     : config.compression == GptConfig::Compression::Sparse
-                                         ? ActivationCompressor::Mode::Sparse
-                                         : ActivationCompressor::Mode::None);
+  compressor_ = ActivationCompressor(
+      backend_, tracker_,
+      config.compression == GptConfig::Compression::Int8     ? ActivationCompressor::Mode::Int8
+      : config.compression == GptConfig::Compression::Sparse ? ActivationCompressor::Mode::Sparse
+                                                             : ActivationCompressor::Mode::None);
   ctx_.backend = backend_;
   ctx_.arena = &arena_;
   ctx_.ws = &ws_;
@@ -484,8 +483,8 @@ void Gpt::allocate(int B) {
   // Every buffer of the shared description, allocated as described (the estimator sums the
   // same list, so the memory plan is exactly what the tracker measures).
   const std::map<std::string, Tensor Workspace::*> wsFields = {
-      {"ones", &Workspace::ones}, {"dres", &Workspace::dres},   {"dtmp", &Workspace::dtmp},
-      {"dqkv", &Workspace::dqkv}, {"datt", &Workspace::datt},   {"dfc", &Workspace::dfc},
+      {"ones", &Workspace::ones}, {"dres", &Workspace::dres},  {"dtmp", &Workspace::dtmp},
+      {"dqkv", &Workspace::dqkv}, {"datt", &Workspace::datt},  {"dfc", &Workspace::dfc},
       {"dfc2", &Workspace::dfc2}, {"ddrop", &Workspace::ddrop}};
   const std::map<std::string, Tensor*> scratch = {
       {"x16", &x16_},   {"g16", &g16_},   {"fp8X", &fp8X_},
@@ -560,8 +559,7 @@ void Gpt::backward() {
   decoder_->backward(ctx_, acts_);
   if (ctx_.dropout.active()) {  // through the embeddings' mask, in place (dres is done)
     ScopedRange r("dropout", SpanCategory::Elementwise);
-    backend_->dropout(dres, dres, n, ctx_.dropout.p, ctx_.dropout.seed,
-                      ctx_.dropout.stream(-1, 0));
+    backend_->dropout(dres, dres, n, ctx_.dropout.p, ctx_.dropout.seed, ctx_.dropout.stream(-1, 0));
   }
   embedding_->backward(ctx_, dres, acts_.tokens.i32());
   haveLoss_ = false;

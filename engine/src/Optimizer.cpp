@@ -126,7 +126,8 @@ class AdamW final : public Optimizer {
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(const core::OptimizerConfig& c, ParamArena& arena, kernels::Backend* backend, MemoryTracker* tracker)
+  Sgd(const core::OptimizerConfig& c, ParamArena& arena, kernels::Backend* backend,
+      MemoryTracker* tracker)
       : config_(c), arena_(arena), backend_(backend) {
     buf_ = Tensor(backend, tracker, MemoryCategory::OptimizerState, stateType(arena),
                   {arena.gradSize()});

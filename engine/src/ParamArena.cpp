@@ -117,8 +117,8 @@ void ParamArena::setWeightsFrom(const float* master) {
     }
   }
   if (mixed())
-    roundTrip(*backend_, options_.working, values_.f32(),
-              static_cast<uint16_t*>(values16_.data()), size_);
+    roundTrip(*backend_, options_.working, values_.f32(), static_cast<uint16_t*>(values16_.data()),
+              size_);
   if (onWeightsChanged) onWeightsChanged();
 }
 

@@ -177,7 +177,8 @@ TEST_P(CheckpointOn, TamperedSidecarAndMissingCheckpoint) {
   EXPECT_THROW(loadCheckpoint(info.path, b.model.arena(), b.opt.get()), CheckpointError);
   { std::ofstream(side) << text.substr(0, text.size() / 2); }
   EXPECT_THROW(loadCheckpoint(info.path, b.model.arena(), b.opt.get()), CheckpointError);
-  EXPECT_THROW(loadCheckpoint((dir / "nope").string(), b.model.arena(), b.opt.get()), CheckpointError);
+  EXPECT_THROW(loadCheckpoint((dir / "nope").string(), b.model.arena(), b.opt.get()),
+               CheckpointError);
   fs::remove_all(dir);
 }
 

@@ -11,12 +11,15 @@
 #include <tuple>
 
 #include "../support/TestBackends.h"
+#include "ModelTestUtil.h"
 #include "RefGpt.h"
 #include "RefLlama.h"
 #include "trainscope/engine/CrossEntropyLoss.h"
 #include "trainscope/engine/Gpt.h"
 
 using namespace ts::engine;
+using ts::engine::testutil::randomize;
+using ts::engine::testutil::toRef;
 using ts::testsupport::hostCopy;
 
 namespace {
@@ -27,29 +30,6 @@ struct Case {
 };
 
 class GradCheck : public ::testing::TestWithParam<std::tuple<Case, std::string>> {};
-
-reftest::Params toRef(Gpt& m) {
-  reftest::Params p;
-  const auto host = hostCopy(m.paramBuffer());
-  for (const auto& info : m.params()) {
-    const float* d = host.data() + info.offset;
-    p[info.name] = std::vector<double>(d, d + info.numel);
-  }
-  return p;
-}
-
-void randomize(Gpt& m, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> nd(0.f, 0.35f);
-  auto host = hostCopy(m.paramBuffer());
-  for (const auto& info : m.params()) {
-    float* d = host.data() + info.offset;
-    // Norm weights near 1 (LayerNorm and RMSNorm), everything else near 0.
-    const bool norm = info.spec.role == ts::core::TensorRole::NormWeight;
-    for (int64_t i = 0; i < info.numel; ++i) d[i] = (norm ? 1.f : 0.f) + nd(rng);
-  }
-  m.paramBuffer().copyFromHost(host.data());
-}
 
 // The gradient checks' and decoder tests' model: 2 blocks, 2 heads, 8 wide, 6 positions, 7 tokens.
 GptConfig tinyConfig() {

@@ -95,8 +95,10 @@ TEST(Optimizer, GlobalNormClipping) {
   for (int64_t i = 0; i < m.numParams(); ++i)
     ss += double(m.gradBuffer().f32()[i]) * m.gradBuffer().f32()[i];
   const double norm = std::sqrt(ss);
-  EXPECT_NEAR(clipGradNorm(m.arena(), backend.get(), 0.0), norm, 1e-6 * norm);       // 0 = off
-  EXPECT_NEAR(clipGradNorm(m.arena(), backend.get(), norm * 2), norm, 1e-6 * norm);  // below: unchanged
-  EXPECT_NEAR(clipGradNorm(m.arena(), backend.get(), norm / 4), norm, 1e-6 * norm);  // returns pre-clip
+  EXPECT_NEAR(clipGradNorm(m.arena(), backend.get(), 0.0), norm, 1e-6 * norm);  // 0 = off
+  EXPECT_NEAR(clipGradNorm(m.arena(), backend.get(), norm * 2), norm,
+              1e-6 * norm);  // below: unchanged
+  EXPECT_NEAR(clipGradNorm(m.arena(), backend.get(), norm / 4), norm,
+              1e-6 * norm);  // returns pre-clip
   EXPECT_NEAR(clipGradNorm(m.arena(), backend.get(), 0.0), norm / 4, 1e-5 * norm);
 }

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "trainscope/kernels/DropoutMask.h"
+
 namespace reftest {
 
 struct RefShape {
@@ -59,10 +61,27 @@ inline void linear(const std::vector<double>& x, int N, int IC, const std::vecto
     }
 }
 
+// Dropout as the model description places it (nanoGPT): on the embeddings' output (layer -1)
+// and on each block's attention (site 0) and MLP (site 1) branch before its residual add; the
+// mask is the one every backend draws (kernels/DropoutMask.h: a pure function of seed, stream,
+// element), the stream as LayerContext.h numbers it.
+struct RefDropout {
+  double p = 0;
+  uint64_t seed = 0, key = 0;
+  void apply(std::vector<double>& x, int layer, int site) const {
+    const uint64_t stream = key * 1048576ull + uint64_t(layer + 1) * 4ull + uint64_t(site);
+    const uint32_t thr = ts::kernels::dropoutThreshold(static_cast<float>(p));
+    const double scale = 1.0 / (1.0 - static_cast<double>(static_cast<float>(p)));
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] =
+          ts::kernels::dropoutKeep(seed, stream, static_cast<int64_t>(i), thr) ? x[i] * scale : 0.0;
+  }
+};
+
 // Mean cross-entropy over targets >= 0 (and the logits through `logitsOut`).
 inline double forward(const RefShape& s, const Params& p, const std::vector<int32_t>& tokens,
                       const std::vector<int32_t>& targets, int B, int T,
-                      std::vector<double>* logitsOut = nullptr) {
+                      std::vector<double>* logitsOut = nullptr, const RefDropout* drop = nullptr) {
   const int C = s.C, N = B * T, hs = C / s.NH;
   std::vector<double> x(static_cast<size_t>(N) * C);
   const auto& wte = p.at("wte");
@@ -71,6 +90,7 @@ inline double forward(const RefShape& s, const Params& p, const std::vector<int3
     for (int t = 0; t < T; ++t)
       for (int c = 0; c < C; ++c)
         x[(b * T + t) * C + c] = wte[tokens[b * T + t] * C + c] + wpe[t * C + c];
+  if (drop) drop->apply(x, -1, 0);
   std::vector<double> h, qkv, y, a, f;
   for (int l = 0; l < s.L; ++l) {
     const std::string pre = "h." + std::to_string(l) + ".";
@@ -98,6 +118,7 @@ inline double forward(const RefShape& s, const Params& p, const std::vector<int3
           }
         }
     linear(y, N, C, p.at(pre + "attn.c_proj.weight"), p.at(pre + "attn.c_proj.bias"), C, a);
+    if (drop) drop->apply(a, l, 0);
     for (size_t i = 0; i < x.size(); ++i) x[i] += a[i];
     layerNorm(x, N, C, p.at(pre + "ln_2.weight"), p.at(pre + "ln_2.bias"), h);
     linear(h, N, C, p.at(pre + "mlp.c_fc.weight"), p.at(pre + "mlp.c_fc.bias"), 4 * C, f);
@@ -108,6 +129,7 @@ inline double forward(const RefShape& s, const Params& p, const std::vector<int3
         v = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
     }
     linear(f, N, 4 * C, p.at(pre + "mlp.c_proj.weight"), p.at(pre + "mlp.c_proj.bias"), C, a);
+    if (drop) drop->apply(a, l, 1);
     for (size_t i = 0; i < x.size(); ++i) x[i] += a[i];
   }
   layerNorm(x, N, C, p.at("ln_f.weight"), p.at("ln_f.bias"), h);

@@ -20,7 +20,7 @@ struct RefLlamaShape {
 
 inline double llamaForward(const RefLlamaShape& s, const Params& p,
                            const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
-                           int B, int T) {
+                           int B, int T, const RefDropout* drop = nullptr) {
   const int C = s.C, HD = C / s.NH, KV = s.KVH * HD, N = B * T, half = HD / 2;
   auto W = [&](const std::string& n) -> const std::vector<double>& { return p.at(n); };
   auto rms = [&](const std::vector<double>& x, const std::vector<double>& w) {
@@ -61,6 +61,7 @@ inline double llamaForward(const RefLlamaShape& s, const Params& p,
   std::vector<double> x(static_cast<size_t>(N) * C);
   for (int n = 0; n < N; ++n)
     for (int c = 0; c < C; ++c) x[n * C + c] = W("model.embed_tokens.weight")[tokens[n] * C + c];
+  if (drop) drop->apply(x, -1, 0);
   for (int l = 0; l < s.L; ++l) {
     const std::string h = "model.layers." + std::to_string(l) + ".";
     const auto a = rms(x, W(h + "input_layernorm.weight"));
@@ -90,14 +91,16 @@ inline double llamaForward(const RefLlamaShape& s, const Params& p,
               att[(b * T + t) * C + hh * HD + i] += sc[u] / z * v[(b * T + u) * KV + kh * HD + i];
         }
       }
-    const auto o = lin(att, C, W(h + "self_attn.o_proj.weight"), C);
+    auto o = lin(att, C, W(h + "self_attn.o_proj.weight"), C);
+    if (drop) drop->apply(o, l, 0);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
     const auto m = rms(x, W(h + "post_attention_layernorm.weight"));
     const auto g = lin(m, C, W(h + "mlp.gate_proj.weight"), s.F);
     const auto up = lin(m, C, W(h + "mlp.up_proj.weight"), s.F);
     std::vector<double> act(g.size());
     for (size_t i = 0; i < g.size(); ++i) act[i] = g[i] / (1 + std::exp(-g[i])) * up[i];
-    const auto d = lin(act, s.F, W(h + "mlp.down_proj.weight"), C);
+    auto d = lin(act, s.F, W(h + "mlp.down_proj.weight"), C);
+    if (drop) drop->apply(d, l, 1);
     for (size_t i = 0; i < x.size(); ++i) x[i] += d[i];
   }
   const auto f = rms(x, W("model.norm.weight"));

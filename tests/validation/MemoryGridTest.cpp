@@ -27,14 +27,15 @@ constexpr double kRelTolerance = 0.05;
 
 std::string describe(const core::RunConfig& c) {
   char buf[360];
-  std::snprintf(
-      buf, sizeof buf, "%s L%d H%d D%d T%d mb%d ga%d %s %s %s %s ckpt=%s comp=%s %s%s gemm=%s",
-      c.model.arch.c_str(), c.model.layers, c.model.heads, c.model.d_model, c.model.seq_len,
-      c.train.micro_batch, c.train.grad_accum, c.model.activation.c_str(), c.attention.impl.c_str(),
-      c.optimizer.type.c_str(), c.data.task.c_str(), c.memory.checkpointing.c_str(),
-      c.memory.activation_compression.c_str(), c.precision.policy.c_str(),
-      c.precision.policy == "fp8" ? ("/" + c.precision.fp8.recipe).c_str() : "",
-      c.precision.gemm.c_str());
+  std::snprintf(buf, sizeof buf,
+                "%s L%d H%d D%d T%d mb%d ga%d %s %s %s %s ckpt=%s comp=%s %s%s gemm=%s drop=%.2g",
+                c.model.arch.c_str(), c.model.layers, c.model.heads, c.model.d_model,
+                c.model.seq_len, c.train.micro_batch, c.train.grad_accum,
+                c.model.activation.c_str(), c.attention.impl.c_str(), c.optimizer.type.c_str(),
+                c.data.task.c_str(), c.memory.checkpointing.c_str(),
+                c.memory.activation_compression.c_str(), c.precision.policy.c_str(),
+                c.precision.policy == "fp8" ? ("/" + c.precision.fp8.recipe).c_str() : "",
+                c.precision.gemm.c_str(), c.model.dropout);
   return buf;
 }
 
@@ -133,6 +134,15 @@ std::vector<core::RunConfig> techniqueGrid() {
     out.push_back(c);
     ++k;
   }
+  // model.dropout: masks are recomputed from their seed, never stored; one more workspace
+  // buffer for a branch's gradient through its mask. Plain, checkpointed, and llama.
+  for (const char* ck : {"none", "all"}) {
+    core::RunConfig c = base[(k * 5) % base.size()];
+    c.model.dropout = 0.1;
+    c.memory.checkpointing = ck;
+    out.push_back(c);
+    ++k;
+  }
   // The llama description: grouped-query attention, SwiGLU of an odd width, no biases, untied
   // head, with each activation technique and the 16-bit and fp8 policies.
   struct Llama {
@@ -141,7 +151,7 @@ std::vector<core::RunConfig> techniqueGrid() {
   for (const Llama& l :
        {Llama{"naive", "none", "none", "fp32"}, Llama{"flash", "all", "none", "fp32"},
         Llama{"naive", "every_k", "int8", "fp32"}, Llama{"flash", "none", "int8", "bf16"},
-        Llama{"naive", "none", "none", "fp8"}}) {
+        Llama{"naive", "none", "none", "fp8"}, Llama{"flash", "all", "none", "bf16"}}) {
     core::RunConfig c = base[(k * 5) % base.size()];
     c.model.arch = "llama";
     c.model.layers = 2;
@@ -154,6 +164,8 @@ std::vector<core::RunConfig> techniqueGrid() {
     c.memory.checkpoint_every = 0;
     c.memory.activation_compression = l.compression;
     c.precision.policy = l.policy;
+    if (std::string(l.policy) == "bf16" && std::string(l.checkpointing) == "all")
+      c.model.dropout = 0.2;
     out.push_back(c);
     ++k;
   }

@@ -299,7 +299,7 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
   add("dfc", {B, T, fcPre}, E::F32, ws);
   add("dfc2", {B, T, fcPre}, E::F32, ws);
   if (o.dropout) add("ddrop", {B, T, C}, E::F32, ws);  // a branch's gradient through its mask
-  const int64_t widest = std::max({fcPre, qkv, C});  // the widest GEMM operand row
+  const int64_t widest = std::max({fcPre, qkv, C});    // the widest GEMM operand row
   if (o.bf16Gemm) {  // bf16 inputs / output gradients of the block GEMMs
     add("x16", {N * widest}, E::BF16, ws);
     add("g16", {N * widest}, E::BF16, ws);

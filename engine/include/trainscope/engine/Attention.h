@@ -19,8 +19,8 @@ struct AttentionSaved {
 
 struct AttentionShape {
   int dModel = 0, heads = 0, kvHeads = 0, headDim = 0;
-  int qkvDim = 0;           // row width of the packed projections
-  double ropeTheta = 0.0;   // > 0: rotary positions
+  int qkvDim = 0;          // row width of the packed projections
+  double ropeTheta = 0.0;  // > 0: rotary positions
   bool flash = false;
 };
 

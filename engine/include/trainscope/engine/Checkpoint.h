@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "trainscope/engine/ParamArena.h"
 #include "trainscope/engine/Optimizer.h"
+#include "trainscope/engine/ParamArena.h"
 
 namespace ts::engine {
 
@@ -52,9 +52,9 @@ struct LoadedCheckpoint {
 
 // Accepts the checkpoint directory or its state.json. Verifies everything, then loads weights
 // into the arena's fp32 values (and optimizer state when `optimizer` is given); under a 16-bit
-// policy the caller then rounds them (ParamArena::setWeightsFrom). Throws CheckpointError naming the file and
-// the problem (missing, truncated, checksum mismatch, shape mismatch); the model is untouched
-// in that case.
+// policy the caller then rounds them (ParamArena::setWeightsFrom). Throws CheckpointError naming
+// the file and the problem (missing, truncated, checksum mismatch, shape mismatch); the model is
+// untouched in that case.
 LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& arena, Optimizer* optimizer);
 
 // Removes checkpoint directories `step_*` under parentDir except the newest `keep`.

@@ -26,8 +26,8 @@
 #include "trainscope/engine/Embedding.h"
 #include "trainscope/engine/Head.h"
 #include "trainscope/engine/Linear.h"
-#include "trainscope/engine/ParamArena.h"
 #include "trainscope/engine/MemoryTracker.h"
+#include "trainscope/engine/ParamArena.h"
 #include "trainscope/engine/Tensor.h"
 #include "trainscope/kernels/Backend.h"
 #include "trainscope/kernels/Fp8Quant.h"
@@ -115,13 +115,13 @@ bool useBf16Gemm(const core::RunConfig& config, const kernels::Backend* backend)
 // the logits and the loss's per-token values.
 struct Activations : DecoderActivations {
   int B = 0, T = 0;
-  Tensor tokens;     // I32 (B,T)
-  Tensor targets;    // I32 (B,T)
-  Tensor residOut;   // (B,T,C) output of the last block
-  Tensor lnf;        // (B,T,C)
+  Tensor tokens;       // I32 (B,T)
+  Tensor targets;      // I32 (B,T)
+  Tensor residOut;     // (B,T,C) output of the last block
+  Tensor lnf;          // (B,T,C)
   NormSaved lnfSaved;  // final norm's mean (LayerNorm) and rstd
-  Tensor logits;     // (B,T,V); after a loss forward it holds dlogits
-  Tensor losses;     // (B,T)
+  Tensor logits;       // (B,T,V); after a loss forward it holds dlogits
+  Tensor losses;       // (B,T)
 };
 
 class Gpt {

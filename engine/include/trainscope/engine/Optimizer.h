@@ -1,8 +1,9 @@
 #pragma once
 // Optimizers over a parameter arena (ParamArena.h): state for the trainable tensors only, laid
 // out in the arena's gradient space, so a rank's slice of it is a slice of the state too. State
-// tensors are counted as optimizer_state. AdamW decays only 2-D weights (linear weights and embeddings, as nanoGPT);
-// biases and LayerNorm parameters are not decayed. SGD uses momentum (PyTorch semantics).
+// tensors are counted as optimizer_state. AdamW decays only 2-D weights (linear weights and
+// embeddings, as nanoGPT); biases and LayerNorm parameters are not decayed. SGD uses momentum
+// (PyTorch semantics).
 #include <cstdint>
 #include <memory>
 #include <string>

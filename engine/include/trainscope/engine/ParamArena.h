@@ -69,10 +69,10 @@ class ParamArena {
   const ParamInfo* find(const std::string& name) const;
   const ArenaOptions& options() const { return options_; }
 
-  int64_t numParams() const { return numParams_; }          // elements of all tensors
-  int64_t trainableParams() const { return trainable_; }    // elements of trainable tensors
-  int64_t size() const { return size_; }                    // value buffer length (padding incl.)
-  int64_t gradSize() const { return gradSize_; }            // gradient buffer length
+  int64_t numParams() const { return numParams_; }        // elements of all tensors
+  int64_t trainableParams() const { return trainable_; }  // elements of trainable tensors
+  int64_t size() const { return size_; }                  // value buffer length (padding incl.)
+  int64_t gradSize() const { return gradSize_; }          // gradient buffer length
   bool allTrainable() const { return trainable_ == numParams_; }
   // Gradient space equals value space (every tensor trainable): one copy moves the whole arena.
   bool sameLayout() const { return allTrainable(); }
