@@ -133,7 +133,7 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   if (config.heads % arch.kvHeads != 0)
     throw std::invalid_argument("kv_heads " + std::to_string(arch.kvHeads) + " must divide heads " +
                                 std::to_string(config.heads));
-  if (config.architecture == "llama" && arch.headDim() % 2 != 0)
+  if (!arch.learnedPos && arch.headDim() % 2 != 0)  // rotary positions
     throw std::invalid_argument("rotary embeddings need an even head dimension (d_model " +
                                 std::to_string(C) + " / heads " + std::to_string(config.heads) +
                                 " = " + std::to_string(arch.headDim()) + ")");
@@ -180,24 +180,40 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   arena_.onWeightsChanged = [this] {
     if (fp8()) quantizeFp8Weights();
   };
+  // The layers are wired from the description's slots (core::BlockSlot): which tensors are a
+  // block's norms, its packed q|k|v, its output projection, its MLP's up and down projections.
+  using R = core::TensorRole;
+  using S = core::BlockSlot;
   const auto& params = arena_.params();
-  auto tensor = [&](int block, const std::string& module, core::TensorRole role) {
+  auto find = [&](int block, S slot, R role) -> std::vector<const ParamInfo*> {
+    std::vector<const ParamInfo*> out;
     for (const auto& p : params)
-      if (p.spec.block == block && p.spec.module == module && p.spec.role == role) return &p;
-    throw std::logic_error("model description has no " + module + " tensor for block " +
-                           std::to_string(block));
+      if (p.spec.block == block && p.spec.slot == slot && p.spec.role == role) out.push_back(&p);
+    return out;
   };
-  auto maybe = [&](core::TensorRole role) -> const ParamInfo* {
+  auto one = [&](int block, S slot, R role, bool required) -> const ParamInfo* {
+    const auto v = find(block, slot, role);
+    if (v.size() > 1 || (required && v.empty()))
+      throw std::logic_error("model description: block " + std::to_string(block) + " has " +
+                             std::to_string(v.size()) + " tensors for one slot");
+    return v.empty() ? nullptr : v.front();
+  };
+  auto maybe = [&](R role) -> const ParamInfo* {
     for (const auto& p : params)
       if (p.spec.role == role) return &p;
     return nullptr;
   };
-  using R = core::TensorRole;
-  // One GEMM multiplies adjacent tensors that share an input (llama's q|k|v and gate|up): a
-  // view over them, whose rows are the concatenated weights (adjacent in both buffers).
-  auto fuse = [&](std::vector<const ParamInfo*> parts, const std::string& name) {
+  // One GEMM multiplies adjacent weights of a slot that share an input (llama's q|k|v and
+  // gate|up): a view over them, whose rows are the concatenated weights (adjacent in both
+  // buffers).
+  auto weightOf = [&](int block, S slot) -> const ParamInfo* {
+    const auto parts = find(block, slot, R::LinearWeight);
+    if (parts.empty())
+      throw std::logic_error("model description: block " + std::to_string(block) +
+                             " has no weight for a projection slot");
+    if (parts.size() == 1) return parts.front();
     ParamInfo f = *parts.front();
-    f.name = name;
+    f.name = parts.front()->spec.fusedName;
     f.shape = {0, parts.front()->shape[1]};
     f.numel = 0;
     for (const ParamInfo* p : parts) {
@@ -217,29 +233,11 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   };
   std::vector<Projection> projections;  // 4 per layer: qkv, o, up, down
   std::vector<std::pair<const ParamInfo*, const ParamInfo*>> norms;  // 2 per layer
-  const bool llama = config.architecture == "llama";
   for (int l = 0; l < config.layers; ++l) {
-    if (llama) {
-      const std::string h = "model.layers." + std::to_string(l) + ".";
-      norms.push_back({tensor(l, "input_layernorm", R::NormWeight), nullptr});
-      norms.push_back({tensor(l, "post_attention_layernorm", R::NormWeight), nullptr});
-      projections.push_back(
-          {fuse({tensor(l, "q_proj", R::LinearWeight), tensor(l, "k_proj", R::LinearWeight),
-                 tensor(l, "v_proj", R::LinearWeight)},
-                h + "self_attn.qkv_proj.weight"),
-           nullptr});
-      projections.push_back({tensor(l, "o_proj", R::LinearWeight), nullptr});
-      projections.push_back(
-          {fuse({tensor(l, "gate_proj", R::LinearWeight), tensor(l, "up_proj", R::LinearWeight)},
-                h + "mlp.gate_up_proj.weight"),
-           nullptr});
-      projections.push_back({tensor(l, "down_proj", R::LinearWeight), nullptr});
-    } else {
-      norms.push_back({tensor(l, "ln_1", R::NormWeight), tensor(l, "ln_1", R::NormBias)});
-      norms.push_back({tensor(l, "ln_2", R::NormWeight), tensor(l, "ln_2", R::NormBias)});
-      for (const char* m : {"c_attn", "attn.c_proj", "c_fc", "mlp.c_proj"})
-        projections.push_back({tensor(l, m, R::LinearWeight), tensor(l, m, R::LinearBias)});
-    }
+    for (S slot : {S::Norm1, S::Norm2})
+      norms.push_back({one(l, slot, R::NormWeight, true), one(l, slot, R::NormBias, false)});
+    for (S slot : {S::Qkv, S::AttnOut, S::MlpUp, S::MlpDown})
+      projections.push_back({weightOf(l, slot), one(l, slot, R::LinearBias, false)});
   }
   storage_ = ParamStorage{&arena_.values(), &arena_.grads(), &arena_.values16(), &w8_, &w8Scales_};
   const Linear::Format format = config_.fp8 == GptConfig::Fp8Recipe::Blockwise
@@ -271,7 +269,7 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   as.kvHeads = static_cast<int>(arch.kvHeads);
   as.headDim = static_cast<int>(arch.headDim());
   as.qkvDim = static_cast<int>(arch.qkvDim());
-  as.ropeTheta = llama ? arch.ropeTheta : 0.0;
+  as.ropeTheta = arch.learnedPos ? 0.0 : arch.ropeTheta;  // no position table: rotary
   as.flash = config.flash;
   const Mlp::Activation act = arch.swiglu   ? Mlp::Activation::SwiGlu
                               : config.relu ? Mlp::Activation::Relu
@@ -287,8 +285,8 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   decoder_.emplace(std::move(blocks), config.checkpointEvery);
   const ParamInfo* wte = maybe(R::TokenEmbedding);
   embedding_.emplace(wte, maybe(R::PositionEmbedding), dm);
-  finalNorm_ = makeNorm(tensor(-1, llama ? "norm" : "ln_f", R::NormWeight),
-                        llama ? nullptr : tensor(-1, "ln_f", R::NormBias), dm);
+  finalNorm_ = makeNorm(one(-1, S::FinalNorm, R::NormWeight, true),
+                        one(-1, S::FinalNorm, R::NormBias, false), dm);
   const ParamInfo* lmHead = maybe(R::Head);
   head_.emplace(lmHead ? lmHead : wte, lmHead == nullptr);
   compressor_ = ActivationCompressor(

@@ -56,6 +56,54 @@ TEST(ModelSpec, Gpt2SmallHasThePublishedParameterCount) {
   for (const auto& t : ts) EXPECT_TRUE(names.insert(t.name).second) << "duplicate " << t.name;
 }
 
+// The engine wires every block from the slots alone: each block of either architecture has
+// one norm weight per norm slot, at least one weight per projection slot, biases exactly where
+// the description has them, and a fused view name wherever one slot has several weights.
+TEST(ModelSpec, EveryBlockTensorHasTheSlotTheEngineWiresItBy) {
+  for (const char* preset : {"gpt2", "llama-7b"}) {
+    auto m = *modelPreset(preset);
+    m.layers = 2;
+    const auto arch = archSpecOf(m, 1000);
+    const auto ts = modelTensors(arch);
+    std::map<std::pair<int, BlockSlot>, std::vector<const TensorSpec*>> weights, biases;
+    for (const auto& t : ts) {
+      if (t.role == TensorRole::TokenEmbedding || t.role == TensorRole::PositionEmbedding ||
+          t.role == TensorRole::Head) {
+        EXPECT_EQ(t.slot, BlockSlot::None) << t.name;
+        continue;
+      }
+      ASSERT_NE(t.slot, BlockSlot::None) << preset << " " << t.name;
+      auto& bucket = t.role == TensorRole::NormBias || t.role == TensorRole::LinearBias
+                         ? biases
+                         : weights;
+      bucket[{t.block, t.slot}].push_back(&t);
+    }
+    auto count = [](auto& bucket, int block, BlockSlot s) { return bucket[{block, s}].size(); };
+    for (int l = 0; l < 2; ++l) {
+      for (BlockSlot s : {BlockSlot::Norm1, BlockSlot::Norm2})
+        EXPECT_EQ(count(weights, l, s), 1u) << preset;
+      for (BlockSlot s :
+           {BlockSlot::Qkv, BlockSlot::AttnOut, BlockSlot::MlpUp, BlockSlot::MlpDown}) {
+        const auto& w = weights[{l, s}];
+        ASSERT_FALSE(w.empty()) << preset;
+        EXPECT_EQ(count(biases, l, s), arch.bias ? 1u : 0u) << preset;
+        int64_t rows = 0;
+        for (const auto* t : w) {
+          rows += t->shape[0];
+          if (w.size() > 1)
+            EXPECT_EQ(t->fusedName, w.front()->fusedName) << t->name;
+          else
+            EXPECT_TRUE(t->fusedName.empty()) << t->name;
+        }
+        if (s == BlockSlot::Qkv) EXPECT_EQ(rows, arch.qkvDim()) << preset;
+        if (s == BlockSlot::MlpUp) EXPECT_EQ(rows, arch.swiglu ? 2 * arch.dFf : arch.dFf);
+      }
+    }
+    EXPECT_EQ(count(weights, -1, BlockSlot::FinalNorm), 1u);
+    EXPECT_EQ(count(biases, -1, BlockSlot::FinalNorm), arch.rmsNorm ? 0u : 1u);
+  }
+}
+
 // LLaMA-7B (32 layers, 4096 wide, 11008 MLP, 32000 vocabulary, untied head): 6,738,415,616.
 TEST(ModelSpec, Llama7bHasThePublishedParameterCount) {
   const auto arch = archSpecOf(*modelPreset("llama-7b"), 32000);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <map>
 
 namespace ts::core {
 namespace {
@@ -106,6 +107,17 @@ std::vector<TensorSpec> modelTensors(const ArchSpec& a, const FinetuneConfig& ft
     s.module = std::move(module);
     s.trainable = !lora;
     s.residualProjection = resid;
+    static const std::map<std::string, BlockSlot> slots = {
+        {"ln_1", BlockSlot::Norm1},          {"input_layernorm", BlockSlot::Norm1},
+        {"c_attn", BlockSlot::Qkv},          {"q_proj", BlockSlot::Qkv},
+        {"k_proj", BlockSlot::Qkv},          {"v_proj", BlockSlot::Qkv},
+        {"attn.c_proj", BlockSlot::AttnOut}, {"o_proj", BlockSlot::AttnOut},
+        {"ln_2", BlockSlot::Norm2},          {"post_attention_layernorm", BlockSlot::Norm2},
+        {"c_fc", BlockSlot::MlpUp},          {"gate_proj", BlockSlot::MlpUp},
+        {"up_proj", BlockSlot::MlpUp},       {"mlp.c_proj", BlockSlot::MlpDown},
+        {"down_proj", BlockSlot::MlpDown},   {"ln_f", BlockSlot::FinalNorm},
+        {"norm", BlockSlot::FinalNorm}};
+    if (auto it = slots.find(s.module); it != slots.end()) s.slot = it->second;
     if (s.numel() > 0) t.push_back(std::move(s));
   };
   // LoRA adapters of one projection, when a target names it (short name or module name).
@@ -139,6 +151,12 @@ std::vector<TensorSpec> modelTensors(const ArchSpec& a, const FinetuneConfig& ft
         const std::string path = h + p.parent + "." + p.module;
         add(path + ".weight", {p.out, p.in}, R::LinearWeight, l, p.module,
             p.module == "o_proj" || p.module == "down_proj");
+        // q|k|v and gate|up are stored adjacent and multiplied as one GEMM each.
+        const bool qkvPart = p.module == "q_proj" || p.module == "k_proj" || p.module == "v_proj";
+        const bool upPart = p.module == "gate_proj" || p.module == "up_proj";
+        if (qkvPart || upPart)
+          t.back().fusedName =
+              h + p.parent + (qkvPart ? ".qkv_proj.weight" : ".gate_up_proj.weight");
         adapters(path, l, p);
       }
     }

@@ -44,6 +44,10 @@ enum class TensorRole {
   LoraB,  // out x r, trainable
 };
 
+// Where a tensor sits in the block every architecture shares (pre-norm attention, then MLP):
+// the engine wires its layers from these, so a new architecture needs no engine edits.
+enum class BlockSlot { None, Norm1, Qkv, AttnOut, Norm2, MlpUp, MlpDown, FinalNorm };
+
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
@@ -55,6 +59,10 @@ struct TensorSpec {
   bool trainable = true;
   // Residual-stream output projection (GPT-2 init scales it by 1/sqrt(2L)).
   bool residualProjection = false;
+  BlockSlot slot = BlockSlot::None;  // LoRA adapters: None (they hang on their module)
+  // Adjacent weights of one slot that one GEMM multiplies (llama's q|k|v, gate|up): the name of
+  // that view, e.g. "model.layers.0.self_attn.qkv_proj.weight"; empty when the slot has one.
+  std::string fusedName;
   int64_t numel() const;
   // Weight decay applies: matrices (incl. embeddings), as nanoGPT.
   bool decay() const {
