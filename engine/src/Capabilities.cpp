@@ -164,7 +164,7 @@ nlohmann::json capabilitiesJson() {
       {"activation_compression", onlyOn(cap(true), {"cpu"}, "runs on the cpu backend only so far")},
       {"zero", cap(false, later)},
       {"offload", cap(false, later)},
-      {"lora", cap(false, later)},
+      {"lora", cap(true)},  // finetune.lora on any policy; bases from trainscope checkpoints
       {"qlora", cap(false, later)},
       {"optimizer_8bit", cap(false, later)},
       {"distillation", cap(false, later)},

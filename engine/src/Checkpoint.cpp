@@ -109,7 +109,12 @@ CheckpointInfo saveCheckpoint(const std::string& parentDir, ParamArena& model, O
     mw.setMetadata("format", "pt");
     std::vector<float> params(static_cast<size_t>(model.size()));
     model.values().copyToHost(params.data());
+    // With frozen tensors (a LoRA run's base) only the trainable ones are written: the base is
+    // rebuilt from where it came from (finetune.base_checkpoint, or the seed), so a checkpoint
+    // is the adapters' size.
+    const bool trainableOnly = !model.allTrainable();
     for (const auto& p : model.params()) {
+      if (trainableOnly && !p.trainable()) continue;
       mw.add(p.name, "F32", p.shape, params.data() + p.offset, sizeof(float) * p.numel);
     }
     const std::string modelBytes = mw.serialize();
@@ -131,6 +136,7 @@ CheckpointInfo saveCheckpoint(const std::string& parentDir, ParamArena& model, O
     s["step"] = state.step;
     s["tokens"] = state.tokens;
     s["optimizer"] = {{"type", optimizer.name()}, {"step_count", optimizer.stepCount()}};
+    s["weights"] = trainableOnly ? "trainable" : "all";
     s["data"] = state.data;
     s["extra"] = state.extra;
     s["config"] = config;
@@ -225,8 +231,17 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Opti
     SafetensorsFile mf = readVerified("model.safetensors");
     SafetensorsFile of = readVerified("optimizer.safetensors");
 
-    // Check every shape before touching the model.
+    // Check every shape before touching the model. A checkpoint of the trainable tensors only
+    // (a LoRA run) must hold exactly this model's trainable ones; the frozen base stays as the
+    // caller built it.
+    const bool trainableOnly = s.value("weights", "all") == "trainable";
     for (const auto& p : model.params()) {
+      if (trainableOnly && !p.trainable()) {
+        if (mf.has(p.name))
+          throw CheckpointError((dir / "model.safetensors").string() + " has tensor '" + p.name +
+                                "', which this run keeps frozen (different finetune config?)");
+        continue;
+      }
       if (!mf.has(p.name))
         throw CheckpointError((dir / "model.safetensors").string() + " has no tensor '" + p.name +
                               "' (different model shape?)");
@@ -256,7 +271,8 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Opti
     // first so nothing outside the views (padding) changes.
     std::vector<float> params(static_cast<size_t>(model.size()));
     model.values().copyToHost(params.data());
-    for (const auto& p : model.params()) mf.readF32(p.name, params.data() + p.offset, p.numel);
+    for (const auto& p : model.params())
+      if (!trainableOnly || p.trainable()) mf.readF32(p.name, params.data() + p.offset, p.numel);
     model.values().copyFromHost(params.data());
     if (optimizer) {
       for (auto& [name, t] : optimizer->state())
@@ -275,6 +291,82 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Opti
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError(statePath.string() + " is malformed: " + e.what());
   }
+}
+
+LoadedBase loadBaseWeights(const std::string& path, ParamArena& model) {
+  profiler::ScopedRange range("base_load", profiler::SpanCategory::IO);
+  fs::path dir(path);
+  std::error_code ec;
+  if (fs::is_regular_file(dir, ec)) dir = dir.parent_path();
+  if (fs::exists(dir / "config.json", ec) && !fs::exists(dir / "state.json", ec))
+    throw CheckpointError(dir.string() +
+                          " is a Hugging Face model folder: loading those is not implemented "
+                          "yet (give a trainscope checkpoint directory)");
+  // The checkpoint's own verification (sizes, checksums, shapes) on a scratch arena of the
+  // same tensors, all trainable, so nothing here is touched unless everything is good.
+  const fs::path statePath = dir / "state.json";
+  nlohmann::json s;
+  try {
+    s = nlohmann::json::parse(readFile(statePath));
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(statePath.string() + " is corrupt (not valid JSON): " + e.what());
+  } catch (const CheckpointError&) {
+    throw CheckpointError("finetune.base_checkpoint " + path +
+                          " is not a checkpoint directory (no readable state.json)");
+  }
+  if (!s.is_object() || s.value("format", "") != kFormat)
+    throw CheckpointError(statePath.string() + " is not a trainscope checkpoint");
+  if (!s.contains("checksum") || s["checksum"] != stateChecksum(s))
+    throw CheckpointError(statePath.string() + " is corrupt (checksum mismatch)");
+  if (s.value("weights", "all") != "all")
+    throw CheckpointError(statePath.string() +
+                          " holds only trainable tensors (an adapter checkpoint); a base needs "
+                          "the full model");
+  const fs::path mp = dir / "model.safetensors";
+  std::string bytes = readFile(mp);
+  try {
+    const auto& f = s.at("files").at("model.safetensors");
+    if (bytes.size() != f.at("bytes").get<uint64_t>())
+      throw CheckpointError(mp.string() + " is truncated or damaged: " +
+                            std::to_string(bytes.size()) + " bytes, expected " +
+                            std::to_string(f.at("bytes").get<uint64_t>()));
+    if (hex64(fnv1a64(bytes)) != f.at("fnv1a64").get<std::string>())
+      throw CheckpointError(mp.string() + " is corrupt (checksum mismatch)");
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(statePath.string() + " is malformed: " + e.what());
+  }
+  SafetensorsFile mf = [&] {
+    try {
+      return SafetensorsFile::parse(std::move(bytes), mp.string());
+    } catch (const FormatError& e) {
+      throw CheckpointError(e.what());
+    }
+  }();
+  LoadedBase loaded;
+  loaded.checksum = s["checksum"].get<std::string>();
+  using R = core::TensorRole;
+  for (const auto& p : model.params()) {
+    const bool adapter = p.spec.role == R::LoraA || p.spec.role == R::LoraB;
+    if (!mf.has(p.name)) {
+      if (adapter) continue;  // a base has no adapters: the caller initialises them
+      throw CheckpointError(mp.string() + " has no tensor '" + p.name +
+                            "' (a base of a different model shape or architecture?)");
+    }
+    const auto& e = mf.entry(p.name);
+    if (e.dtype != "F32" || e.shape != p.shape)
+      throw CheckpointError(mp.string() + ": tensor '" + p.name + "' has shape " +
+                            nlohmann::json(e.shape).dump() + ", the model needs " +
+                            nlohmann::json(p.shape).dump());
+  }
+  std::vector<float> params(static_cast<size_t>(model.size()));
+  model.values().copyToHost(params.data());
+  for (const auto& p : model.params())
+    if (mf.has(p.name)) {
+      mf.readF32(p.name, params.data() + p.offset, p.numel);
+      loaded.tensors.push_back(p.name);
+    }
+  model.values().copyFromHost(params.data());
+  return loaded;
 }
 
 void pruneCheckpoints(const std::string& parentDir, int keep) {

@@ -75,6 +75,7 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels:
   g.bf16Gemm = useBf16Gemm(config, backend);
   g.dropout = static_cast<float>(config.model.dropout);
   g.dropoutSeed = static_cast<uint64_t>(config.train.seed);
+  g.lora = config.finetune.lora;
   if (pol == "fp8") {
     const auto& f = config.precision.fp8;
     g.fp8 =
@@ -111,6 +112,7 @@ core::SavedStateOptions GptConfig::savedState(int B) const {
   o.bf16Gemm = bf16Gemm;
   o.fp8 = fp8 == Fp8Recipe::Blockwise ? "blockwise" : fp8 == Fp8Recipe::Delayed ? "delayed" : "";
   o.dropout = dropout > 0.f;
+  o.lora = lora;
   return o;
 }
 
@@ -160,7 +162,9 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
 
   // The parameter arena comes from the shared description: names, shapes, storage order, and
   // which tensors train.
-  std::vector<core::TensorSpec> tensors = core::modelTensors(arch_);
+  core::FinetuneConfig ft;
+  ft.lora = config.lora;
+  std::vector<core::TensorSpec> tensors = core::modelTensors(arch_, ft);
   for (const auto& f : config.freeze) {
     bool any = false;
     for (auto& t : tensors) {
@@ -260,6 +264,36 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
     w8_.zero();
     w8Scales_ = Tensor(backend_, tracker_, MemoryCategory::Parameters, DType::F32, {scales});
     w8Scales_.zero();
+  }
+  // LoRA adapters onto their linears: the base weight of the adapted module gives the slot
+  // (which linear) and its rows of that linear's output.
+  if (config.lora.r > 0) {
+    const int slotIndex[] = {-1, 0, 0, 1, -1, 2, 3, -1};  // BlockSlot -> linear within a block
+    const float r = static_cast<float>(config.lora.r), alpha = static_cast<float>(config.lora.alpha);
+    const float scaling = config.lora.use_rslora ? alpha / std::sqrt(r) : alpha / r;
+    std::vector<int> count(static_cast<size_t>(config.layers), 0);
+    for (const auto& pa : params) {
+      if (pa.spec.role != R::LoraA) continue;
+      const int l = pa.spec.block;
+      const ParamInfo *pb = nullptr, *base = nullptr;
+      for (const auto& q : params)
+        if (q.spec.block == l && q.spec.module == pa.spec.module) {
+          if (q.spec.role == R::LoraB) pb = &q;
+          if (q.spec.role == R::LinearWeight) base = &q;
+        }
+      if (!pb || !base || slotIndex[static_cast<int>(base->spec.slot)] < 0)
+        throw std::logic_error("model description: adapter " + pa.name + " has no base or B");
+      Linear& lin = linears_[size_t(4 * l + slotIndex[static_cast<int>(base->spec.slot)])];
+      LoraAdapter ad;
+      ad.a = &pa;
+      ad.b = pb;
+      ad.outOffset = (base->offset - lin.weight().offset) / lin.in();
+      ad.scaling = scaling;
+      ad.dropout = static_cast<float>(config.lora.dropout);
+      ad.layer = l;
+      ad.index = count[size_t(l)]++;
+      lin.adapters.push_back(ad);
+    }
   }
   // The layers, from the description's shape.
   const int dm = static_cast<int>(C);
@@ -401,6 +435,7 @@ void Gpt::initWeights(uint64_t seed) {
   for (const auto& p : arena_.params()) {
     float* dst = host.data() + p.offset;
     const R role = p.spec.role;
+    if (role == R::LoraA || role == R::LoraB) continue;  // initAdapters, from a stream of its own
     if (role == R::NormWeight) {
       for (int64_t i = 0; i < p.numel; ++i) dst[i] = 1.f;
     } else if (role == R::NormBias || role == R::LinearBias) {
@@ -411,7 +446,55 @@ void Gpt::initWeights(uint64_t seed) {
     }
   }
   backend_->copyToDevice(arena_.values().data(), host.data(), host.size() * sizeof(float));
+  if (config_.lora.r > 0)
+    initAdapters(seed);  // rounds the weights itself
+  else if (mixed())
+    arena_.roundWeights();
+}
+
+void Gpt::initAdapters(uint64_t seed) {
+  Rng rng(seed ^ 0x4C6F5241ull);  // "LoRA": independent of the base's stream
+  std::vector<float> host(static_cast<size_t>(arena_.size()));
+  backend_->copyToHost(host.data(), arena_.values().data(), host.size() * sizeof(float));
+  for (const auto& p : arena_.params()) {
+    float* dst = host.data() + p.offset;
+    if (p.spec.role == core::TensorRole::LoraA) {
+      const double bound = 1.0 / std::sqrt(static_cast<double>(p.shape[1]));
+      for (int64_t i = 0; i < p.numel; ++i)
+        dst[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
+    } else if (p.spec.role == core::TensorRole::LoraB) {
+      std::fill(dst, dst + p.numel, 0.f);
+    }
+  }
+  backend_->copyToDevice(arena_.values().data(), host.data(), host.size() * sizeof(float));
   if (mixed()) arena_.roundWeights();
+}
+
+std::map<std::string, std::vector<float>> Gpt::mergedWeights() const {
+  std::map<std::string, std::vector<float>> out;
+  std::vector<float> host(static_cast<size_t>(arena_.size()));
+  backend_->copyToHost(host.data(), arena_.values().data(), host.size() * sizeof(float));
+  for (const auto& lin : linears_)
+    for (const auto& ad : lin.adapters) {
+      // The adapted module's own base tensor: rows [outOffset, +rows) of the linear's weight.
+      const int64_t IC = lin.in(), R = ad.a->shape[0], rows = ad.b->shape[0];
+      const ParamInfo* base = nullptr;
+      for (const auto& p : arena_.params())
+        if (p.spec.role == core::TensorRole::LinearWeight && p.spec.block == ad.layer &&
+            p.spec.module == ad.a->spec.module)
+          base = &p;
+      std::vector<float> w(host.begin() + base->offset, host.begin() + base->offset + base->numel);
+      const float* A = host.data() + ad.a->offset;
+      const float* Bm = host.data() + ad.b->offset;
+      for (int64_t o = 0; o < rows; ++o)
+        for (int64_t i = 0; i < IC; ++i) {
+          double s = 0;
+          for (int64_t k = 0; k < R; ++k) s += double(Bm[o * R + k]) * A[k * IC + i];
+          w[size_t(o * IC + i)] += static_cast<float>(ad.scaling * s);
+        }
+      out[base->name] = std::move(w);
+    }
+  return out;
 }
 
 namespace {
@@ -483,7 +566,8 @@ void Gpt::allocate(int B) {
   const std::map<std::string, Tensor Workspace::*> wsFields = {
       {"ones", &Workspace::ones}, {"dres", &Workspace::dres},  {"dtmp", &Workspace::dtmp},
       {"dqkv", &Workspace::dqkv}, {"datt", &Workspace::datt},  {"dfc", &Workspace::dfc},
-      {"dfc2", &Workspace::dfc2}, {"ddrop", &Workspace::ddrop}};
+      {"dfc2", &Workspace::dfc2}, {"ddrop", &Workspace::ddrop}, {"loraDU", &Workspace::loraDU},
+      {"loraX", &Workspace::loraX}};
   const std::map<std::string, Tensor*> scratch = {
       {"x16", &x16_},   {"g16", &g16_},   {"fp8X", &fp8X_},
       {"fp8G", &fp8G_}, {"fp8W", &fp8W_}, {"fp8TileScales", &fp8TileScales_}};
@@ -493,7 +577,13 @@ void Gpt::allocate(int B) {
              b.dataDependent ? std::vector<int64_t>{0} : b.shape);
     if (b.set >= 0) {
       if (static_cast<int>(acts_.blocks.size()) <= b.set) acts_.blocks.resize(b.set + 1);
-      blockFields().at(b.name)(acts_.blocks[b.set]) = std::move(t);
+      auto& set = acts_.blocks[b.set];
+      if (b.name == "loraU") {  // one per adapter of the block, by index
+        if (static_cast<int>(set.lora.size()) <= b.index) set.lora.resize(b.index + 1);
+        set.lora[b.index] = std::move(t);
+      } else {
+        blockFields().at(b.name)(set) = std::move(t);
+      }
     } else if (b.name == "checkpoint") {
       acts_.checkpoints.push_back(std::move(t));
     } else if (auto g = globalFields().find(b.name); g != globalFields().end()) {
@@ -504,7 +594,15 @@ void Gpt::allocate(int B) {
       *scratch.at(b.name) = std::move(t);
     }
   }
-  scratch_ = LinearScratch{&ws_.ones, &x16_, &g16_, &fp8X_, &fp8G_, &fp8W_, &fp8TileScales_};
+  scratch_ = LinearScratch{&ws_.ones, &x16_,         &g16_,        &fp8X_,       &fp8G_,
+                           &fp8W_,    &fp8TileScales_, &ws_.loraDU, &ws_.loraX, &ctx_.dropout};
+  // Each adapter's saved u lives in the block set its layer uses.
+  const int k = config_.checkpointEvery;
+  for (auto& lin : linears_)
+    for (auto& ad : lin.adapters) {
+      const int set = k == 0 ? ad.layer : ad.layer % k;
+      ad.u = &acts_.blocks[size_t(set)].lora.at(size_t(ad.index));
+    }
   {
     const int64_t N = int64_t(B) * config_.seq_len;
     std::vector<float> ones(static_cast<size_t>(N), 1.f);

@@ -84,7 +84,63 @@ void Linear::dequantizeFp8Weight(float* dst) const {
     backend_->fp8ToFloat(q, dst, out() * in(), Fp8Format::E4M3, 1.f / site_.wUsed);
 }
 
+const float* Linear::adapterInput(const LoraAdapter& ad, const float* inp, int N,
+                                  const LinearScratch& s) const {
+  if (!(ad.dropout > 0.f) || !s.dropout || !s.dropout->training) return inp;
+  backend_->dropout(s.loraX->f32(), inp, int64_t(N) * in(), ad.dropout, s.dropout->seed,
+                    s.dropout->stream(ad.layer, 2 + ad.index));
+  return s.loraX->f32();
+}
+
 void Linear::forward(float* out, const float* inp, int N, const LinearScratch& s, bool recompute) {
+  forwardBase(out, inp, N, s, recompute);
+  if (adapters.empty()) return;
+  ScopedRange r("lora_fwd", SpanCategory::Gemm);
+  const int OC = static_cast<int>(this->out()), IC = static_cast<int>(in());
+  for (const auto& ad : adapters) {
+    const int R = static_cast<int>(ad.a->shape[0]), rows = static_cast<int>(ad.b->shape[0]);
+    const float* x = adapterInput(ad, inp, N, s);
+    // u = x A^T (saved for dB), then out[:, rows] += scaling * u B^T.
+    backend_->matmul(ad.u->f32(), x, value(*ad.a), N, R, IC, false, true, 1.f, 0.f);
+    backend_->matmulStrided(out + ad.outOffset, OC, ad.u->f32(), R, value(*ad.b), R, N, rows, R,
+                            false, true, ad.scaling, 1.f);
+  }
+}
+
+void Linear::backward(float* dinp, const float* dout, const float* inp, int N,
+                      const LinearScratch& s) {
+  backwardBase(dinp, dout, inp, N, s);
+  if (adapters.empty()) return;
+  ScopedRange r("lora_bwd", SpanCategory::Gemm);
+  const int OC = static_cast<int>(out()), IC = static_cast<int>(in());
+  for (const auto& ad : adapters) {
+    const int R = static_cast<int>(ad.a->shape[0]), rows = static_cast<int>(ad.b->shape[0]);
+    float* du = s.loraDU->f32();
+    const float* g = dout + ad.outOffset;  // its rows of the output gradient (row length OC)
+    // du = scaling * g B; dB += scaling * g^T u; dA += du^T x; dx += du A (through the mask).
+    backend_->matmulStrided(du, R, g, OC, value(*ad.b), R, N, R, rows, false, false, ad.scaling,
+                            0.f);
+    if (ad.b->trainable())
+      backend_->matmulStrided(grad(*ad.b), R, g, OC, ad.u->f32(), R, rows, R, N, true, false,
+                              ad.scaling, 1.f);
+    const float* x = adapterInput(ad, inp, N, s);
+    if (ad.a->trainable())
+      backend_->matmul(grad(*ad.a), du, x, R, IC, N, true, false, 1.f, 1.f);
+    if (!dinp) continue;
+    if (x == inp) {
+      backend_->matmul(dinp, du, value(*ad.a), N, IC, R, false, false, 1.f, 1.f);
+    } else {
+      float* dx = s.loraX->f32();  // the dropped input is used: reuse it for d(dropped input)
+      backend_->matmul(dx, du, value(*ad.a), N, IC, R, false, false, 1.f, 0.f);
+      backend_->dropout(dx, dx, int64_t(N) * IC, ad.dropout, s.dropout->seed,
+                        s.dropout->stream(ad.layer, 2 + ad.index));
+      backend_->accumulate(dinp, dx, int64_t(N) * IC);
+    }
+  }
+}
+
+void Linear::forwardBase(float* out, const float* inp, int N, const LinearScratch& s,
+                         bool recompute) {
   const int OC = static_cast<int>(this->out()), IC = static_cast<int>(in());
   const char* name = fp8()                         ? "linear_fwd_fp8"
                      : format_ == Format::Bf16Gemm ? "linear_fwd_bf16"
@@ -124,8 +180,8 @@ void Linear::forward(float* out, const float* inp, int N, const LinearScratch& s
   backend_->matmul(out, inp, value(*w_), N, OC, IC, false, true, 1.f, beta);
 }
 
-void Linear::backward(float* dinp, const float* dout, const float* inp, int N,
-                      const LinearScratch& s) {
+void Linear::backwardBase(float* dinp, const float* dout, const float* inp, int N,
+                          const LinearScratch& s) {
   const int OC = static_cast<int>(out()), IC = static_cast<int>(in());
   const char* name = fp8()                         ? "linear_bwd_fp8"
                      : format_ == Format::Bf16Gemm ? "linear_bwd_bf16"

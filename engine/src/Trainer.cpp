@@ -71,9 +71,6 @@ std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
     add("parallel.offload_optimizer", c.parallel.offload_optimizer, "offload " + later);
   if (c.parallel.offload_params != "none")
     add("parallel.offload_params", c.parallel.offload_params, "offload " + later);
-  if (c.finetune.lora.r != 0) add("finetune.lora.r", c.finetune.lora.r, "LoRA " + later);
-  if (!c.finetune.base_checkpoint.empty())
-    add("finetune.base_checkpoint", c.finetune.base_checkpoint, "fine-tuning " + later);
   if (c.finetune.base_quant != "none")
     add("finetune.base_quant", c.finetune.base_quant, "NF4 base " + later);
   if (!c.distill.teacher_checkpoint.empty())
@@ -165,6 +162,31 @@ TrainResult Trainer::run() {
     model = std::make_unique<Gpt>(gptConfigFrom(config_, vocab, backend_), backend_, &tracker_);
     model->initWeights(config_.train.seed);
     model->allocate(B);
+  } catch (const std::bad_alloc&) {
+    return fail("out of memory allocating the model (" + std::to_string(tracker_.totalCurrent()) +
+                    " bytes tracked so far)",
+                false);
+  } catch (const std::exception& e) {
+    return fail(std::string("model: ") + e.what(), true);
+  }
+  // Fine-tuning: the base's weights (the adapters keep their init: B = 0, so step 0 is the base).
+  std::string baseChecksum;
+  if (!config_.finetune.base_checkpoint.empty()) {
+    try {
+      const auto base = loadBaseWeights(config_.finetune.base_checkpoint, model->arena());
+      if (model->mixed()) model->roundWeights();
+      baseChecksum = base.checksum;
+      log("base: " + std::to_string(base.tensors.size()) + " tensors from " +
+          config_.finetune.base_checkpoint);
+    } catch (const std::exception& e) {
+      return fail(std::string("finetune.base_checkpoint: ") + e.what(), true);
+    }
+  } else if (config_.finetune.lora.r > 0) {
+    emit(EventType::Warning,
+         {{"message", "finetune.lora without finetune.base_checkpoint: the adapters train on a "
+                      "randomly initialised base (train.seed), which stays frozen"}});
+  }
+  try {
     opt = makeOptimizer(config_.optimizer, model->arena(), backend_, &tracker_);
   } catch (const std::bad_alloc&) {
     return fail("out of memory allocating the model (" + std::to_string(tracker_.totalCurrent()) +
@@ -173,8 +195,13 @@ TrainResult Trainer::run() {
   } catch (const std::exception& e) {
     return fail(std::string("model: ") + e.what(), true);
   }
-  log("model: " + std::to_string(model->numParams()) + " parameters, vocab " +
-      std::to_string(vocab));
+  {
+    const ParamArena& pa = model->arena();
+    log("model: " + std::to_string(pa.numParams()) + " parameters (" +
+        std::to_string(pa.trainableParams()) + " trainable, " +
+        std::to_string(pa.numParams() - pa.trainableParams()) + " frozen), vocab " +
+        std::to_string(vocab));
+  }
   if (config_.precision.policy == "fp8")
     log("precision fp8 (" + config_.precision.fp8.recipe +
         " scaling): block linear GEMMs emulated on this CPU (operands quantized to fp8, "
@@ -221,6 +248,16 @@ TrainResult Trainer::run() {
   if (!options_.resumePath.empty()) {
     try {
       auto loaded = loadCheckpoint(options_.resumePath, model->arena(), opt.get());
+      if (loaded.state.extra.contains("base_checkpoint")) {
+        const auto& b = loaded.state.extra["base_checkpoint"];
+        if (b.value("checksum", "") != baseChecksum)
+          throw CheckpointError(
+              "the checkpoint's adapters were trained on the base " + b.value("path", "?") +
+              " (checksum " + b.value("checksum", "?") + "), but finetune.base_checkpoint is " +
+              (config_.finetune.base_checkpoint.empty()
+                   ? std::string("not set")
+                   : config_.finetune.base_checkpoint + " (checksum " + baseChecksum + ")"));
+      }
       data->restore(loaded.state.data);
       step = loaded.state.step;
       tokens = loaded.state.tokens;
@@ -258,6 +295,10 @@ TrainResult Trainer::run() {
         {"reason", why}};
     if (scaler) st.extra["loss_scaler"] = scaler->state();
     if (model->fp8()) st.extra["fp8"] = model->fp8State();
+    // An adapter checkpoint is only meaningful on its base: say which one.
+    if (!baseChecksum.empty())
+      st.extra["base_checkpoint"] = {{"path", config_.finetune.base_checkpoint},
+                                     {"checksum", baseChecksum}};
     try {
       auto info = saveCheckpoint(ckptDir, model->arena(), *opt, configJson, st);
       pruneCheckpoints(ckptDir, std::max(1, options_.keepCheckpoints));

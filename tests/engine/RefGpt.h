@@ -69,7 +69,7 @@ struct RefDropout {
   double p = 0;
   uint64_t seed = 0, key = 0;
   void apply(std::vector<double>& x, int layer, int site) const {
-    const uint64_t stream = key * 1048576ull + uint64_t(layer + 1) * 4ull + uint64_t(site);
+    const uint64_t stream = key * 1048576ull + uint64_t(layer + 1) * 64ull + uint64_t(site);
     const uint32_t thr = ts::kernels::dropoutThreshold(static_cast<float>(p));
     const double scale = 1.0 / (1.0 - static_cast<double>(static_cast<float>(p)));
     for (size_t i = 0; i < x.size(); ++i)

@@ -2,6 +2,8 @@
 // so the parser, the unknown-key check and toJson can never disagree about the key set.
 #include "trainscope/core/Config.h"
 
+#include "trainscope/core/ModelSpec.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -400,7 +402,11 @@ class Writer {
 
 // ---------------------------------------------------------------------------------------------
 // The schema: every section and key, with its rule. docs/config.md mirrors this list.
-const std::vector<std::string> kLoraTargets = {"q", "k", "v", "o", "fc", "proj"};
+const std::vector<std::string> kLoraTargets = {
+    "q",      "k",      "v",         "o",       "fc",     "proj",      "c_attn",
+    "attn.c_proj", "c_fc", "mlp.c_proj", "q_proj", "k_proj", "v_proj", "o_proj",
+    "gate_proj",   "up_proj", "down_proj"};
+const std::vector<std::string> kLoraShortTargets = {"q", "k", "v", "o", "fc", "proj"};
 
 template <class C, class V>
 void visitSchema(C& c, V& v) {
@@ -502,6 +508,7 @@ void visitSchema(C& c, V& v) {
       v.field("alpha", l.alpha, above(0));
       v.field("dropout", l.dropout, halfOpen(0, 1));
       v.field("targets", l.targets, oneOf(kLoraTargets), 0);
+      v.field("use_rslora", l.use_rslora, any());
     });
     v.field("base_quant", f.base_quant, oneOf({"none", "nf4"}));
   });
@@ -654,6 +661,17 @@ void checkCrossField(const RunConfig& c, const ValidationContext& ctx,
       ft.lora.targets.empty()) {
     add("finetune.lora.targets", json::array(),
         "must list at least one of: " + joinList(kLoraTargets) + " when finetune.lora.r >= 1");
+  }
+  if (ok({"finetune.lora.targets", "model.arch"}) && ft.lora.r > 0) {
+    // A module name must be one of this architecture's modules.
+    const auto modules = loraModules(archSpecOf(c.model, 2));
+    for (const auto& t : ft.lora.targets)
+      if (std::find(kLoraShortTargets.begin(), kLoraShortTargets.end(), t) ==
+              kLoraShortTargets.end() &&
+          std::find(modules.begin(), modules.end(), t) == modules.end())
+        add("finetune.lora.targets", t,
+            "is not a module of model.arch \"" + c.model.arch + "\" (its modules: " +
+                joinList(modules) + "; or a short name: " + joinList(kLoraShortTargets) + ")");
   }
 
   if (ok({"curriculum.type", "data.source"}) && c.curriculum.type == "difficulty" &&

@@ -17,37 +17,38 @@ int64_t ceilDiv(int64_t a, int64_t b) {
   return b <= 0 ? 0 : (a + b - 1) / b;
 }
 
-// A block's projections as LoRA sees them: the short target name, the module, in and out.
+// A block's projections as LoRA sees them: the short target names that select it, the module
+// (PEFT's target name), in and out, and where it sits under the block.
 struct Projection {
-  std::string target, module;
+  std::vector<std::string> targets;
+  std::string module;
   int64_t in = 0, out = 0;
-  std::string parent = {};  // llama: "self_attn" | "mlp"
+  std::string path;  // "self_attn.q_proj" (llama), "attn.c_attn" (gpt2)
 };
 
 std::vector<Projection> projections(const ArchSpec& a) {
   const int64_t C = a.dModel, F = a.dFf, KV = a.kvDim();
-  std::vector<Projection> p;
-  if (a.arch == "llama") {
-    p = {{"q", "q_proj", C, C, "self_attn"},  {"k", "k_proj", C, KV, "self_attn"},
-         {"v", "v_proj", C, KV, "self_attn"}, {"o", "o_proj", C, C, "self_attn"},
-         {"fc", "gate_proj", C, F, "mlp"},    {"fc", "up_proj", C, F, "mlp"},
-         {"proj", "down_proj", F, C, "mlp"}};
-  } else {
-    // GPT-2 keeps q, k and v in one c_attn tensor; LoRA on q/k/v counts them one by one (as
-    // Hu et al. count them) until the adapters land on the real modules.
-    p = {{"q", "c_attn", C, C},
-         {"k", "c_attn", C, KV},
-         {"v", "c_attn", C, KV},
-         {"o", "attn.c_proj", C, C}};
-    if (a.swiglu) {
-      p.push_back({"fc", "c_fc", C, F});
-      p.push_back({"fc", "c_fc", C, F});
-    } else {
-      p.push_back({"fc", "c_fc", C, F});
-    }
-    p.push_back({"proj", "mlp.c_proj", F, C});
-  }
-  return p;
+  if (a.arch == "llama")
+    return {{{"q"}, "q_proj", C, C, "self_attn.q_proj"},
+            {{"k"}, "k_proj", C, KV, "self_attn.k_proj"},
+            {{"v"}, "v_proj", C, KV, "self_attn.v_proj"},
+            {{"o"}, "o_proj", C, C, "self_attn.o_proj"},
+            {{"fc"}, "gate_proj", C, F, "mlp.gate_proj"},
+            {{"fc"}, "up_proj", C, F, "mlp.up_proj"},
+            {{"proj"}, "down_proj", F, C, "mlp.down_proj"}};
+  // GPT-2 keeps q, k and v in one c_attn module: an adapter on any of them is one adapter on
+  // c_attn (as PEFT targets GPT-2), r x C and 3C x r.
+  return {{{"q", "k", "v"}, "c_attn", C, a.qkvDim(), "attn.c_attn"},
+          {{"o"}, "attn.c_proj", C, C, "attn.c_proj"},
+          {{"fc"}, "c_fc", C, a.swiglu ? 2 * F : F, "mlp.c_fc"},
+          {{"proj"}, "mlp.c_proj", F, C, "mlp.c_proj"}};
+}
+
+bool selects(const std::vector<std::string>& targets, const Projection& p) {
+  for (const auto& t : targets)
+    if (t == p.module || std::find(p.targets.begin(), p.targets.end(), t) != p.targets.end())
+      return true;
+  return false;
 }
 
 }  // namespace
@@ -85,12 +86,22 @@ int64_t TensorSpec::numel() const {
 bool loraTargets(const std::vector<std::string>& targets, const ArchSpec& arch,
                  const std::string& module) {
   for (const auto& p : projections(arch))
-    if (p.module == module &&
-        std::find_if(targets.begin(), targets.end(), [&](const std::string& t) {
-          return t == p.target || t == p.module;
-        }) != targets.end())
-      return true;
+    if (p.module == module && selects(targets, p)) return true;
   return false;
+}
+
+std::vector<std::string> loraModules(const ArchSpec& arch) {
+  std::vector<std::string> out;
+  for (const auto& p : projections(arch)) out.push_back(p.module);
+  return out;
+}
+
+std::vector<LoraSite> loraSites(const ArchSpec& arch, const LoraConfig& lora) {
+  std::vector<LoraSite> out;
+  if (lora.r <= 0) return out;
+  for (const auto& p : projections(arch))
+    if (selects(lora.targets, p)) out.push_back({p.module, p.in, p.out});
+  return out;
 }
 
 std::vector<TensorSpec> modelTensors(const ArchSpec& a, const FinetuneConfig& ft) {
@@ -120,16 +131,13 @@ std::vector<TensorSpec> modelTensors(const ArchSpec& a, const FinetuneConfig& ft
     if (auto it = slots.find(s.module); it != slots.end()) s.slot = it->second;
     if (s.numel() > 0) t.push_back(std::move(s));
   };
-  // LoRA adapters of one projection, when a target names it (short name or module name).
+  // LoRA adapters of one projection, when a target names it (short name or module name): A
+  // (r, in) and B (out, r) under the module's path, as PEFT names them.
   auto adapters = [&](const std::string& prefix, int block, const Projection& p) {
-    if (!lora) return;
-    const auto& tg = ft.lora.targets;
-    if (std::find(tg.begin(), tg.end(), p.target) == tg.end() &&
-        std::find(tg.begin(), tg.end(), p.module) == tg.end())
-      return;
+    if (!lora || !selects(ft.lora.targets, p)) return;
     for (bool isA : {true, false}) {
       TensorSpec s;
-      s.name = prefix + "." + p.target + (isA ? ".lora_A.weight" : ".lora_B.weight");
+      s.name = prefix + p.path + (isA ? ".lora_A.weight" : ".lora_B.weight");
       s.shape =
           isA ? std::vector<int64_t>{ft.lora.r, p.in} : std::vector<int64_t>{p.out, ft.lora.r};
       s.role = isA ? TensorRole::LoraA : TensorRole::LoraB;
@@ -139,26 +147,28 @@ std::vector<TensorSpec> modelTensors(const ArchSpec& a, const FinetuneConfig& ft
     }
   };
   using R = TensorRole;
+  const auto proj = projections(a);
   if (a.arch == "llama") {
     add("model.embed_tokens.weight", {V, C}, R::TokenEmbedding, -1);
     for (int l = 0; l < a.layers; ++l) {
       const std::string h = "model.layers." + std::to_string(l) + ".";
+      // A slot's weights are adjacent (q|k|v and gate|up are multiplied as one GEMM each), its
+      // adapters follow them.
+      auto slot = [&](std::initializer_list<int> which, const char* fused) {
+        for (int i : which) {
+          const auto& p = proj[size_t(i)];
+          add(h + p.path + ".weight", {p.out, p.in}, R::LinearWeight, l, p.module,
+              p.module == "o_proj" || p.module == "down_proj");
+          if (fused) t.back().fusedName = h + fused;
+        }
+        for (int i : which) adapters(h, l, proj[size_t(i)]);
+      };
       add(h + "input_layernorm.weight", {C}, R::NormWeight, l, "input_layernorm");
-      for (const auto& p : projections(a)) {
-        if (p.module == "gate_proj")
-          add(h + "post_attention_layernorm.weight", {C}, R::NormWeight, l,
-              "post_attention_layernorm");
-        const std::string path = h + p.parent + "." + p.module;
-        add(path + ".weight", {p.out, p.in}, R::LinearWeight, l, p.module,
-            p.module == "o_proj" || p.module == "down_proj");
-        // q|k|v and gate|up are stored adjacent and multiplied as one GEMM each.
-        const bool qkvPart = p.module == "q_proj" || p.module == "k_proj" || p.module == "v_proj";
-        const bool upPart = p.module == "gate_proj" || p.module == "up_proj";
-        if (qkvPart || upPart)
-          t.back().fusedName =
-              h + p.parent + (qkvPart ? ".qkv_proj.weight" : ".gate_up_proj.weight");
-        adapters(path, l, p);
-      }
+      slot({0, 1, 2}, "self_attn.qkv_proj.weight");
+      slot({3}, nullptr);
+      add(h + "post_attention_layernorm.weight", {C}, R::NormWeight, l, "post_attention_layernorm");
+      slot({4, 5}, "mlp.gate_up_proj.weight");
+      slot({6}, nullptr);
     }
     add("model.norm.weight", {C}, R::NormWeight, -1, "norm");
     add("lm_head.weight", {V, C}, R::Head, -1);
@@ -167,36 +177,25 @@ std::vector<TensorSpec> modelTensors(const ArchSpec& a, const FinetuneConfig& ft
   // GPT-2 (the engine's names and order, which its checkpoints carry).
   add("wte", {V, C}, R::TokenEmbedding, -1);
   if (a.learnedPos) add("wpe", {T, C}, R::PositionEmbedding, -1);
-  const int64_t qkv = a.qkvDim();
-  const int64_t fcOut = a.swiglu ? 2 * F : F;
   for (int l = 0; l < a.layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     auto norm = [&](const std::string& n) {
       add(h + n + ".weight", {C}, R::NormWeight, l, n);
       if (!a.rmsNorm) add(h + n + ".bias", {C}, R::NormBias, l, n);
     };
-    // The module names are the LoRA target names of the issue/PEFT: c_attn, attn.c_proj, c_fc,
-    // mlp.c_proj.
-    auto linear = [&](const std::string& n, const std::string& module, int64_t out, int64_t in,
-                      bool resid) {
-      add(h + n + ".weight", {out, in}, R::LinearWeight, l, module, resid);
-      if (a.bias) add(h + n + ".bias", {out}, R::LinearBias, l, module);
+    // The module names are PEFT's target names: c_attn, attn.c_proj, c_fc, mlp.c_proj.
+    auto linear = [&](const Projection& p) {
+      add(h + p.path + ".weight", {p.out, p.in}, R::LinearWeight, l, p.module,
+          p.module == "attn.c_proj" || p.module == "mlp.c_proj");
+      if (a.bias) add(h + p.path + ".bias", {p.out}, R::LinearBias, l, p.module);
+      adapters(h, l, p);
     };
     norm("ln_1");
-    linear("attn.c_attn", "c_attn", qkv, C, false);
-    const auto proj = projections(a);
-    for (const auto& p : proj)
-      if (p.module == "c_attn") adapters(h + "attn", l, p);
-    linear("attn.c_proj", "attn.c_proj", C, C, true);
-    for (const auto& p : proj)
-      if (p.module == "attn.c_proj") adapters(h + "attn.c_proj", l, p);
+    linear(proj[0]);
+    linear(proj[1]);
     norm("ln_2");
-    linear("mlp.c_fc", "c_fc", fcOut, C, false);
-    for (const auto& p : proj)
-      if (p.module == "c_fc") adapters(h + "mlp.c_fc", l, p);
-    linear("mlp.c_proj", "mlp.c_proj", C, F, true);
-    for (const auto& p : proj)
-      if (p.module == "mlp.c_proj") adapters(h + "mlp.c_proj", l, p);
+    linear(proj[2]);
+    linear(proj[3]);
   }
   add("ln_f.weight", {C}, R::NormWeight, -1, "ln_f");
   if (!a.rmsNorm) add("ln_f.bias", {C}, R::NormBias, -1, "ln_f");
@@ -218,6 +217,7 @@ SavedStateOptions savedStateOptionsOf(const RunConfig& c, int64_t layers, bool b
     o.checkpointEvery = static_cast<int>(std::clamp<int64_t>(k, 1, std::max<int64_t>(1, layers)));
   }
   o.dropout = c.model.dropout > 0;
+  o.lora = c.finetune.lora;
   const std::string policy = lower(c.precision.policy);
   o.bf16Gemm = bf16Gemm && (policy == "bf16" || policy == "pure_bf16");
   if (policy == "fp8")
@@ -254,6 +254,7 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
   const bool int8 = o.compression == "int8";
   const bool sparse = o.compression == "sparse";
   const int k = o.checkpointEvery;
+  const auto sites = loraSites(a, o.lora);
   using Cat = MemoryCategory;
   std::vector<BufferSpec> v;
   using E = ElementType;
@@ -276,6 +277,9 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
     if (!a.rmsNorm) add("ln2Mean", {B, T}, E::F32, Cat::Activations, s);
     add("ln2Rstd", {B, T}, E::F32, Cat::Activations, s);
     add("fcPre", {B, T, fcPre}, E::F32, Cat::Activations, s);
+    // LoRA: each adapter keeps its down-projected input u = x A^T for dB.
+    for (size_t i = 0; i < sites.size(); ++i)
+      add("loraU", {B, T, o.lora.r}, E::F32, Cat::Activations, s, static_cast<int>(i));
     if (int8) {
       add("ln1Q", {B, T, C}, E::I8, Cat::Activations, s);
       add("ln1Scale", {B, T}, E::F32, Cat::Activations, s);
@@ -317,6 +321,12 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
   add("dfc", {B, T, fcPre}, E::F32, ws);
   add("dfc2", {B, T, fcPre}, E::F32, ws);
   if (o.dropout) add("ddrop", {B, T, C}, E::F32, ws);  // a branch's gradient through its mask
+  if (!sites.empty()) {
+    add("loraDU", {N, o.lora.r}, E::F32, ws);  // an adapter's gradient of u
+    int64_t in = 0;
+    for (const auto& st : sites) in = std::max(in, st.in);
+    if (o.lora.dropout > 0) add("loraX", {N, in}, E::F32, ws);  // the dropped adapter input
+  }
   const int64_t widest = std::max({fcPre, qkv, C});    // the widest GEMM operand row
   if (o.bf16Gemm) {  // bf16 inputs / output gradients of the block GEMMs
     add("x16", {N * widest}, E::BF16, ws);

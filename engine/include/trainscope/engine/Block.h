@@ -2,6 +2,7 @@
 // One pre-norm transformer block: x + attn(norm_1(x)), then + mlp(norm_2(.)), with dropout on
 // each branch's output when model.dropout > 0.
 #include <memory>
+#include <vector>
 
 #include "trainscope/engine/Attention.h"
 #include "trainscope/engine/Mlp.h"
@@ -19,6 +20,7 @@ struct BlockActivations {
   Tensor resid2;  // (B,T,C) input + attention branch (norm_2's input)
   NormSaved norm2;
   MlpSaved mlp;
+  std::vector<Tensor> lora;  // each LoRA adapter's u = x A^T (N, r), in the block's adapter order
 };
 
 class Block {

@@ -1,6 +1,7 @@
 #pragma once
 // Checkpoints: a directory per checkpoint holding
-//   model.safetensors      the weights under their GPT-2 names (wte, h.0.attn.c_attn.weight, ...)
+//   model.safetensors      the weights under their names (wte, h.0.attn.c_attn.weight, ...); with
+//                          frozen tensors (LoRA) only the trainable ones ("weights": "trainable")
 //   optimizer.safetensors  optimizer state, one flat tensor per state (exp_avg, exp_avg_sq, ...)
 //   state.json             the sidecar: step, tokens, optimizer step count, data position (the
 //                          Dataset state with its RNG), resolved config, each file's size and
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -56,6 +58,18 @@ struct LoadedCheckpoint {
 // the file and the problem (missing, truncated, checksum mismatch, shape mismatch); the model is
 // untouched in that case.
 LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& arena, Optimizer* optimizer);
+
+// A fine-tuning base (finetune.base_checkpoint): the full weights of a trainscope checkpoint
+// (verified as loadCheckpoint does) into the arena's fp32 values by name; every tensor of the
+// model must be there except LoRA adapters, which a base does not have (the caller initialises
+// them). Returns the names loaded and the base's sidecar checksum. Throws CheckpointError naming
+// the file and tensor (missing, shape, a Hugging Face folder, an adapter-only checkpoint); the
+// arena is untouched then.
+struct LoadedBase {
+  std::vector<std::string> tensors;
+  std::string checksum;
+};
+LoadedBase loadBaseWeights(const std::string& path, ParamArena& arena);
 
 // Removes checkpoint directories `step_*` under parentDir except the newest `keep`.
 void pruneCheckpoints(const std::string& parentDir, int keep);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -90,6 +91,8 @@ struct GptConfig {
   // Parameter arena: each group (embeddings, every block, the head) starts at a multiple of
   // this many elements (ParamArena.h; a ZeRO shard or a block as one aligned slice).
   int64_t arenaAlign = 1;
+  // finetune.lora: adapters on the targeted projections (r > 0); the base is then frozen.
+  core::LoraConfig lora;
 
   // The shared model description (core/ModelSpec.h) of this shape, and what it keeps for a
   // micro-batch of B sequences: the engine allocates exactly these, the estimator sums them.
@@ -174,9 +177,16 @@ class Gpt {
   void loadFp8State(const nlohmann::json& state);
 
   // GPT-2 init from `seed`: weights N(0, 0.02), residual projections (attn.c_proj, mlp.c_proj)
-  // N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1 / bias 0.
+  // N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1 / bias 0 (the same values with or
+  // without LoRA). LoRA as PEFT: A kaiming-uniform (a = sqrt 5: U(-1/sqrt(in), 1/sqrt(in))) from
+  // a stream of its own, B 0, so the adapted model starts as the base.
   void initWeights(uint64_t seed);
   void zeroGrad() { arena_.zeroGrad(); }
+  // LoRA: re-initialises only the adapters (A kaiming-uniform, B 0), e.g. after loading a base.
+  void initAdapters(uint64_t seed);
+  // LoRA: every adapted base weight with its adapters merged, W + scaling * B A, by tensor name
+  // (host copies; the model is not changed). Empty without adapters.
+  std::map<std::string, std::vector<float>> mergedWeights() const;
 
   // Allocates activations and workspace for micro-batches of B sequences of up to seq_len.
   void allocate(int B);

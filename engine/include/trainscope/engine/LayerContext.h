@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "trainscope/engine/ActivationCompressor.h"
+#include "trainscope/engine/Dropout.h"
 #include "trainscope/engine/Linear.h"
 #include "trainscope/engine/ParamArena.h"
 #include "trainscope/engine/Tensor.h"
@@ -23,22 +24,8 @@ struct Workspace {
   Tensor dfc;    // (B,T,4C)
   Tensor dfc2;   // (B,T,4C)
   Tensor ddrop;  // (B,T,C) a residual branch's output gradient through dropout (dropout > 0)
-};
-
-// model.dropout: on each residual branch's output (after attn's and the MLP's output projection)
-// and on the embeddings, as nanoGPT (not on attention probabilities: flash never forms them).
-// Masks come from the counter-based Dropout op: a pure function of (seed, stream), so backward,
-// recomputation under checkpointing and a resumed run see the same mask without storing it.
-struct DropoutContext {
-  float p = 0.f;
-  uint64_t seed = 0;
-  uint64_t key = 0;  // the micro-batch (the trainer sets it from the step, so resume agrees)
-  bool training = true;
-  bool active() const { return p > 0.f && training; }
-  // One stream per (micro-batch, layer, site); layer -1 is the embeddings.
-  uint64_t stream(int layer, int site) const {
-    return key * 1048576ull + uint64_t(layer + 1) * 4ull + uint64_t(site);
-  }
+  Tensor loraDU;  // (N, r) an adapter's gradient of u = x A^T (LoRA)
+  Tensor loraX;   // (N, in) an adapter's dropped input (LoRA dropout > 0)
 };
 
 struct LayerContext {

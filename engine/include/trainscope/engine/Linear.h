@@ -2,10 +2,13 @@
 // A projection y = x W^T + b (W stored (out, in) like torch.nn.Linear) over Backend ops. It owns
 // how its weight is stored and multiplied: fp32, the stored bf16 weights in a bf16 GEMM, or
 // fp8 copies with delayed or blockwise scaling (an fp8 GEMM emulated on fp32). A frozen linear
-// (trainable false) skips dW; `adapter` is where a low-rank adapter hangs.
+// (trainable false) skips dW. LoRA adapters hang on it: y += scaling * B A dropout(x) on their
+// rows of the output (a packed q|k|v linear carries one adapter per module), in fp32 GEMMs.
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "trainscope/engine/Dropout.h"
 #include "trainscope/engine/Tensor.h"
 #include "trainscope/kernels/Backend.h"
 #include "trainscope/kernels/Fp8Quant.h"
@@ -28,6 +31,20 @@ struct LinearScratch {
   Tensor* ones = nullptr;                 // (N) ones: the bias add and its gradient as rank-1 GEMMs
   Tensor *x16 = nullptr, *g16 = nullptr;  // bf16 GEMM operands
   Tensor *fp8X = nullptr, *fp8G = nullptr, *fp8W = nullptr, *fp8TileScales = nullptr;
+  Tensor *loraDU = nullptr, *loraX = nullptr;  // LoRA: dL/du (N, r), the dropped input (N, in)
+  const DropoutContext* dropout = nullptr;     // seed, micro-batch key, training mode
+};
+
+// A LoRA adapter (Hu et al.; PEFT's semantics): A (r, in), B (rows, r) adding
+// scaling * dropout(x) A^T B^T to rows [outOffset, outOffset + rows) of the output.
+struct LoraAdapter {
+  const ParamInfo* a = nullptr;
+  const ParamInfo* b = nullptr;
+  int64_t outOffset = 0;
+  float scaling = 1.f;  // alpha / r, or alpha / sqrt(r) with use_rslora
+  float dropout = 0.f;  // on the adapter's input only
+  int layer = 0, index = 0;  // its dropout stream (site 2 + index) and its saved u
+  Tensor* u = nullptr;       // (N, r) x A^T, saved for dB; bound by the model per block set
 };
 
 // fp8 scaling state of one linear: input, weight and output-gradient histories (delayed), the
@@ -52,8 +69,8 @@ class Linear {
   const ParamInfo& weight() const { return *w_; }
   int64_t in() const;
   int64_t out() const;
-  bool trainable = true;    // false: no dW (a frozen base weight); from the weight's view
-  void* adapter = nullptr;  // a low-rank adapter (LoRA), added to the output when set
+  bool trainable = true;  // false: no dW (a frozen base weight); from the weight's view
+  std::vector<LoraAdapter> adapters;
 
   // fp8: the site's state (checkpoints), and re-quantizing the fp8 weight after an update.
   Fp8Site& fp8Site() { return site_; }
@@ -64,12 +81,20 @@ class Linear {
   // Delayed recipe: the fp8 bytes of the weight at `scale` (recorded as the weight's scale).
   void quantizeFp8WeightDelayed(float scale);
 
-  // out (N, out) = inp W^T + b. Recomputation (checkpointing) reuses the forward's fp8 scales.
+  // out (N, out) = inp W^T + b (+ the adapters). Recomputation (checkpointing) reuses the
+  // forward's fp8 scales.
   void forward(float* out, const float* inp, int N, const LinearScratch& s, bool recompute);
-  // dW += dout^T inp, db += 1^T dout, dinp = dout W (dinp may be null: not needed).
+  // dW += dout^T inp, db += 1^T dout, dinp = dout W (dinp may be null: not needed); the
+  // adapters' dA, dB accumulate and their share of dinp is added.
   void backward(float* dinp, const float* dout, const float* inp, int N, const LinearScratch& s);
 
  private:
+  void forwardBase(float* out, const float* inp, int N, const LinearScratch& s, bool recompute);
+  void backwardBase(float* dinp, const float* dout, const float* inp, int N,
+                    const LinearScratch& s);
+  // The adapter's input: x, or dropout(x) in s.loraX (training, dropout > 0).
+  const float* adapterInput(const LoraAdapter& ad, const float* inp, int N,
+                            const LinearScratch& s) const;
   float* value(const ParamInfo& p) const;
   float* grad(const ParamInfo& p) const;
   float* wScaleInv() const;

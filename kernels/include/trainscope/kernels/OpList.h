@@ -34,6 +34,14 @@ TS_OP(Matmul, void, matmul,
        float alpha, float beta),
       (C, A, B, M, N, K, transA, transB, alpha, beta))
 
+// As matmul on sub-matrices: lda / ldb / ldc are the stored row lengths (>= the used width),
+// so a GEMM can read or write a column slice of a wider matrix (a LoRA adapter's rows of a
+// packed q|k|v output). Kind Matmul: supported wherever matmul is.
+TS_OP(Matmul, void, matmulStrided,
+      (float* C, int64_t ldc, const float* A, int64_t lda, const float* B, int64_t ldb, int M,
+       int N, int K, bool transA, bool transB, float alpha, float beta),
+      (C, ldc, A, lda, B, ldb, M, N, K, transA, transB, alpha, beta))
+
 // As matmul with bf16 operands (uint16_t bit patterns), fp32 accumulation and fp32 C. The CPU
 // runs oneDNN's bf16 kernel where it has one, else widens to fp32 (Backend::emulates).
 TS_OP_KIND(MatmulBF16)

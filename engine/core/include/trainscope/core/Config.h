@@ -109,7 +109,10 @@ struct LoraConfig {
   int r = 0;  // 0 = LoRA off
   double alpha = 16.0;
   double dropout = 0.0;
-  std::vector<std::string> targets = {"q", "v"};  // q k v o fc proj
+  // Short names q k v o fc proj, or the model's module names (gpt2: c_attn, attn.c_proj, c_fc,
+  // mlp.c_proj; llama: q_proj k_proj v_proj o_proj gate_proj up_proj down_proj).
+  std::vector<std::string> targets = {"q", "v"};
+  bool use_rslora = false;  // scaling alpha / sqrt(r) instead of alpha / r (rank-stabilized)
 };
 
 struct FinetuneConfig {

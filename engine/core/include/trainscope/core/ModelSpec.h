@@ -77,6 +77,15 @@ std::vector<TensorSpec> modelTensors(const ArchSpec& arch, const FinetuneConfig&
 // projection with `module` name in `arch`.
 bool loraTargets(const std::vector<std::string>& targets, const ArchSpec& arch,
                  const std::string& module);
+// The modules of a block LoRA can adapt, in storage order (gpt2: c_attn, attn.c_proj, c_fc,
+// mlp.c_proj; llama: q_proj ... down_proj).
+std::vector<std::string> loraModules(const ArchSpec& arch);
+// The adapted projections of one block, in storage order (empty when lora.r is 0).
+struct LoraSite {
+  std::string module;
+  int64_t in = 0, out = 0;
+};
+std::vector<LoraSite> loraSites(const ArchSpec& arch, const LoraConfig& lora);
 
 // What the engine keeps for one micro-batch of `batch` sequences.
 struct SavedStateOptions {
@@ -87,6 +96,7 @@ struct SavedStateOptions {
   bool bf16Gemm = false;             // bf16 GEMM operand scratch
   std::string fp8;                   // "" | "delayed" | "blockwise": fp8 GEMM operand scratch
   bool dropout = false;              // model.dropout > 0 (masks are recomputed, not stored)
+  LoraConfig lora;                   // adapters (r > 0): each keeps x A^T (B, T, r) per block
 };
 SavedStateOptions savedStateOptionsOf(const RunConfig& config, int64_t layers, bool bf16Gemm);
 
