@@ -27,15 +27,15 @@ constexpr double kRelTolerance = 0.05;
 
 std::string describe(const core::RunConfig& c) {
   char buf[360];
-  std::snprintf(buf, sizeof buf,
-                "%s L%d H%d D%d T%d mb%d ga%d %s %s %s %s ckpt=%s comp=%s %s%s gemm=%s drop=%.2g",
-                c.model.arch.c_str(), c.model.layers, c.model.heads, c.model.d_model,
-                c.model.seq_len, c.train.micro_batch, c.train.grad_accum,
-                c.model.activation.c_str(), c.attention.impl.c_str(), c.optimizer.type.c_str(),
-                c.data.task.c_str(), c.memory.checkpointing.c_str(),
-                c.memory.activation_compression.c_str(), c.precision.policy.c_str(),
-                c.precision.policy == "fp8" ? ("/" + c.precision.fp8.recipe).c_str() : "",
-                c.precision.gemm.c_str(), c.model.dropout);
+  std::snprintf(
+      buf, sizeof buf,
+      "%s L%d H%d D%d T%d mb%d ga%d %s %s %s %s ckpt=%s comp=%s %s%s gemm=%s drop=%.2g lora=%d",
+      c.model.arch.c_str(), c.model.layers, c.model.heads, c.model.d_model, c.model.seq_len,
+      c.train.micro_batch, c.train.grad_accum, c.model.activation.c_str(), c.attention.impl.c_str(),
+      c.optimizer.type.c_str(), c.data.task.c_str(), c.memory.checkpointing.c_str(),
+      c.memory.activation_compression.c_str(), c.precision.policy.c_str(),
+      c.precision.policy == "fp8" ? ("/" + c.precision.fp8.recipe).c_str() : "",
+      c.precision.gemm.c_str(), c.model.dropout, c.finetune.lora.r);
   return buf;
 }
 
@@ -143,6 +143,23 @@ std::vector<core::RunConfig> techniqueGrid() {
     out.push_back(c);
     ++k;
   }
+  // LoRA: a frozen base (parameters only), gradients and optimizer state of the adapters, each
+  // adapter's saved x A^T, the adapter workspace (and its dropped input with lora dropout).
+  {
+    core::RunConfig c = base[(k * 5) % base.size()];
+    c.finetune.lora.r = 4;
+    c.finetune.lora.targets = {"q", "v", "fc"};
+    out.push_back(c);
+    ++k;
+    c = base[(k * 5) % base.size()];
+    c.finetune.lora.r = 3;
+    c.finetune.lora.dropout = 0.1;
+    c.finetune.lora.targets = {"c_attn", "attn.c_proj", "c_fc", "mlp.c_proj"};
+    c.memory.checkpointing = "all";
+    c.precision.policy = "bf16";
+    out.push_back(c);
+    ++k;
+  }
   // The llama description: grouped-query attention, SwiGLU of an odd width, no biases, untied
   // head, with each activation technique and the 16-bit and fp8 policies.
   struct Llama {
@@ -164,8 +181,12 @@ std::vector<core::RunConfig> techniqueGrid() {
     c.memory.checkpoint_every = 0;
     c.memory.activation_compression = l.compression;
     c.precision.policy = l.policy;
-    if (std::string(l.policy) == "bf16" && std::string(l.checkpointing) == "all")
+    if (std::string(l.policy) == "bf16" && std::string(l.checkpointing) == "all") {
       c.model.dropout = 0.2;
+      c.finetune.lora.r = 4;  // on every llama module, with adapter dropout
+      c.finetune.lora.dropout = 0.1;
+      c.finetune.lora.targets = {"q", "k", "v", "o", "fc", "proj"};
+    }
     out.push_back(c);
     ++k;
   }

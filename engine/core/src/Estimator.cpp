@@ -518,8 +518,11 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
     double wsPeak = act.wsPeak;
     double wsSteady = act.wsSteady;
     if (engine16) {
-      wsPeak += 8.0 * static_cast<double>(P);
-      wsSteady += 8.0 * static_cast<double>(P);
+      // fp32 compute copies: of every weight (frozen ones too), of the trainable gradients.
+      const double copies =
+          4.0 * static_cast<double>(est.params.total) + 4.0 * static_cast<double>(P);
+      wsPeak += copies;
+      wsSteady += copies;
       // (fp8 and bf16 GEMM operand scratch are buffers of the saved state.)
     }
     if (stage >= 3 && ranks > 1) {
