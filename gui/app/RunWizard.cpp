@@ -24,6 +24,7 @@
 #include "ChartView.h"
 #include "ConfigBinder.h"
 #include "MemoryBars.h"
+#include "trainscope/core/ModelSpec.h"
 #include "trainscope/core/Schedule.h"
 #include "trainscope/gui/RunRepository.h"
 
@@ -860,37 +861,56 @@ QWidget* RunWizard::buildFinetunePage() {
                                          "Scale of the adapter update (alpha / r).", 1));
   f->addRow("Dropout", binder_->doubleSpin("finetune.lora.dropout", 0.0, 0.9, 2,
                                            "Dropout on the adapter input.", 0.05));
+  f->addRow("Scaling", binder_->check("finetune.lora.use_rslora", "rsLoRA: alpha / sqrt(r)",
+                                      "Rank-stabilized scaling: alpha / sqrt(r) instead of "
+                                      "alpha / r (keeps the update's size as r grows)."));
+  // The targets are the model's own modules (PEFT's target names), rebuilt when the
+  // architecture changes; a short name in the config (q, v, ...) checks the modules it selects.
   auto* targets = new QWidget;
+  targets->setObjectName("LoraTargets");
   auto* th = new QHBoxLayout(targets);
   th->setContentsMargins(0, 0, 0, 0);
-  std::vector<QCheckBox*> boxes;
-  for (const char* t : {"q", "k", "v", "o", "fc", "proj"}) {
-    auto* cb = new QCheckBox(t);
-    cb->setToolTip(
-        "Adapt this projection. More targets: more adapter parameters, usually "
-        "better quality.");
-    cb->setProperty("loraTarget", t);
-    th->addWidget(cb);
-    boxes.push_back(cb);
-    connect(cb, &QCheckBox::toggled, this, [this, targets] {
-      nlohmann::json arr = nlohmann::json::array();
-      for (auto* c : targets->findChildren<QCheckBox*>())
-        if (c->isChecked()) arr.push_back(c->property("loraTarget").toString().toStdString());
-      doc_->setValue("finetune.lora.targets", arr);
-    });
-  }
-  th->addStretch(1);
   f->addRow("Targets", targets);
-  onChange_.push_back([this, boxes] {
-    const auto t = doc_->value("finetune.lora.targets");
+  auto writeTargets = [this, targets] {
+    nlohmann::json arr = nlohmann::json::array();
+    for (auto* c : targets->findChildren<QCheckBox*>())
+      if (c->isChecked()) arr.push_back(c->property("loraTarget").toString().toStdString());
+    doc_->setValue("finetune.lora.targets", arr);
+  };
+  onChange_.push_back([this, targets, th, writeTargets] {
+    ts::core::ModelConfig model;
+    const auto archValue = doc_->value("model.arch");
+    if (archValue.is_string()) model.arch = archValue.get<std::string>();
+    std::vector<std::string> chosen;
+    const auto tv = doc_->value("finetune.lora.targets");
+    if (tv.is_array())
+      for (const auto& x : tv)
+        if (x.is_string()) chosen.push_back(x.get<std::string>());
+    const auto arch = ts::core::archSpecOf(model, 2);
+    const auto modules = ts::core::loraModules(arch);
+    auto boxes = targets->findChildren<QCheckBox*>();
+    bool same = int(boxes.size()) == int(modules.size());
+    for (size_t i = 0; same && i < modules.size(); ++i)
+      same = boxes[int(i)]->property("loraTarget").toString().toStdString() == modules[i];
+    if (!same) {
+      for (auto* c : boxes) delete c;
+      while (th->count() > 0) delete th->takeAt(0);
+      for (const auto& m : modules) {
+        auto* cb = new QCheckBox(QString::fromStdString(m));
+        cb->setToolTip(
+            "Adapt this module. More targets: more adapter parameters, usually better "
+            "quality.");
+        cb->setProperty("loraTarget", QString::fromStdString(m));
+        th->addWidget(cb);
+        connect(cb, &QCheckBox::toggled, this, writeTargets);
+      }
+      th->addStretch(1);
+      boxes = targets->findChildren<QCheckBox*>();
+    }
     for (auto* c : boxes) {
       QSignalBlocker b(c);
-      bool on = false;
-      if (t.is_array())
-        for (const auto& x : t)
-          on |= x.is_string() &&
-                x.get<std::string>() == c->property("loraTarget").toString().toStdString();
-      c->setChecked(on);
+      c->setChecked(
+          ts::core::loraTargets(chosen, arch, c->property("loraTarget").toString().toStdString()));
     }
   });
   v->addWidget(l);

@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include <gtest/gtest.h>
+#include <QCheckBox>
 #include <QComboBox>
 #include <QGroupBox>
 #include <QListWidget>
@@ -205,4 +206,49 @@ TEST_F(WizardTest, LlamaThroughTheModelPage) {
   // Same width and depth: LLaMA has no biases and no position table but an untied head and
   // SwiGLU's third matrix, so the count moves.
   EXPECT_NE(ts::core::estimateMemory(c).params.total, gpt2);
+}
+
+// The fine-tuning page lists LoRA targets by the model's own module names (PEFT's target names),
+// follows the architecture, reads short names in the config as the modules they select, and
+// writes module names back.
+TEST_F(WizardTest, LoraTargetsAreTheModelsModules) {
+  RunWizard* wiz = win->wizard();
+  int page = -1;
+  for (int i = 0; i < wiz->pageCount(); ++i)
+    if (wiz->pageTitle(i).contains("Fine-tuning")) page = i;
+  ASSERT_GE(page, 0);
+  wiz->goToPage(page);
+  auto* box = wiz->findChild<QWidget*>("LoraTargets");
+  ASSERT_TRUE(box);
+  auto labels = [&] {
+    QStringList l;
+    for (auto* c : box->findChildren<QCheckBox*>()) l << c->text();
+    return l;
+  };
+  auto checked = [&] {
+    QStringList l;
+    for (auto* c : box->findChildren<QCheckBox*>())
+      if (c->isChecked()) l << c->text();
+    return l;
+  };
+  auto boxFor = [&](const QString& t) -> QCheckBox* {
+    for (auto* c : box->findChildren<QCheckBox*>())
+      if (c->text() == t) return c;
+    return nullptr;
+  };
+  wiz->document()->setValue("finetune.lora.targets", nlohmann::json({"q", "v"}));
+  EXPECT_EQ(labels(), (QStringList{"c_attn", "attn.c_proj", "c_fc", "mlp.c_proj"}));
+  EXPECT_EQ(checked(), QStringList{"c_attn"}) << "gpt2's q and v live in c_attn";
+  boxFor("c_fc")->click();
+  EXPECT_EQ(wiz->document()->value("finetune.lora.targets"), nlohmann::json({"c_attn", "c_fc"}));
+  wiz->document()->setValue("model.arch", "llama");
+  EXPECT_EQ(labels(), (QStringList{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                   "down_proj"}));
+  EXPECT_TRUE(checked().isEmpty());
+  wiz->document()->setValue("finetune.lora.r", 8);
+  EXPECT_FALSE(wiz->document()->isValid()) << "c_attn is not a llama module";
+  boxFor("q_proj")->click();
+  boxFor("v_proj")->click();
+  EXPECT_EQ(wiz->document()->value("finetune.lora.targets"), nlohmann::json({"q_proj", "v_proj"}));
+  EXPECT_TRUE(wiz->document()->isValid());
 }
