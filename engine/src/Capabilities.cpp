@@ -166,7 +166,7 @@ nlohmann::json capabilitiesJson() {
       {"offload", cap(false, later)},
       {"lora", cap(true)},  // finetune.lora on any policy; bases from trainscope checkpoints
       {"qlora", cap(false, later)},
-      {"optimizer_8bit", cap(false, later)},
+      {"optimizer_8bit", cap(true)},  // optimizer.state_bits 8 with adamw
       {"distillation", cap(false, later)},
   };
   j["architectures"] = {"gpt2", "llama"};  // model.arch (core/ModelSpec.h)

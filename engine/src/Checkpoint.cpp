@@ -84,6 +84,8 @@ std::string stateDtype(kernels::DType d) {
       return "BF16";
     case kernels::DType::F16:
       return "F16";
+    case kernels::DType::I8:
+      return "U8";  // 8-bit optimizer codes
     default:
       return kernels::dtypeName(d);
   }
@@ -327,9 +329,9 @@ LoadedBase loadBaseWeights(const std::string& path, ParamArena& model) {
   try {
     const auto& f = s.at("files").at("model.safetensors");
     if (bytes.size() != f.at("bytes").get<uint64_t>())
-      throw CheckpointError(mp.string() + " is truncated or damaged: " +
-                            std::to_string(bytes.size()) + " bytes, expected " +
-                            std::to_string(f.at("bytes").get<uint64_t>()));
+      throw CheckpointError(mp.string() +
+                            " is truncated or damaged: " + std::to_string(bytes.size()) +
+                            " bytes, expected " + std::to_string(f.at("bytes").get<uint64_t>()));
     if (hex64(fnv1a64(bytes)) != f.at("fnv1a64").get<std::string>())
       throw CheckpointError(mp.string() + " is corrupt (checksum mismatch)");
   } catch (const nlohmann::json::exception& e) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "trainscope/kernels/DynamicMap.h"
 #include "trainscope/profiler/Tracer.h"
 
 namespace ts::engine {
@@ -124,6 +125,104 @@ class AdamW final : public Optimizer {
   int64_t t_ = 0;
 };
 
+// 8-bit AdamW (optimizer.state_bits 8; bitsandbytes' AdamW8bit): tensors of at least 4096
+// elements keep m and v as uint8 codes into the dynamic maps with an fp32 absmax per block of
+// 256; smaller tensors keep fp32 state (bitsandbytes' min_8bit_size). In gradient space, like
+// the 32-bit optimizer, so a rank's slice is a slice of each buffer.
+class AdamW8 final : public Optimizer {
+ public:
+  static constexpr int64_t kMin8bit = 4096;
+  static constexpr int kBlock = 256;
+  AdamW8(const core::OptimizerConfig& c, ParamArena& arena, kernels::Backend* backend,
+         MemoryTracker* tracker)
+      : config_(c), arena_(arena), backend_(backend) {
+    if (pureBf16(arena))
+      throw std::invalid_argument(
+          "optimizer.state_bits 8 keeps an fp32 master; it does not combine with pure_bf16");
+    int64_t big = 0, blocks = 0, small = 0;
+    for (const auto& p : arena.params()) {
+      if (!p.trainable()) continue;
+      Slot s;
+      s.p = &p;
+      if (p.numel >= kMin8bit) {
+        s.q = big;
+        s.block = blocks;
+        big += p.numel;
+        blocks += (p.numel + kBlock - 1) / kBlock;
+      } else {
+        s.f = small;
+        small += p.numel;
+      }
+      slots_.push_back(s);
+    }
+    const auto cat = MemoryCategory::OptimizerState;
+    qm_ = Tensor(backend, tracker, cat, DType::I8, {big});
+    qv_ = Tensor(backend, tracker, cat, DType::I8, {big});
+    am_ = Tensor(backend, tracker, cat, DType::F32, {blocks});
+    av_ = Tensor(backend, tracker, cat, DType::F32, {blocks});
+    m_ = Tensor(backend, tracker, cat, DType::F32, {small});
+    v_ = Tensor(backend, tracker, cat, DType::F32, {small});
+    // Zero state: code of 0.0 in each map, absmax 0 (dequantizes to 0 either way).
+    const auto ms = kernels::dynamicMap(true), mu = kernels::dynamicMap(false);
+    backend->fill(qm_.data(), kernels::nearestCode(ms.data(), 0.f), big);
+    backend->fill(qv_.data(), kernels::nearestCode(mu.data(), 0.f), big);
+    for (Tensor* t : {&am_, &av_, &m_, &v_}) t->zero();
+    // The two 256-entry maps: 2 KiB, uncounted (the estimator leaves them out, as bitsandbytes'
+    // accounting does).
+    mapM_ = Tensor(backend, nullptr, MemoryCategory::Workspace, DType::F32, {256});
+    mapV_ = Tensor(backend, nullptr, MemoryCategory::Workspace, DType::F32, {256});
+    mapM_.copyFromHost(ms.data());
+    mapV_.copyFromHost(mu.data());
+    master_ = makeMaster(arena, backend, tracker);
+  }
+  void step(float lr) override {
+    ScopedRange r("adamw_8bit", SpanCategory::Optimizer);
+    ++t_;
+    const float b1 = static_cast<float>(config_.betas.size() > 0 ? config_.betas[0] : 0.9);
+    const float b2 = static_cast<float>(config_.betas.size() > 1 ? config_.betas[1] : 0.999);
+    const float eps = static_cast<float>(config_.eps);
+    for (const auto& s : slots_) {
+      const ParamInfo& p = *s.p;
+      const float wd = p.decay ? static_cast<float>(config_.weight_decay) : 0.f;
+      float* w = target(arena_, master_, p);
+      if (s.q >= 0) {
+        auto* qm = static_cast<uint8_t*>(qm_.data()) + s.q;
+        auto* qv = static_cast<uint8_t*>(qv_.data()) + s.q;
+        backend_->adamw8bitUpdate(w, arena_.grad(p), qm, qv, am_.f32() + s.block,
+                                  av_.f32() + s.block, mapM_.f32(), mapV_.f32(), p.numel, kBlock,
+                                  lr, b1, b2, eps, wd, t_);
+      } else {
+        backend_->adamwUpdate(w, arena_.grad(p), m_.f32() + s.f, v_.f32() + s.f, p.numel, lr, b1,
+                              b2, eps, wd, t_);
+      }
+    }
+    if (!master_.empty()) arena_.setWeightsFrom(master_.f32());
+  }
+  int64_t stepCount() const override { return t_; }
+  void setStepCount(int64_t n) override { t_ = n; }
+  std::vector<std::pair<std::string, Tensor*>> state() override {
+    std::vector<std::pair<std::string, Tensor*>> s = {
+        {"exp_avg.codes", &qm_},     {"exp_avg.absmax", &am_}, {"exp_avg_sq.codes", &qv_},
+        {"exp_avg_sq.absmax", &av_}, {"exp_avg.fp32", &m_},    {"exp_avg_sq.fp32", &v_}};
+    if (!master_.empty()) s.push_back({"master", &master_});
+    return s;
+  }
+  std::string name() const override { return "adamw8bit"; }
+
+ private:
+  struct Slot {
+    const ParamInfo* p = nullptr;
+    int64_t q = -1, block = 0;  // 8-bit: into the code and absmax buffers
+    int64_t f = 0;              // fp32: into m_ / v_
+  };
+  core::OptimizerConfig config_;
+  ParamArena& arena_;
+  kernels::Backend* backend_;
+  std::vector<Slot> slots_;
+  Tensor qm_, qv_, am_, av_, m_, v_, mapM_, mapV_, master_;
+  int64_t t_ = 0;
+};
+
 class Sgd final : public Optimizer {
  public:
   Sgd(const core::OptimizerConfig& c, ParamArena& arena, kernels::Backend* backend,
@@ -179,6 +278,12 @@ class Sgd final : public Optimizer {
 
 std::unique_ptr<Optimizer> makeOptimizer(const core::OptimizerConfig& config, ParamArena& arena,
                                          kernels::Backend* backend, MemoryTracker* tracker) {
+  if (config.type == "adamw" && config.state_bits == 8)
+    return std::make_unique<AdamW8>(config, arena, backend, tracker);
+  if (config.state_bits != 32)
+    throw std::invalid_argument("optimizer.state_bits " + std::to_string(config.state_bits) +
+                                " needs optimizer.type adamw (8-bit AdamW); " + config.type +
+                                " keeps 32-bit state");
   if (config.type == "adamw") return std::make_unique<AdamW>(config, arena, backend, tracker);
   if (config.type == "sgd") return std::make_unique<Sgd>(config, arena, backend, tracker);
   throw std::invalid_argument("optimizer.type '" + config.type + "' is not one of adamw, sgd");

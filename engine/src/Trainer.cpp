@@ -58,8 +58,12 @@ std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
   else if (pol != "fp32" && c.device.backend == "cuda")
     add("precision.policy", pol,
         pol + " runs on the cpu backend only (fp8 as an emulated GEMM); use fp32 on cuda");
-  if (c.optimizer.state_bits != 32)
-    add("optimizer.state_bits", c.optimizer.state_bits, "8-bit optimizer state " + later);
+  if (c.optimizer.state_bits == 8 && c.optimizer.type != "adamw")
+    add("optimizer.state_bits", c.optimizer.state_bits,
+        "8-bit state is 8-bit AdamW: needs optimizer.type adamw");
+  if (c.optimizer.state_bits == 8 && c.precision.policy == "pure_bf16")
+    add("optimizer.state_bits", c.optimizer.state_bits,
+        "8-bit AdamW keeps an fp32 master; pure_bf16 has none (use bf16)");
   if (c.memory.activation_compression != "none" && c.device.backend == "cuda")
     add("memory.activation_compression", c.memory.activation_compression,
         "activation compression runs on the cpu backend only");
@@ -183,8 +187,9 @@ TrainResult Trainer::run() {
     }
   } else if (config_.finetune.lora.r > 0) {
     emit(EventType::Warning,
-         {{"message", "finetune.lora without finetune.base_checkpoint: the adapters train on a "
-                      "randomly initialised base (train.seed), which stays frozen"}});
+         {{"message",
+           "finetune.lora without finetune.base_checkpoint: the adapters train on a "
+           "randomly initialised base (train.seed), which stays frozen"}});
   }
   try {
     opt = makeOptimizer(config_.optimizer, model->arena(), backend_, &tracker_);

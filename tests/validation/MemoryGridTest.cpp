@@ -29,13 +29,13 @@ std::string describe(const core::RunConfig& c) {
   char buf[360];
   std::snprintf(
       buf, sizeof buf,
-      "%s L%d H%d D%d T%d mb%d ga%d %s %s %s %s ckpt=%s comp=%s %s%s gemm=%s drop=%.2g lora=%d",
+      "%s L%d H%d D%d T%d mb%d ga%d %s %s %s %s ckpt=%s comp=%s %s%s gemm=%s drop=%.2g lora=%d bits=%d",
       c.model.arch.c_str(), c.model.layers, c.model.heads, c.model.d_model, c.model.seq_len,
       c.train.micro_batch, c.train.grad_accum, c.model.activation.c_str(), c.attention.impl.c_str(),
       c.optimizer.type.c_str(), c.data.task.c_str(), c.memory.checkpointing.c_str(),
       c.memory.activation_compression.c_str(), c.precision.policy.c_str(),
       c.precision.policy == "fp8" ? ("/" + c.precision.fp8.recipe).c_str() : "",
-      c.precision.gemm.c_str(), c.model.dropout, c.finetune.lora.r);
+      c.precision.gemm.c_str(), c.model.dropout, c.finetune.lora.r, c.optimizer.state_bits);
   return buf;
 }
 
@@ -140,6 +140,18 @@ std::vector<core::RunConfig> techniqueGrid() {
     core::RunConfig c = base[(k * 5) % base.size()];
     c.model.dropout = 0.1;
     c.memory.checkpointing = ck;
+    out.push_back(c);
+    ++k;
+  }
+  // 8-bit AdamW: uint8 m and v with an fp32 absmax per 256 for tensors >= 4096 elements,
+  // fp32 state below; with bf16 the fp32 master as well.
+  for (const char* p : {"fp32", "bf16"}) {
+    core::RunConfig c = base[(k * 5) % base.size()];
+    c.optimizer.type = "adamw";
+    c.optimizer.state_bits = 8;
+    c.model.d_model = 64;
+    c.model.heads = 4;
+    c.precision.policy = p;
     out.push_back(c);
     ++k;
   }

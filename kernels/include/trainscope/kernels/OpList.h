@@ -282,5 +282,21 @@ TS_OP(Dropout, void, dropout,
       (float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t key),
       (out, inp, n, p, seed, key))
 
+// 8-bit AdamW (bitsandbytes' blockwise 8-bit Adam, reference.md): m and v are uint8 codes into
+// the signed / unsigned 256-entry dynamic maps mapM / mapV (DynamicMap.h, sorted ascending),
+// in blocks of `block` (<= 1024) elements, each block with an fp32 absmax (absM / absV,
+// ceil(n / block) each): value = map[code] * absmax. Per block: dequantize, update
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+//   p -= lr sqrt(1-b2^t) / (1-b1^t) * m / (sqrt(v) + sqrt(1-b2^t) eps);  p *= 1 - lr wd
+// then the block's new absmax and every value requantized to the nearest map entry of
+// value / absmax. An element whose gradient is not finite gets m = v = 0 and no update.
+TS_OP_KIND(AdamW8bit)
+TS_OP(AdamW8bit, void, adamw8bitUpdate,
+      (float* param, const float* grad, uint8_t* qm, uint8_t* qv, float* absM, float* absV,
+       const float* mapM, const float* mapV, int64_t n, int block, float lr, float beta1,
+       float beta2, float eps, float weight_decay, int64_t step),
+      (param, grad, qm, qv, absM, absV, mapM, mapV, n, block, lr, beta1, beta2, eps, weight_decay,
+       step))
+
 #undef TS_OP
 #undef TS_OP_KIND
