@@ -14,9 +14,9 @@ Writes to tests/data/nf4/ (committed; CI never runs this script):
   README.md               how it was made, versions, every tensor, the rounding rules found
 Every file is bitsandbytes' own output; the script fails rather than write data that disagrees with
 its cross-checks, all against independent numpy code in this file:
-  1. NF4: nearest code (ties to the lower index) of x * (1/absmax), packing, double quantization and
-     dequantization reproduce bitsandbytes' bytes and fp32 values bit for bit; the code values equal
-     the list in /work/shared/reference.md;
+  1. NF4: nearest code (ties to the lower index) of x * (1/absmax) (x / absmax in a short last
+     block), packing, double quantization and dequantization reproduce bitsandbytes' bytes and fp32
+     values bit for bit; the code values equal the list in /work/shared/reference.md;
   2. 8-bit: the rule bitsandbytes' CPU kernel implements (a 65536-entry lookup table, see README.md)
      reproduces its codes bit for bit; the exact nearest-entry rule is computed too and every place
      where the two differ is counted (and stored, codes_nearest); the dynamic maps agree with an
@@ -124,7 +124,7 @@ def np_scaled_4bit(flat, bs, absmax_rule="bnb"):
         am = np.abs(blk).max()
         absmax[b] = am
         den = max(am, tiny)
-        if e - s == bs or absmax_rule == "reciprocal":
+        if (e - s == bs or absmax_rule == "reciprocal") and absmax_rule != "division":
             v = blk * (F32(1) / den)
         else:
             v = blk / den
@@ -258,7 +258,7 @@ def from_bits(i):
     return np.asarray(i, np.int32).view(F32)
 
 
-def rule_splitters(a, bounds, reciprocal_should_win):
+def rule_splitters(a, bounds):
     """fp32 values x near a * bounds[i] for which x * (1f/a) and x / a fall on different sides of a
     midpoint (or one of them exactly on it): they tell the two normalisations apart."""
     a = F32(a)
@@ -291,7 +291,7 @@ def make_nf4_inputs(seed, code):
     dn = np.nextafter(bounds, F32(-np.inf)).astype(F32)
     fill = np.clip(randn(g, 17, 0.4), -0.99, 0.99).astype(F32)
     blocks.append(np.concatenate([[F32(1.0)], bounds, up, dn, [F32(-1.0)], fill]).astype(F32))  # 3
-    rec = rule_splitters(0.03, bounds, True)                                     # 4: absmax 0.03
+    rec = rule_splitters(0.03, bounds)                                     # 4: absmax 0.03
     n_rec = min(rec.size, BS4 - 2)
     fill = np.clip(randn(g, BS4 - 2 - n_rec, 0.01), -0.029, 0.029).astype(F32)
     blocks.append(np.concatenate([[F32(0.03)], rec[:n_rec], [F32(-0.01)], fill]).astype(F32))
@@ -300,10 +300,10 @@ def make_nf4_inputs(seed, code):
         for i, val in outl.items():
             blk[i] = val
         blocks.append(blk)
-    div = rule_splitters(0.07, bounds, False)                                    # tail: absmax 0.07
+    div = rule_splitters(0.06, bounds)                                    # tail: absmax 0.06
     n_div = min(div.size, 40 - 1)
-    fill = np.clip(randn(g, 40 - 1 - n_div, 0.02), -0.069, 0.069).astype(F32)
-    blocks.append(np.concatenate([[F32(-0.07)], div[:n_div], fill]).astype(F32))
+    fill = np.clip(randn(g, 40 - 1 - n_div, 0.02), -0.059, 0.059).astype(F32)
+    blocks.append(np.concatenate([[F32(-0.06)], div[:n_div], fill]).astype(F32))
     c = np.concatenate(blocks).astype(F32)
     assert c.size == 552, c.size
     x["c"] = c.reshape(CASES["c"][0])
@@ -394,13 +394,17 @@ def run_nf4(bf, inputs, code):
         np_d1 = np_dequant_nf4(np_packed, np_absmax_dq, code, x.shape)
         check(bits_equal(np_d1, d1), f"{name}: dequantize_4bit (compress_statistics=True)")
         f["dequant_rel_err_true"] = rel_err(np_d1, d1)
-        f["absmax_dq_max_rel_err"] = float(np.max(np.abs(np_absmax_dq.astype(F64) - np_absmax)
-                                                  / np.maximum(np_absmax, 1e-30)))
+        nz = np_absmax > 0  # (c) has an all-zero block
+        f["absmax_dq_max_rel_err"] = float(np.max(np.abs(np_absmax_dq[nz].astype(F64) - np_absmax[nz])
+                                                  / np_absmax[nz]))
         f["absmax_dq_negative"] = int(np.count_nonzero(np_absmax_dq < 0))
         # what the normalisation rule pins: the other rule's bytes
         alt, _, _ = np_quantize_nf4(x, code, absmax_rule="reciprocal")
         f["last_block_division_matters"] = int(np.count_nonzero(np_unpack_nf4(alt, x.size)
                                                                 != np_unpack_nf4(packed, x.size)))
+        alt, _, _ = np_quantize_nf4(x, code, absmax_rule="division")
+        f["full_block_reciprocal_matters"] = int(np.count_nonzero(np_unpack_nf4(alt, x.size)
+                                                                  != np_unpack_nf4(packed, x.size)))
         n = x.size
         f.update(numel=n, blocks=int(absmax.size), last_block=n - (absmax.size - 1) * BS4,
                  packed_bytes=int(packed.size), packed_shape=list(packed.shape),
@@ -618,7 +622,7 @@ def ulps(a, b):
     return int(np.abs(ia - ib).max())
 
 
-def run_adam(bnb, maps, seed, n):
+def run_adam(bnb, maps, seed, n, b8_zero):
     p0, gq = make_adam_inputs(seed, n)
     grads = grads_of(gq)
     res = run_bnb_adam(bnb, p0, grads, "AdamW8bit")
@@ -658,18 +662,25 @@ def run_adam(bnb, maps, seed, n):
     exact = np.sqrt(t2n(s).astype(F64)).astype(F32)
     facts["torch_sqrt_not_ieee"] = int(np.count_nonzero(t2n(torch.sqrt(s)) != exact))
     facts["numpy_sqrt_not_ieee"] = int(np.count_nonzero(np.sqrt(t2n(s)) != exact))
-    # non-finite gradients (not stored): what the CPU path does with one NaN
-    p = torch.nn.Parameter(torch.from_numpy(p0.copy()))
-    opt = bnb.optim.AdamW8bit([p], lr=ADAM["lr"], betas=ADAM["betas"], eps=ADAM["eps"],
-                              weight_decay=ADAM["weight_decay"])
-    gnan = grads[0].copy()
-    gnan[10] = np.nan
-    p.grad = torch.from_numpy(gnan)
-    opt.step()
-    st = opt.state[p]
-    facts["nan_grad"] = dict(nan_params=int(torch.isnan(p).sum()),
-                             nan_absmax1=int(torch.isnan(st["absmax1"]).sum()),
-                             nan_absmax2=int(torch.isnan(st["absmax2"]).sum()))
+    # non-finite gradients (not stored): what the CPU path does with one NaN / inf at element 10
+    for name, val in (("nan", np.nan), ("inf", np.inf)):
+        p = torch.nn.Parameter(torch.from_numpy(p0.copy()))
+        opt = bnb.optim.AdamW8bit([p], lr=ADAM["lr"], betas=ADAM["betas"], eps=ADAM["eps"],
+                                  weight_decay=ADAM["weight_decay"])
+        gbad = grads[0].copy()
+        gbad[10] = val
+        p.grad = torch.from_numpy(gbad)
+        opt.step()
+        st = opt.state[p]
+        c1, c2 = t2n(st["state1"]), t2n(st["state2"])
+        others = np.setdiff1d(np.arange(BS8), [10])
+        facts[name + "_grad"] = dict(
+            nan_params=int(torch.isnan(p).sum()), absmax1=float(st["absmax1"][0]),
+            absmax2=float(st["absmax2"][0]), code1=int(c1[10]), code2=int(c2[10]),
+            block_zero_codes=bool(np.all(c1[others] == b8_zero["signed"])
+                                  and np.all(c2[others] == b8_zero["unsigned"])),
+            other_blocks_finite=bool(np.isfinite(t2n(st["absmax1"])[1:]).all()
+                                     and np.isfinite(t2n(st["absmax2"])[1:]).all()))
     tensors = {"param0": p0, "grad_q": gq, "params": res["params"],
                "state1.codes": res["state1"], "state1.absmax": res["absmax1"][-1],
                "state2.codes": res["state2"], "state2.absmax": res["absmax2"][-1],
@@ -687,7 +698,7 @@ NF4_DOC = {
     "{n}.packed": "quantize_4bit's packed output, exactly as returned: uint8 [ceil(numel/2), 1]; "
                   "byte k holds flat elements 2k (HIGH nibble) and 2k+1 (low nibble); "
                   "identical for compress_statistics False and True",
-    "{n}.absmax": "compress_statistics=False: QuantState.absmax, fp32 max |x| of each block of 64 "
+    "{n}.absmax": "compress_statistics=False: QuantState.absmax, fp32 max abs(x) of each block of 64 "
                   "(flat order; the last block may be short)",
     "{n}.dequant": "dequantize_4bit(packed, state) with compress_statistics=False: "
                    "code[q] * absmax[block]",
@@ -696,7 +707,7 @@ NF4_DOC = {
     "{n}.dq.offset": "compress_statistics=True: QuantState.offset (a 0-dim tensor, stored as [1]): "
                      "fp32 mean of the block absmaxes",
     "{n}.dq.state2_absmax": "compress_statistics=True: QuantState.state2.absmax, fp32 max "
-                            "|absmax - offset| per block of 256 absmaxes",
+                            "abs(absmax - offset) per block of 256 absmaxes",
     "{n}.dq.absmax_dequant": "derived, what dequantize_4bit uses: dequantize_blockwise(absmax_codes,"
                              " state2) + offset = dq.code[absmax_codes] * state2_absmax + offset (fp32)",
     "{n}.dq.dequant": "dequantize_4bit(packed, state) with compress_statistics=True: "
@@ -706,15 +717,15 @@ B8_DOC = {
     "map.signed": "create_dynamic_map(signed=True): 256 sorted fp32 entries (m of 8-bit Adam; second"
                   " level of NF4 double quantization)",
     "map.unsigned": "create_dynamic_map(signed=False): 256 sorted fp32 entries (v of 8-bit Adam)",
-    "{k}.input": "the fp32 input (1000 elements: blocks of 256, 256, 256, 232)",
-    "{k}.codes": "quantize_blockwise(input, code=map.{k}, blocksize=256): uint8 codes, as returned",
-    "{k}.absmax": "its QuantState.absmax: fp32 max |x| per block",
-    "{k}.dequant": "dequantize_blockwise(codes, state): map[codes] * absmax[block]",
-    "{k}.codes_nearest": "NOT bitsandbytes output: the exact nearest-entry codes (numpy, see the "
-                         "rule below) for comparison with {k}.codes",
+    "{n}.input": "the fp32 input (1000 elements: blocks of 256, 256, 256, 232)",
+    "{n}.codes": "quantize_blockwise(input, code=map.{n}, blocksize=256): uint8 codes, as returned",
+    "{n}.absmax": "its QuantState.absmax: fp32 max abs(x) per block",
+    "{n}.dequant": "dequantize_blockwise(codes, state): map[codes] * absmax[block]",
+    "{n}.codes_nearest": "NOT bitsandbytes output: the exact nearest-entry codes (numpy, see the "
+                         "rule below) for comparison with {n}.codes",
 }
 ADAM_DOC = {
-    "param0": "the initial fp32 parameter tensor, normal(0, 0.1)",
+    "param0": "the initial fp32 parameter tensor, normal(0, 0.1) (generator seeded with --seed + 2)",
     "grad_q": f"the gradients, int8 [steps, N]: gradient of step t = grad_q[t-1] * 2^-{GRAD_SHIFT} "
               "(exact in fp32; round(normal(0, 24)) clipped to +-127)",
     "params": "the fp32 parameters after step 1..5 (row t-1 = after step t)",
@@ -727,15 +738,40 @@ ADAM_DOC = {
 }
 
 
-def table(tensors, doc, names):
+def table(tensors, doc):
     rows = []
     for k, v in tensors.items():
-        key = next((d for d in doc if d.format(n="X", k="X") == k or any(
-            d.format(n=n, k=n) == k for n in names)), None)
-        text = doc[key].format(n=k.split(".")[0], k=k.split(".")[0]) if key else ""
+        head, _, rest = k.partition(".")
+        text = doc.get(k) or doc.get("{n}." + rest, "")
         dt = {"float32": "F32", "uint8": "U8", "int8": "I8"}[str(v.dtype)]
-        rows.append(f"| `{k}` | {dt} | {list(v.shape)} | {text} |")
+        rows.append(f"| `{k}` | {dt} | {list(v.shape)} | {text.replace('{n}', head)} |")
     return "| name | dtype | shape | meaning |\n| --- | --- | --- | --- |\n" + "\n".join(rows)
+
+
+def pattern_table(tensors, doc, cases):
+    """One row per tensor kind ({n} = each case), then the shapes per case."""
+    rows, kinds = [], []
+    for k, v in tensors.items():
+        head, _, rest = k.partition(".")
+        if head in cases:
+            if rest in kinds:
+                continue
+            kinds.append(rest)
+            name, text = "X." + rest, doc["{n}." + rest].replace("{n}", "X")
+        else:
+            name, text = k, doc[k]
+        dt = {"float32": "F32", "uint8": "U8", "int8": "I8"}[str(v.dtype)]
+        rows.append(f"| `{name}` | {dt} | {list(v.shape) if head not in cases else 'below'} | {text} |")
+    out = ("| name (X = " + ", ".join(cases) + ") | dtype | shape | meaning |\n| --- | --- | --- | --- |\n"
+           + "\n".join(rows) + "\n\nShapes:\n\n| case | " + " | ".join(f"`X.{r}`" for r in kinds)
+           + " |\n| --- |" + " --- |" * len(kinds) + "\n")
+    for c in cases:
+        out += f"| {c} | " + " | ".join(str(list(tensors[f"{c}.{r}"].shape)) for r in kinds) + " |\n"
+    return out
+
+
+def yes(flag):
+    return "yes" if flag else "NO"
 
 
 def fmt_map(m):
@@ -763,7 +799,7 @@ def readme(args, versions, nf4_t, nf4_f, layout, ties, edges, b8_t, b8_f, map_f,
 Everything here is the output of the real bitsandbytes library **on CPU** (its native
 `libbitsandbytes_cpu.so` and its torch fallbacks), cross-checked bit for bit against independent
 numpy code in the generator. Made by (deterministic: with the same versions and CPU a rerun writes
-byte-identical files; about {args.elapsed:.0f} s on one core):
+byte-identical files; it takes a few seconds on one core):
 
     pip install -r tools/requirements-golden.txt
     python3 tools/make_nf4_golden.py --out tests/data/nf4 --seed {args.seed} --adam-numel {args.adam_numel}
@@ -774,14 +810,17 @@ torch CPU capability {versions['cpu_capability']}. The script sets OMP_NUM_THREA
 CUDA_VISIBLE_DEVICES="" and TORCHDYNAMO_DISABLE=1 (bitsandbytes wraps two torch fallbacks,
 `_dequantize_4bit_compute` and `_dequantize_blockwise_compute`, in `torch.compile`; disabled, they
 run eagerly: the same fp32 gather and multiply). The rules below were read from bitsandbytes'
-Python sources (identical to the GitHub snapshot of bitsandbytes-foundation/bitsandbytes at
-95f9af30, version string 0.50.2.dev0) and `csrc/cpu_ops.cpp` there, confirmed on the disassembly of
-the shipped x86-64 `libbitsandbytes_cpu.so`, and, above all, by reproducing every byte in numpy.
+Python sources (the files used are identical to the GitHub snapshot of
+bitsandbytes-foundation/bitsandbytes at 95f9af30, version string 0.50.2.dev0) and
+`csrc/cpu_ops.cpp` there, confirmed on the disassembly of the shipped x86-64
+`libbitsandbytes_cpu.so`, and, above all, by reproducing every byte in numpy. The 8-bit lookup-table
+quantizer and the CPU optimizer kernels are new in bitsandbytes 0.50.0 (earlier CPU builds searched
+the map, and had no CPU 8-bit optimizer): regenerate with >= 0.50.
 
 Which bitsandbytes functions run on CPU in {versions['bitsandbytes']} (all used here):
 `quantize_4bit` (torch fallback: `backends/default/ops.py`, bucketize on fp32 midpoints),
-`dequantize_4bit` (native `cdequantize_blockwise_cpu_nf4_fp32`, AVX-512 or scalar; torch fallback when
-the last dimension is odd), `quantize_blockwise` / `dequantize_blockwise` (native
+`dequantize_4bit` (native `cdequantize_blockwise_cpu_nf4_fp32`, AVX-512 or scalar branch; torch
+fallback when the last dimension is odd, or with AVX-512 and blocksize >= 2048), `quantize_blockwise` / `dequantize_blockwise` (native
 `cquantize_blockwise_cpu_fp32` / `cdequantize_blockwise_cpu_fp32`), `create_dynamic_map`,
 `get_4bit_type`, and the optimizers: `optimizer_update_8bit_blockwise` and `optimizer_update_32bit`
 have CPU kernels (`backends/cpu/ops.py`, plain torch ops), so `bitsandbytes.optim.Adam8bit` /
@@ -799,10 +838,10 @@ compress_statistics=False / True)` on fp32 CPU tensors, then `dequantize_4bit(pa
 Inputs (one `torch.Generator` seeded with --seed, drawn in float64, stored fp32):
 
 - `a` {list(CASES['a'][0])}: {CASES['a'][1]}.
-- `b` {list(CASES['b'][0])}: {CASES['b'][1]}. bitsandbytes accepts a numel that is not a multiple of
-  64 and **does not pad the last block**: it is a short block of {b['last_block']} elements whose absmax
-  is the max over those {b['last_block']} elements only; `absmax` has ceil(1850/64) = {b['blocks']} entries and
-  `packed` has 1850/2 = {b['packed_bytes']} bytes.
+- `b` {list(CASES['b'][0])}: {CASES['b'][1]}.
+  bitsandbytes accepts a numel that is not a multiple of 64 and **does not pad the last block**:
+  it is a short block of {b['last_block']} elements whose absmax is the max over those {b['last_block']} elements only;
+  `absmax` has ceil(1850/64) = {b['blocks']} entries and `packed` has 1850/2 = {b['packed_bytes']} bytes.
 - `c` {list(CASES['c'][0])}: special values, 8 blocks of 64 and a last block of 40 (flat index ranges):
   - 0..63: all zero (absmax 0);
   - 64..127: the 16 codes times 0.0375, four times (absmax 0.0375);
@@ -815,13 +854,15 @@ Inputs (one `torch.Generator` seeded with --seed, drawn in float64, stored fp32)
     ({layout['rec_found']} such values exist within 64 ulps), one -0.01, random fill;
   - 320..383, 384..447, 448..511: normal(0, 0.02) with outliers: 8.0 at 325; -50.0 at 424; 1.5 at
     451, -1.2 at 465, 0.9 at 508;
-  - 512..551 (the short last block): absmax 0.07: element 512 = -0.07, then {layout['div_splitters']}
-    values next to 0.07 * midpoint that tell x / 0.07 from x * (1/0.07), random fill.
-- `d` {list(CASES['d'][0])}: {CASES['d'][1]}. An odd numel is accepted: `packed` has
-  ceil(65/2) = {d['packed_bytes']} bytes and the low nibble of the last byte is padding, code
-  {d['pad_nibble']} (the code of 0.0: bitsandbytes pads the normalised values with one 0.0).
+  - 512..551 (the short last block): absmax 0.06: element 512 = -0.06, then {layout['div_splitters']}
+    values next to 0.06 * midpoint that tell x / 0.06 from x * (1/0.06) ({layout['div_found']} exist), random
+    fill.
+- `d` {list(CASES['d'][0])}: {CASES['d'][1]}.
+  An odd numel is accepted: `packed` has ceil(65/2) = {d['packed_bytes']} bytes and the low nibble of the
+  last byte is padding, code {d['pad_nibble']} (the code of 0.0: bitsandbytes pads the normalised values
+  with one 0.0).
 
-{table(nf4_t, NF4_DOC, list(CASES))}
+{pattern_table(nf4_t, NF4_DOC, list(CASES))}
 
 ### The NF4 rule bitsandbytes implements (CPU, fp32 input), reproduced bit for bit
 
@@ -834,14 +875,15 @@ NF4 code values (`nf4.code`, index 0..15) equal the reference.md list exactly (a
    `A * (1.0 / absmax.clamp(min=1e-38))`, a multiplication by the fp32 reciprocal); for the
    **short last block** s = fl(x / max(absmax, 1e-38f)) (a true division). Then s is clamped to
    [-1, 1]. The two differ in the last bit for some x; the splitter values in `c` pin both rules
-   (computing the last block with the reciprocal too changes {c['last_block_division_matters']} of c's codes;
-   the reciprocal rule in the full blocks is what reproduces block 256..319). An all-zero block
+   (in `c`, using the reciprocal in the last block too would change {c['last_block_division_matters']} codes, dividing in
+   the full blocks too would change {c['full_block_reciprocal_matters']}; in a, b, d: {a['full_block_reciprocal_matters'] + a['last_block_division_matters']}, {b['full_block_reciprocal_matters'] + b['last_block_division_matters']}, {d['full_block_reciprocal_matters'] + d['last_block_division_matters']}). An all-zero block
    gives s = 0 everywhere (absmax 0 is stored as 0; the clamp is only for the division).
 3. Code = the number of fp32 midpoints m[i] = fl((c[i] + c[i+1]) / 2) that are < s
    (`torch.bucketize(s, m)`, right=False): nearest code, and a value exactly on a midpoint goes to
-   the **lower** index, as reference.md says. Observed on `c` 193..237: exactly on midpoint i ->
-   code i: {ties['tie_lower']}; one ulp above -> i+1: {ties['above_upper']}; one ulp below -> i:
-   {ties['below_lower']}. The all-zero block gives code {ties['block0']} (0.0), bytes 0x77.
+   the **lower** index, as reference.md says. Observed on `c` 193..237 (all 15 midpoints each):
+   exactly on midpoint i -> code i: {yes(ties['tie_lower'])}; one ulp above -> i+1: {yes(ties['above_upper'])};
+   one ulp below -> i: {yes(ties['below_lower'])}. The all-zero block gives code
+   {', '.join(map(str, ties['block0']))} (0.0) everywhere, bytes 0x77.
 4. Packing: byte k = (code[2k] << 4) | code[2k+1]: the **first element is in the high nibble**; an
    odd numel is padded with code 7. The packed tensor is uint8 of shape [ceil(numel/2), 1].
 5. Dequantize: out = fl(code[q] * absmax[block]) (fp32; the short last block uses its own absmax).
@@ -860,7 +902,7 @@ Double quantization (compress_statistics=True), `functional.quantize_4bit`:
   nearest rule would give a: {a['dq_codes_nearest_mismatches']}, b: {b['dq_codes_nearest_mismatches']}, c: {c['dq_codes_nearest_mismatches']}, d: {d['dq_codes_nearest_mismatches']} different codes). Every case here has
   at most 96 blocks, i.e. one (short) second-level block: `dq.state2_absmax` has one entry.
 - Dequantize: absmax' = fl(fl(dq.code[absmax_codes] * state2_absmax) + offset), then the 4-bit
-  dequantization with absmax'. Max relative error of absmax' vs absmax: a {a['absmax_dq_max_rel_err']:.3g},
+  dequantization with absmax'. Max relative error of absmax' vs absmax (non-zero ones): a {a['absmax_dq_max_rel_err']:.3g},
   b {b['absmax_dq_max_rel_err']:.3g}, c {c['absmax_dq_max_rel_err']:.3g}, d {d['absmax_dq_max_rel_err']:.3g}. In `c` the outliers
   (absmax 50) make the second-level scale ~43, so the small absmaxes come back badly
   ({c['absmax_dq_negative']} of c's 9 dequantized absmaxes are negative, flipping those blocks'
@@ -911,13 +953,13 @@ plus 0 and 1; sorted) agrees within {max(ms['max_ulp_vs_fp64'], mu['max_ulp_vs_f
 (bitsandbytes uses fp32 torch.linspace): embed the stored fp32 values, not the formula.
 
 Inputs: 1000 elements (blocks of 256, 256, 256 and a short one of 232), normal(0, 1) (absolute
-value for the unsigned one). Block 1 (elements 256..511) is clipped to |x| <= 3.9 and holds special
-values, with absmax exactly 4: element 256 = 4.0; 257..260 = 0.0; then tiny values
+value for the unsigned one; a generator seeded with --seed + 1). Block 1 (elements 256..511) is
+clipped to |x| <= 3.9 and holds special values, with absmax exactly 4: element 256 = 4.0; 257..260 = 0.0; then tiny values
 (±4e-7, ±4e-6, ±4e-5; positive only for unsigned); then 4·map[0, 8, 16, ..., 248] (32 exact entries);
 then 4·midpoint[3, 11, ..., 251] (32 values exactly between entries i and i+1); then the same
 midpoints one ulp above.
 
-{table(b8_t, B8_DOC, ['signed', 'unsigned'])}
+{pattern_table(b8_t, B8_DOC, ['signed', 'unsigned'])}
 
 ### The rule bitsandbytes' CPU quantizer implements (reproduced bit for bit) — not exact nearest
 
@@ -928,7 +970,8 @@ it uses a 65536-entry lookup table:
    every code of the block is **0** (map[0], i.e. -0.99297 for the signed map; dequantizes to -0.0).
 2. v = clamp(fl(x * fl(1/absmax)), -1, 1).
 3. j = trunc(fma(fl(fl(v + 1) * 0.5), 65535, 0.5)) — the shipped x86-64 binary fuses the last
-   multiply-add (vfmadd213ss; computing it unfused would change {s['unfused_mismatches']} + {u['unfused_mismatches']} codes here).
+   multiply-add (vfmadd213ss); the unfused form differs only where the sum crosses a power of two
+   (it changes {s['unfused_mismatches']} + {u['unfused_mismatches']} codes here).
 4. code = lut[j], lut[j] = the number of fp32 midpoints fl(0.5 * (map[i] + map[i+1])) that are
    < g[j], with g[j] = fl(fl(2j) / 65535) - 1 (the nearest map entry to the grid point g[j], a grid
    point exactly on a midpoint going to the lower index).
@@ -962,9 +1005,10 @@ stored gradients. `Adam8bit` with the same arguments gives bit-identical results
 "adam" kernel, decoupled weight decay). Defaults otherwise: no percentile clipping, max_unorm 0,
 blocksize 256, state1 = m with the signed map, state2 = v with the unsigned map (section 2's maps).
 Initial state: codes 0, absmax 0 (dequantizes to m = -0.0, v = 0).
-(`--adam-numel 8192` regenerates it for 8192 elements; the folder then grows by about 120 KB.)
+(`--adam-numel 8192` regenerates it for 8192 elements; the folder then grows by about
+{(8192 - n_adam) * 31 // 1000} KB: 31 bytes per element for param0, grad_q, params and the codes.)
 
-{table(adam_t, ADAM_DOC, [])}
+{table(adam_t, ADAM_DOC)}
 
 The CPU update (`backends/cpu/ops.py`, `_optimizer_update_8bit_blockwise_cpu`), per step t, fp32:
 
@@ -982,14 +1026,19 @@ source, not run): CUDA applies the decay after the step, p = (p - step) * (1 - l
 denom sqrt(v) + sqrt(1-b2^t)*eps and step size lr*sqrt(1-b2^t)/(1-b1^t) (the same in exact
 arithmetic); CUDA zeroes m and v and skips the update of elements whose gradient is NaN/inf, and
 keeps m's sign through requantization (bumps the code by one if the code's sign differs from m's);
-CUDA quantizes with its own search, not section 2's table. The CPU path does none of these: one NaN
-gradient here gave {adam_f['nan_grad']['nan_params']} NaN parameter(s), {adam_f['nan_grad']['nan_absmax1']} NaN absmax1 and {adam_f['nan_grad']['nan_absmax2']} NaN absmax2 entries (probed,
-not stored): the block's absmax becomes NaN.
+CUDA quantizes with its own search, not section 2's table. The CPU path does none of these.
+Probed (not stored), one bad gradient at element 10, first step: NaN -> that parameter becomes NaN
+({adam_f['nan_grad']['nan_params']} NaN); the block's absmaxes ignore it (std::max drops NaN: absmax1
+{adam_f['nan_grad']['absmax1']:.4g}, absmax2 {adam_f['nan_grad']['absmax2']:.4g}, finite) and its codes become
+{adam_f['nan_grad']['code1']} / {adam_f['nan_grad']['code2']} (the NaN index truncates to 0), so the next step starts from
+m = map_s[0]·absmax1 = -0.993·absmax1 and v = 0 there. +inf -> that parameter NaN, the block's
+absmax1 and absmax2 = {adam_f['inf_grad']['absmax1']:g} / {adam_f['inf_grad']['absmax2']:g}, and {"every other element of the block gets the zero codes (" + str(s['zero_code']) + " / " + str(u['zero_code']) + "): the block's states are lost" if adam_f['inf_grad']['block_zero_codes'] else "the other elements of the block keep their codes"}; the other blocks stay
+{"finite" if adam_f['inf_grad']['other_blocks_finite'] else "NOT finite"}.
 
 Cross-checks: an fp32 numpy emulation of the update above with section 2's quantizer reproduces
 `params`, the codes and the absmaxes **bit for bit when torch's own sqrt is used**. With IEEE
-(correctly rounded) sqrt the parameters differ in {adam_f['ieee_param_mismatch_per_step']} elements after steps 1..5
-(at most {adam_f['ieee_param_max_ulp']} ulp) and the final states in {adam_f['ieee_state_mismatch']} places: torch
+(correctly rounded) sqrt the parameters differ in {', '.join(map(str, adam_f['ieee_param_mismatch_per_step']))} elements after steps 1..5
+(at most {adam_f['ieee_param_max_ulp']} ulp) and the final codes/absmaxes in {', '.join(f'{k} {v}' for k, v in adam_f['ieee_state_mismatch'].items())} places: torch
 {versions['torch']}'s fp32 sqrt on this CPU is not correctly rounded ({adam_f['torch_sqrt_not_ieee']} of 100000 random inputs in
 [0.1, 1.1) are one ulp low; numpy: {adam_f['numpy_sqrt_not_ieee']}). An engine with IEEE sqrt should compare `params` to
 a few ulp, not bitwise. Against the unquantized fp64 AdamW (the published formula) after 5 steps:
@@ -1023,8 +1072,6 @@ QS_MEANING = {
 # --------------------------------------------------------------------------- main
 
 def main():
-    import time
-    t0 = time.time()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "data", "nf4"))
@@ -1050,9 +1097,9 @@ def main():
 
     # 1. NF4
     inputs, layout = make_nf4_inputs(args.seed, code)
-    check(layout["rec_splitters"] >= 4 and layout["div_splitters"] >= 4, f"too few splitters {layout}")
+    check(layout["rec_splitters"] >= 6 and layout["div_splitters"] >= 6, f"too few splitters {layout}")
     nf4_t, nf4_f = run_nf4(bf, inputs, code)
-    ties = tie_facts(inputs["c"], nf4_t["c.packed"], None) if False else tie_facts(inputs["c"], code, nf4_t["c.packed"])
+    ties = tie_facts(inputs["c"], code, nf4_t["c.packed"])
     check(ties["tie_lower"] and ties["above_upper"] and ties["below_lower"], f"tie rule {ties}")
     edges = probe_nf4_edges(bf, code, args.seed)
     a = nf4_f["a"]
@@ -1068,7 +1115,8 @@ def main():
     b8_t, b8_f = run_8bit(bf, b8_in, maps, b8_layout)
 
     # 3. 8-bit Adam
-    adam_t, adam_f = run_adam(bnb, maps, args.seed, args.adam_numel)
+    adam_t, adam_f = run_adam(bnb, maps, args.seed, args.adam_numel,
+                              {k: b8_f[k]["zero_code"] for k in ("signed", "unsigned")})
 
     os.makedirs(args.out, exist_ok=True)
     for name in os.listdir(args.out):  # only what this script writes lives here
@@ -1097,7 +1145,6 @@ def main():
         check(set(back) == set(tensors) and all(bits_equal(back[k], np.asarray(tensors[k])) for k in tensors),
               f"{fname} does not load back")
     sizes = {f: os.path.getsize(os.path.join(args.out, f)) for f in FILES if f != "README.md"}
-    args.elapsed = time.time() - t0
     with open(os.path.join(args.out, "README.md"), "w") as f:
         f.write(readme(args, versions, nf4_t, nf4_f, layout, ties, edges, b8_t, b8_f, map_f, adam_t,
                        adam_f, bits, sizes))

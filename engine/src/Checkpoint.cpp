@@ -302,8 +302,8 @@ LoadedBase loadBaseWeights(const std::string& path, ParamArena& model) {
   if (fs::is_regular_file(dir, ec)) dir = dir.parent_path();
   if (fs::exists(dir / "config.json", ec) && !fs::exists(dir / "state.json", ec))
     throw CheckpointError(dir.string() +
-                          " is a Hugging Face model folder: loading those is not implemented "
-                          "yet (give a trainscope checkpoint directory)");
+                          " is a Hugging Face model folder, not a trainscope checkpoint "
+                          "(HfModel.h loads those)");
   // The checkpoint's own verification (sizes, checksums, shapes) on a scratch arena of the
   // same tensors, all trainable, so nothing here is touched unless everything is good.
   const fs::path statePath = dir / "state.json";

@@ -1,11 +1,20 @@
 #include "trainscope/engine/Safetensors.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "trainscope/kernels/Numeric.h"
 
 namespace ts::engine {
 
@@ -58,11 +67,37 @@ std::string SafetensorsWriter::serialize() const {
   return out;
 }
 
+struct SafetensorsFile::Bytes {
+  std::string owned;
+  const char* map = nullptr;
+  size_t mapSize = 0;
+  Bytes() = default;
+  Bytes(const Bytes&) = delete;
+  Bytes& operator=(const Bytes&) = delete;
+  ~Bytes() {
+    if (map) ::munmap(const_cast<char*>(map), mapSize);
+  }
+  std::string_view view() const {
+    return map ? std::string_view(map, mapSize) : std::string_view(owned);
+  }
+};
+
+std::string_view SafetensorsFile::data() const {
+  return bytes_ ? bytes_->view() : std::string_view();
+}
+
 SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& origin) {
+  auto b = std::make_shared<Bytes>();
+  b->owned = std::move(bytes);
+  return parseBytes(std::move(b), origin);
+}
+
+SafetensorsFile SafetensorsFile::parseBytes(std::shared_ptr<const Bytes> bytes,
+                                            const std::string& origin) {
   SafetensorsFile f;
   f.origin_ = origin;
-  f.data_ = std::move(bytes);
-  const std::string& d = f.data_;
+  f.bytes_ = std::move(bytes);
+  const std::string_view d = f.data();
   if (d.size() < 8) throw FormatError(origin + ": not a safetensors file (shorter than 8 bytes)");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i)
@@ -72,7 +107,7 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& ori
                       " exceeds the file)");
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(d.substr(8, n));
+    header = nlohmann::json::parse(d.substr(8, static_cast<size_t>(n)));
   } catch (const std::exception& e) {
     throw FormatError(origin + ": corrupt safetensors header: " + e.what());
   }
@@ -112,14 +147,43 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& ori
       throw FormatError(origin + ": tensor '" + it.key() + "': malformed entry: " + e.what());
     }
   }
+  // A header that lies about offsets: no two tensors may share bytes.
+  std::vector<std::pair<size_t, std::string>> order;
+  for (const auto& [name, e] : f.entries_)
+    if (e.end > e.begin) order.push_back({e.begin, name});
+  std::sort(order.begin(), order.end());
+  for (size_t i = 1; i < order.size(); ++i) {
+    const auto& prev = f.entries_.at(order[i - 1].second);
+    if (order[i].first < prev.end)
+      throw FormatError(origin + ": tensors '" + order[i - 1].second + "' and '" + order[i].second +
+                        "' overlap (data_offsets lie)");
+  }
   return f;
 }
 
 SafetensorsFile SafetensorsFile::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw FormatError(path + ": cannot open: " + std::strerror(errno));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return parse(std::move(bytes), path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw FormatError(path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw FormatError(path + ": cannot stat: " + std::strerror(err));
+  }
+  auto b = std::make_shared<Bytes>();
+  if (st.st_size > 0) {
+    void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m != MAP_FAILED) {
+      b->map = static_cast<const char*>(m);
+      b->mapSize = static_cast<size_t>(st.st_size);
+    }
+  }
+  if (!b->map && st.st_size > 0) {  // not mappable (a pipe, some file systems): read it
+    std::ifstream in(path, std::ios::binary);
+    b->owned.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  ::close(fd);
+  return parseBytes(std::move(b), path);
 }
 
 const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
@@ -130,7 +194,7 @@ const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
 
 std::string_view SafetensorsFile::bytes(const std::string& name) const {
   const auto& e = entry(name);
-  return std::string_view(data_).substr(dataStart_ + e.begin, e.end - e.begin);
+  return data().substr(dataStart_ + e.begin, e.end - e.begin);
 }
 
 void SafetensorsFile::readF32(const std::string& name, float* dst, int64_t numel) const {
@@ -143,6 +207,25 @@ void SafetensorsFile::readF32(const std::string& name, float* dst, int64_t numel
                       std::to_string(numel));
   auto b = bytes(name);
   std::memcpy(dst, b.data(), b.size());
+}
+
+void SafetensorsFile::readAsF32(const std::string& name, float* dst, int64_t numel) const {
+  const auto& e = entry(name);
+  if (e.dtype == "F32") return readF32(name, dst, numel);
+  if (e.dtype != "BF16" && e.dtype != "F16")
+    throw FormatError(origin_ + ": tensor '" + name + "' has dtype " + e.dtype +
+                      " (F32, BF16 or F16 expected)");
+  if (static_cast<int64_t>((e.end - e.begin) / 2) != numel)
+    throw FormatError(origin_ + ": tensor '" + name + "' has " +
+                      std::to_string((e.end - e.begin) / 2) + " elements, expected " +
+                      std::to_string(numel));
+  const auto b = bytes(name);
+  const bool bf16 = e.dtype == "BF16";
+  for (int64_t i = 0; i < numel; ++i) {
+    uint16_t h;
+    std::memcpy(&h, b.data() + 2 * i, 2);
+    dst[i] = bf16 ? kernels::bf16ToFloat(h) : kernels::fp16ToFloat(h);
+  }
 }
 
 std::vector<float> SafetensorsFile::f32(const std::string& name) const {

@@ -11,6 +11,7 @@
 #include "trainscope/engine/Checkpoint.h"
 #include "trainscope/engine/Dataset.h"
 #include "trainscope/engine/Gpt.h"
+#include "trainscope/engine/HfModel.h"
 #include "trainscope/engine/LossScaler.h"
 #include "trainscope/engine/Optimizer.h"
 #include "trainscope/kernels/CpuOps.h"
@@ -177,11 +178,27 @@ TrainResult Trainer::run() {
   std::string baseChecksum;
   if (!config_.finetune.base_checkpoint.empty()) {
     try {
-      const auto base = loadBaseWeights(config_.finetune.base_checkpoint, model->arena());
+      const std::string& path = config_.finetune.base_checkpoint;
+      size_t loaded = 0;
+      if (isHfModelFolder(path)) {
+        const HfModel hf = openHfModel(path);
+        const auto mismatch = hfShapeMismatches(hf, config_.model, vocab);
+        if (!mismatch.empty()) {
+          std::string all;
+          for (const auto& m : mismatch) all += (all.empty() ? "" : "; ") + m;
+          throw std::invalid_argument(path + " (" + hf.architecture +
+                                      ") does not fit the run's model: " + all);
+        }
+        loaded = loadHfWeights(hf, model->arena()).size();
+        baseChecksum = hfFingerprint(hf);
+        log("base: " + hf.architecture + " from " + path);
+      } else {
+        const auto base = loadBaseWeights(path, model->arena());
+        loaded = base.tensors.size();
+        baseChecksum = base.checksum;
+      }
       if (model->mixed()) model->roundWeights();
-      baseChecksum = base.checksum;
-      log("base: " + std::to_string(base.tensors.size()) + " tensors from " +
-          config_.finetune.base_checkpoint);
+      log("base: " + std::to_string(loaded) + " tensors from " + path);
     } catch (const std::exception& e) {
       return fail(std::string("finetune.base_checkpoint: ") + e.what(), true);
     }

@@ -388,7 +388,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, LoraOn,
 // The whole fine-tuning loop through the Trainer: a base trained and checkpointed; LoRA runs
 // on it (base from finetune.base_checkpoint) learn, write checkpoints that hold only the
 // adapters (their size proportional to r), resume bit for bit, and refuse to resume on a
-// different base. A Hugging Face folder as base is refused with a clear message (not yet).
+// different base. A Hugging Face folder of another architecture is refused, named.
 TEST(LoraTrainer, FineTunesABaseWithAdapterCheckpointsThatResumeBitwise) {
   using ts::core::EventType;
   using ts::testsupport::Recorded;
@@ -450,10 +450,10 @@ TEST(LoraTrainer, FineTunesABaseWithAdapterCheckpointsThatResumeBitwise) {
     }
     EXPECT_EQ(payload[4], 2 * payload[2]) << arch << ": adapter bytes proportional to r";
     EXPECT_EQ(payload[8], 2 * payload[4]) << arch;
-    // A Hugging Face folder is named as such.
+    // A Hugging Face folder of an architecture the engine does not have is named as such.
     const fs::path hf = ts::testsupport::tempDir("lora_hf", arch);
     fs::create_directories(hf);
-    std::ofstream(hf / "config.json") << "{}";
+    std::ofstream(hf / "config.json") << R"({"architectures": ["BertModel"]})";
     auto f = c;
     f.finetune.base_checkpoint = hf.string();
     f.finetune.lora.r = 2;
@@ -461,7 +461,8 @@ TEST(LoraTrainer, FineTunesABaseWithAdapterCheckpointsThatResumeBitwise) {
     auto res = ts::testsupport::runTrainer(f, rec, (hf / "run").string());
     EXPECT_EQ(res.status, "failed");
     EXPECT_TRUE(res.badInput);
-    EXPECT_NE(res.reason.find("Hugging Face"), std::string::npos) << res.reason;
+    EXPECT_NE(res.reason.find("'BertModel' is not supported"), std::string::npos) << res.reason;
+    EXPECT_NE(res.reason.find("config.json"), std::string::npos) << res.reason;
     fs::remove_all(hf);
     fs::remove_all(baseDir);
   }

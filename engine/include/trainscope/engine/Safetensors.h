@@ -1,9 +1,12 @@
 #pragma once
 // Minimal safetensors reader/writer (https://github.com/huggingface/safetensors): 8-byte
 // little-endian header length, a JSON header {name: {dtype, shape, data_offsets}, __metadata__},
-// then the raw little-endian tensor bytes. Readers validate every offset against the file.
+// then the raw little-endian tensor bytes. Readers validate every offset against the file (in
+// bounds, sizes matching dtype and shape, no two tensors overlapping). A file is memory-mapped,
+// not read into memory (a 7B model is 14 GB): tensors are read from the mapping on demand.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -44,7 +47,9 @@ class SafetensorsFile {
  public:
   // Parses `bytes` (the whole file); throws FormatError naming `origin` on any inconsistency.
   static SafetensorsFile parse(std::string bytes, const std::string& origin);
+  // Maps the file read-only (a copy of the bytes only where it cannot be mapped).
   static SafetensorsFile load(const std::string& path);
+  const std::string& origin() const { return origin_; }
 
   bool has(const std::string& name) const { return entries_.count(name) != 0; }
   const SafetensorsEntry& entry(const std::string& name) const;
@@ -54,12 +59,18 @@ class SafetensorsFile {
   std::string_view bytes(const std::string& name) const;
   // Copies an F32 tensor into dst after checking its element count; throws FormatError.
   void readF32(const std::string& name, float* dst, int64_t numel) const;
+  // Copies an F32, BF16 or F16 tensor into dst converted to fp32 (a Hugging Face model's
+  // weights in any of its dtypes); throws FormatError for other dtypes or a wrong count.
+  void readAsF32(const std::string& name, float* dst, int64_t numel) const;
   std::vector<float> f32(const std::string& name) const;
   std::vector<int32_t> i32(const std::string& name) const;
 
  private:
+  struct Bytes;  // the file's bytes: a read-only mapping, or an owned string
+  static SafetensorsFile parseBytes(std::shared_ptr<const Bytes> bytes, const std::string& origin);
+  std::string_view data() const;
   std::string origin_;
-  std::string data_;  // whole file
+  std::shared_ptr<const Bytes> bytes_;
   size_t dataStart_ = 0;
   std::map<std::string, SafetensorsEntry> entries_;
   std::map<std::string, std::string> metadata_;

@@ -17,7 +17,8 @@ namespace ts::kernels {
 // 256 entries, as create_dynamic_map(signed, max_exponent_bits=7, total_bits=8).
 std::vector<float> dynamicMap(bool isSigned);
 
-// The code of the entry nearest to x in a sorted 256-entry map (ties to the lower index).
+// The code of the entry nearest to x in a sorted 256-entry map: x compared with the fp32
+// midpoints fl(0.5 (map[i] + map[i+1])), a value on a midpoint to the lower index.
 TS_DMAP_HD inline uint8_t nearestCode(const float* map, float x) {
   int lo = 0, hi = 255;
   while (hi - lo > 1) {  // map[lo] <= x < map[hi] once narrowed (clamped at the ends)
@@ -29,7 +30,8 @@ TS_DMAP_HD inline uint8_t nearestCode(const float* map, float x) {
   }
   if (x <= map[lo]) return static_cast<uint8_t>(lo);
   if (x >= map[hi]) return static_cast<uint8_t>(hi);
-  return static_cast<uint8_t>(x - map[lo] <= map[hi] - x ? lo : hi);
+  // Against the fp32 midpoint, a value exactly on it to the lower index.
+  return static_cast<uint8_t>(x <= 0.5f * (map[lo] + map[hi]) ? lo : hi);
 }
 
 }  // namespace ts::kernels

@@ -1,0 +1,57 @@
+#pragma once
+// Hugging Face model folders: config.json plus model.safetensors, or shards listed in
+// model.safetensors.index.json. Supported: GPT2LMHeadModel and LlamaForCausalLM, and
+// MistralForCausalLM where its config fits the llama description (no sliding window shorter
+// than the run's sequence). The shards are memory-mapped; tensors are converted from
+// F32/BF16/F16 to the engine's fp32 while loading, GPT-2's Conv1D weights (stored (in, out))
+// transposed to the engine's (out, in). Every error names the file and the field or tensor.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "trainscope/core/Config.h"
+#include "trainscope/engine/ParamArena.h"
+#include "trainscope/engine/Safetensors.h"
+
+namespace ts::engine {
+
+struct HfModel {
+  std::string dir;
+  std::string architecture;  // "GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM"
+  core::ModelConfig model;   // the shape in the run config's terms (model.*)
+  nlohmann::json config;     // config.json as read
+  std::vector<SafetensorsFile> files;
+  // The engine's tensor name -> (file index, name in that file); from config.json's
+  // architecture and the index.
+  struct Source {
+    size_t file = 0;
+    std::string name;
+    bool transpose = false;  // GPT-2 Conv1D
+  };
+  std::map<std::string, Source> tensors;
+  bool tiedHead = false;  // llama with tie_word_embeddings: lm_head comes from embed_tokens
+};
+
+// Whether `path` is a Hugging Face model folder (has config.json and no trainscope state.json).
+bool isHfModelFolder(const std::string& path);
+// Reads config.json and maps (or opens the shards of) the weights. Throws FormatError naming
+// the file and field: unsupported architecture, unsupported option (rope_scaling, biases the
+// description does not have, a norm epsilon the engine does not use), missing shard, a tensor
+// missing from the index's file.
+HfModel openHfModel(const std::string& dir);
+// Every tensor of `arena` from the model (converted to fp32; LoRA adapters, which a base does
+// not have, are skipped): shapes checked first, so the arena is untouched on any error. Returns
+// the names loaded.
+std::vector<std::string> loadHfWeights(const HfModel& hf, ParamArena& arena);
+
+// The model.* keys of the folder's shape differing from `run` (the run must describe the
+// folder's model): "model.layers: the run has 2, config.json has 12", ...
+// `vocab` is the run's resolved vocabulary.
+std::vector<std::string> hfShapeMismatches(const HfModel& hf, const core::ModelConfig& run,
+                                           int64_t vocab);
+// A fingerprint of the folder (config.json and each weight file's size and header), what an
+// adapter checkpoint records as its base.
+std::string hfFingerprint(const HfModel& hf);
+
+}  // namespace ts::engine

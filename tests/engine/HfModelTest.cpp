@@ -1,0 +1,289 @@
+// Hugging Face model folders (HfModel.h): the committed tiny LlamaForCausalLM
+// (tests/data/llama_tiny) and GPT2LMHeadModel (tests/data/lora_tiny/gpt2_base) load into the
+// engine and reproduce transformers' logits; BF16 shards behind an index load to the exact
+// widened values; and each kind of bad folder is refused naming the file and what is wrong.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "../support/TrainerHarness.h"
+#include "trainscope/engine/Gpt.h"
+#include "trainscope/engine/HfModel.h"
+#include "trainscope/engine/Safetensors.h"
+#include "trainscope/kernels/Numeric.h"
+
+using namespace ts::engine;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kData = fs::path(TRAINSCOPE_TEST_DATA);
+
+GptConfig configOf(const HfModel& hf, int T) {
+  ts::core::RunConfig rc;
+  rc.model = hf.model;
+  rc.model.seq_len = T;
+  return gptConfigFrom(rc, hf.model.vocab);
+}
+
+// Logits of the golden batch against `expected` (1e-5 + 1e-4 relative, as the golden tests).
+void expectLogits(Gpt& m, const SafetensorsFile& expected, const char* key = "logits") {
+  const auto in = expected.i32("inputs");
+  const int B = int(expected.entry("inputs").shape[0]), T = int(expected.entry("inputs").shape[1]);
+  const int V = m.config().vocab;
+  m.allocate(B);
+  m.forward(in.data(), nullptr, B, T, 0.f);
+  const auto want = expected.f32(key);
+  std::vector<float> row(V);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      m.logitsRow(b, t, row.data());
+      for (int v = 0; v < V; ++v) {
+        const float e = want[(size_t(b) * T + t) * V + v];
+        ASSERT_NEAR(row[v], e, 1e-5 + 1e-4 * std::abs(e)) << b << "," << t << "," << v;
+      }
+    }
+}
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+fs::path scratchDir(const std::string& name) {
+  const fs::path d =
+      fs::temp_directory_path() / ("ts_hf_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+}  // namespace
+
+TEST(HfModel, LlamaFolderReproducesTransformersLogits) {
+  const auto hf = openHfModel((kData / "llama_tiny").string());
+  EXPECT_EQ(hf.architecture, "LlamaForCausalLM");
+  EXPECT_EQ(hf.model.arch, "llama");
+  EXPECT_EQ(hf.model.layers, 2);
+  EXPECT_EQ(hf.model.kv_heads, 2);
+  EXPECT_EQ(hf.model.d_ff, 88);
+  EXPECT_EQ(hf.model.vocab, 200);
+  auto expected = SafetensorsFile::load((kData / "llama_tiny" / "expected.safetensors").string());
+  auto backend = ts::kernels::makeCpuBackend();
+  MemoryTracker tracker;
+  Gpt m(configOf(hf, int(expected.entry("inputs").shape[1])), backend.get(), &tracker);
+  EXPECT_EQ(loadHfWeights(hf, m.arena()).size(), m.params().size());
+  expectLogits(m, expected);
+}
+
+// GPT-2's Conv1D weights are stored (in, out): loaded transposed, exactly the engine-layout copy
+// of the same weights, and the logits are the golden GPT-2's.
+TEST(HfModel, Gpt2FolderTransposesConv1DAndReproducesTheGoldenLogits) {
+  const fs::path dir = kData / "lora_tiny" / "gpt2_base";
+  const auto hf = openHfModel(dir.string());
+  EXPECT_EQ(hf.architecture, "GPT2LMHeadModel");
+  auto backend = ts::kernels::makeCpuBackend();
+  MemoryTracker tracker;
+  Gpt m(configOf(hf, hf.model.seq_len), backend.get(), &tracker);
+  loadHfWeights(hf, m.arena());
+  auto engineLayout = SafetensorsFile::load((dir / "engine.safetensors").string());
+  for (const auto& p : m.params()) {
+    std::vector<float> got(size_t(p.numel));
+    backend->copyToHost(got.data(), m.param(p), got.size() * sizeof(float));
+    EXPECT_EQ(got, engineLayout.f32(p.name)) << p.name;
+  }
+  expectLogits(
+      m, SafetensorsFile::load((kData / "golden" / "tiny_gpt_expected.safetensors").string()));
+}
+
+// BF16 tensors in two shards behind model.safetensors.index.json: each loads as its exact fp32
+// widening.
+TEST(HfModel, Bf16ShardsBehindAnIndexLoadExactly) {
+  const fs::path src = kData / "llama_tiny";
+  const fs::path dir = scratchDir("shards");
+  fs::copy_file(src / "config.json", dir / "config.json");
+  auto full = SafetensorsFile::load((src / "model.safetensors").string());
+  SafetensorsWriter w[2];
+  nlohmann::json map = nlohmann::json::object();
+  std::map<std::string, std::vector<float>> widened;
+  int i = 0;
+  for (const auto& [name, e] : full.entries()) {
+    auto v = full.f32(name);
+    std::vector<uint16_t> h(v.size());
+    std::vector<float> back(v.size());
+    for (size_t k = 0; k < v.size(); ++k) {
+      h[k] = ts::kernels::floatToBf16(v[k]);
+      back[k] = ts::kernels::bf16ToFloat(h[k]);
+    }
+    widened[name] = back;
+    const int shard = i++ % 2;
+    w[shard].add(name, "BF16", e.shape, h.data(), h.size() * 2);
+    map[name] = "model-0000" + std::to_string(shard + 1) + "-of-00002.safetensors";
+  }
+  for (int s = 0; s < 2; ++s) {
+    std::ofstream(dir / ("model-0000" + std::to_string(s + 1) + "-of-00002.safetensors"),
+                  std::ios::binary)
+        << w[s].serialize();
+  }
+  std::ofstream(dir / "model.safetensors.index.json")
+      << nlohmann::json({{"weight_map", map}}).dump();
+  const auto hf = openHfModel(dir.string());
+  EXPECT_EQ(hf.files.size(), 2u);
+  auto backend = ts::kernels::makeCpuBackend();
+  MemoryTracker tracker;
+  Gpt m(configOf(hf, 8), backend.get(), &tracker);
+  loadHfWeights(hf, m.arena());
+  for (const auto& p : m.params()) {
+    std::vector<float> got(size_t(p.numel));
+    backend->copyToHost(got.data(), m.param(p), got.size() * sizeof(float));
+    EXPECT_EQ(got, widened.at(p.name)) << p.name;
+  }
+  // A shard gone: the index and the shard are named.
+  fs::remove(dir / "model-00002-of-00002.safetensors");
+  const std::string err = errorOf([&] { openHfModel(dir.string()); });
+  EXPECT_NE(err.find("model.safetensors.index.json"), std::string::npos) << err;
+  EXPECT_NE(err.find("model-00002-of-00002.safetensors is missing"), std::string::npos) << err;
+  fs::remove_all(dir);
+}
+
+// Bad folders: each refused, naming the file and the field or tensor.
+TEST(HfModel, BadFoldersAreRefusedNamingFileAndField) {
+  const fs::path src = kData / "llama_tiny";
+  auto config = [&] {
+    std::ifstream in(src / "config.json");
+    return nlohmann::json::parse(in);
+  };
+  auto folder = [&](const std::string& name, const nlohmann::json& cfg,
+                    const std::string& weights) {
+    const fs::path d = scratchDir(name);
+    std::ofstream(d / "config.json") << cfg.dump();
+    if (!weights.empty()) std::ofstream(d / "model.safetensors", std::ios::binary) << weights;
+    return d;
+  };
+  std::string bytes;
+  {
+    std::ifstream in(src / "model.safetensors", std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  struct Case {
+    std::string name;
+    nlohmann::json cfg;
+    std::string weights, expect;
+  };
+  auto cfg = config();
+  std::vector<Case> cases;
+  {
+    auto c = cfg;
+    c["architectures"] = {"Qwen2ForCausalLM"};
+    cases.push_back({"arch", c, bytes, "'Qwen2ForCausalLM' is not supported"});
+  }
+  {
+    auto c = cfg;
+    c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+    cases.push_back({"rope", c, bytes, "rope_scaling is set"});
+  }
+  {
+    auto c = cfg;
+    c["attention_bias"] = true;
+    cases.push_back({"bias", c, bytes, "attention_bias / mlp_bias must be false"});
+  }
+  {
+    auto c = cfg;
+    c["rms_norm_eps"] = 1e-6;
+    cases.push_back({"eps", c, bytes, "rms_norm_eps must be 1e-5"});
+  }
+  {
+    auto c = cfg;
+    c.erase("num_hidden_layers");
+    cases.push_back({"field", c, bytes, "field 'num_hidden_layers' is missing"});
+  }
+  cases.push_back({"truncated", cfg, bytes.substr(0, bytes.size() / 2), "outside the file"});
+  {
+    // A header that lies: two tensors claim the same bytes.
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    auto header = nlohmann::json::parse(bytes.substr(8, n));
+    std::vector<std::string> names;
+    for (const auto& [k, v] : header.items())
+      if (k != "__metadata__") names.push_back(k);
+    const auto& a = header[names[0]];
+    auto& b = header[names[1]];
+    // Same size, overlapping offsets (b moved onto a).
+    if (a["data_offsets"][1].get<uint64_t>() - a["data_offsets"][0].get<uint64_t>() ==
+        b["data_offsets"][1].get<uint64_t>() - b["data_offsets"][0].get<uint64_t>())
+      b["data_offsets"] = a["data_offsets"];
+    else
+      b["data_offsets"] = {
+          a["data_offsets"][0].get<uint64_t>(),
+          a["data_offsets"][0].get<uint64_t>() +
+              (b["data_offsets"][1].get<uint64_t>() - b["data_offsets"][0].get<uint64_t>())};
+    std::string h = header.dump();
+    h.resize(n, ' ');  // same header length keeps the data where it was
+    ASSERT_LE(header.dump().size(), size_t(n));
+    std::string lied = bytes.substr(0, 8) + h + bytes.substr(8 + n);
+    cases.push_back({"overlap", cfg, lied, "overlap (data_offsets lie)"});
+  }
+  cases.push_back({"noweights", cfg, "", "has neither model.safetensors"});
+  for (const auto& c : cases) {
+    const fs::path d = folder(c.name, c.cfg, c.weights);
+    const std::string err = errorOf([&] { openHfModel(d.string()); });
+    EXPECT_NE(err.find(c.expect), std::string::npos) << c.name << ": " << err;
+    EXPECT_NE(err.find(d.string()), std::string::npos) << c.name << " names the folder: " << err;
+    fs::remove_all(d);
+  }
+  // A run whose model does not describe the folder: every differing key listed.
+  const auto hf = openHfModel(src.string());
+  ts::core::ModelConfig run = hf.model;
+  run.layers = 3;
+  run.d_ff = 64;
+  const auto mism = hfShapeMismatches(hf, run, 14);
+  ASSERT_EQ(mism.size(), 3u);
+  EXPECT_NE(mism[0].find("model.layers: the run has 3"), std::string::npos) << mism[0];
+  EXPECT_NE(mism[1].find("model.vocab: the run has 14"), std::string::npos) << mism[1];
+  EXPECT_NE(mism[2].find("model.d_ff"), std::string::npos) << mism[2];
+}
+
+// LoRA fine-tuning of the Hugging Face llama through the Trainer: the base from the folder
+// (step 1's loss is the base model's, and the loss falls), an adapter checkpoint tied to the
+// folder; a run whose shape does not fit the folder is refused with the keys that differ.
+TEST(HfModel, LoraFineTunesAFolderBase) {
+  const std::string base = (kData / "llama_tiny").string();
+  const auto hf = openHfModel(base);
+  auto c = ts::testsupport::tinyAdditionConfig();
+  c.model = hf.model;
+  c.model.seq_len = 16;
+  c.finetune.base_checkpoint = base;
+  c.finetune.lora.r = 4;
+  c.finetune.lora.targets = {"q_proj", "v_proj"};
+  c.optimizer.lr = 1e-2;
+  c.train.steps = 20;
+  const fs::path dir = ts::testsupport::tempDir("hf_lora", "llama");
+  ts::testsupport::Recorded rec;
+  auto r = ts::testsupport::runTrainer(c, rec, dir.string());
+  ASSERT_EQ(r.status, "completed") << r.reason;
+  const auto steps = rec.of(ts::core::EventType::Step);
+  ASSERT_EQ(steps.size(), 20u);
+  EXPECT_LT(steps.back()["loss"].get<double>(), steps.front()["loss"].get<double>());
+  // The checkpoint holds the adapters and names its base.
+  std::ifstream st(dir / "checkpoints" / "step_00000020" / "state.json");
+  const auto s = nlohmann::json::parse(st);
+  EXPECT_EQ(s["weights"], "trainable");
+  EXPECT_EQ(s["extra"]["base_checkpoint"]["path"], base);
+  EXPECT_EQ(s["extra"]["base_checkpoint"]["checksum"], hfFingerprint(hf));
+  fs::remove_all(dir);
+  c.model.layers = 3;
+  ts::testsupport::Recorded rec2;
+  auto bad = ts::testsupport::runTrainer(c, rec2, dir.string());
+  EXPECT_EQ(bad.status, "failed");
+  EXPECT_TRUE(bad.badInput);
+  EXPECT_NE(bad.reason.find("model.layers: the run has 3"), std::string::npos) << bad.reason;
+  fs::remove_all(dir);
+}
