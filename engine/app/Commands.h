@@ -17,5 +17,6 @@ void addCapabilitiesCommand(CLI::App& app, int& exitCode);  // CapabilitiesComma
 void addBenchCommand(CLI::App& app, int& exitCode);         // BenchCommand.cpp
 void addRunsCommand(CLI::App& app, int& exitCode);          // RunsCommand.cpp
 void addEstimateCommands(CLI::App& app, int& exitCode);     // EstimateCommand.cpp (estimate, plan)
+void addImportHfCommand(CLI::App& app, int& exitCode);      // ImportHfCommand.cpp
 
 }  // namespace ts::app

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   ts::app::addBenchCommand(app, exitCode);
   ts::app::addRunsCommand(app, exitCode);
   ts::app::addEstimateCommands(app, exitCode);
+  ts::app::addImportHfCommand(app, exitCode);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

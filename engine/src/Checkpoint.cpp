@@ -92,12 +92,38 @@ std::string stateDtype(kernels::DType d) {
 }
 }  // namespace
 
+namespace {
+// Weights only (import-hf): no state, optimizer "none".
+class NoOptimizer final : public Optimizer {
+ public:
+  void step(float) override {}
+  int64_t stepCount() const override { return 0; }
+  void setStepCount(int64_t) override {}
+  std::vector<std::pair<std::string, Tensor*>> state() override { return {}; }
+  std::string name() const override { return "none"; }
+};
+
+CheckpointInfo saveTo(const fs::path& final, ParamArena& model, Optimizer& optimizer,
+                      const nlohmann::json& config, const TrainingState& state);
+}  // namespace
+
 CheckpointInfo saveCheckpoint(const std::string& parentDir, ParamArena& model, Optimizer& optimizer,
                               const nlohmann::json& config, const TrainingState& state) {
+  return saveTo(fs::path(parentDir) / stepDirName(state.step), model, optimizer, config, state);
+}
+
+CheckpointInfo saveWeightsCheckpoint(const std::string& dir, ParamArena& arena,
+                                     const nlohmann::json& config) {
+  NoOptimizer none;
+  return saveTo(fs::path(dir), arena, none, config, TrainingState{});
+}
+
+namespace {
+CheckpointInfo saveTo(const fs::path& final, ParamArena& model, Optimizer& optimizer,
+                      const nlohmann::json& config, const TrainingState& state) {
   profiler::ScopedRange range("checkpoint_save", profiler::SpanCategory::IO);
-  const fs::path parent(parentDir);
-  const fs::path final = parent / stepDirName(state.step);
-  const fs::path tmp = parent / (stepDirName(state.step) + ".tmp." + std::to_string(::getpid()));
+  const fs::path parent = final.has_parent_path() ? final.parent_path() : fs::path(".");
+  const fs::path tmp = parent / (final.filename().string() + ".tmp." + std::to_string(::getpid()));
   std::error_code ec;
   fs::create_directories(parent, ec);
   if (ec) throw CheckpointError("cannot create " + parent.string() + ": " + ec.message());
@@ -155,7 +181,7 @@ CheckpointInfo saveCheckpoint(const std::string& parentDir, ParamArena& model, O
     // Replace an older checkpoint of the same step (e.g. a periodic one before the final one).
     if (fs::exists(final)) {
       const fs::path old =
-          parent / (stepDirName(state.step) + ".old." + std::to_string(::getpid()));
+          parent / (final.filename().string() + ".old." + std::to_string(::getpid()));
       fs::remove_all(old, ec);
       fs::rename(final, old, ec);
       if (ec) throw CheckpointError("cannot replace " + final.string() + ": " + ec.message());
@@ -187,6 +213,8 @@ CheckpointInfo saveCheckpoint(const std::string& parentDir, ParamArena& model, O
     throw;
   }
 }
+
+}  // namespace
 
 LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Optimizer* optimizer) {
   profiler::ScopedRange range("checkpoint_load", profiler::SpanCategory::IO);

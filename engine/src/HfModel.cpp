@@ -6,6 +6,7 @@
 #include <set>
 
 #include "trainscope/core/ModelSpec.h"
+#include "trainscope/engine/Checkpoint.h"
 #include "trainscope/profiler/Tracer.h"
 
 namespace ts::engine {
@@ -223,6 +224,23 @@ HfModel openHfModel(const std::string& dir) {
     hf.tensors[t.name] = src;
   }
   return hf;
+}
+
+size_t importHfModel(const std::string& dir, const std::string& out) {
+  const HfModel hf = openHfModel(dir);
+  auto backend = kernels::makeCpuBackend();
+  ParamArena arena(core::modelTensors(core::archSpecOf(hf.model, hf.model.vocab)), backend.get(),
+                   nullptr, ArenaOptions{});
+  const size_t n = loadHfWeights(hf, arena).size();
+  core::RunConfig rc;
+  rc.name = fs::path(dir).filename().string();
+  rc.model = hf.model;
+  rc.model.seq_len = std::min(hf.model.seq_len, 1024);
+  nlohmann::json config = core::toJson(rc);
+  config["imported_from"] = {
+      {"path", dir}, {"architecture", hf.architecture}, {"fingerprint", hfFingerprint(hf)}};
+  saveWeightsCheckpoint(out, arena, config);
+  return n;
 }
 
 std::string hfFingerprint(const HfModel& hf) {

@@ -258,3 +258,25 @@ TEST(E2e, CapabilitiesJson) {
   if (info.find(" avx512f") == std::string::npos) EXPECT_FALSE(native);
   EXPECT_TRUE(bf16.contains(native ? "gemm_impl" : "gemm_why")) << bf16.dump();
 }
+
+// import-hf through the binary: a folder becomes a checkpoint (exit 0), a folder of an
+// architecture the engine does not have is bad input (exit 2) and nothing is written.
+TEST(E2e, ImportHfWritesACheckpointOrRefuses) {
+  const fs::path dir = fs::temp_directory_path() / ("ts_e2e_import_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Child ok =
+      spawn({TRAINSCOPE_ENGINE_BIN, "import-hf", std::string(TRAINSCOPE_TEST_DATA) + "/llama_tiny",
+             "--out", (dir / "ckpt").string()});
+  EXPECT_EQ(ok.wait(), 0);
+  ASSERT_FALSE(ok.lines.empty());
+  EXPECT_NE(ok.lines[0].find("imported 21 tensors"), std::string::npos) << ok.lines[0];
+  EXPECT_TRUE(fs::exists(dir / "ckpt" / "model.safetensors"));
+  fs::create_directories(dir / "bert");
+  std::ofstream(dir / "bert" / "config.json") << R"({"architectures": ["BertModel"]})";
+  Child bad = spawn({TRAINSCOPE_ENGINE_BIN, "import-hf", (dir / "bert").string(), "--out",
+                     (dir / "ckpt2").string()});
+  EXPECT_EQ(bad.wait(), 2);
+  EXPECT_FALSE(fs::exists(dir / "ckpt2"));
+  fs::remove_all(dir);
+}

@@ -287,3 +287,36 @@ TEST(HfModel, LoraFineTunesAFolderBase) {
   EXPECT_NE(bad.reason.find("model.layers: the run has 3"), std::string::npos) << bad.reason;
   fs::remove_all(dir);
 }
+
+// import-hf: the folder as a trainscope checkpoint. A LoRA run on the imported checkpoint is the
+// run on the folder itself, bit for bit (same base weights, same adapters, same data).
+TEST(HfModel, ImportedCheckpointIsTheSameBase) {
+  const std::string folder = (kData / "llama_tiny").string();
+  const fs::path out = scratchDir("import") / "llama_tiny";
+  EXPECT_EQ(importHfModel(folder, out.string()), 21u);
+  std::ifstream st(out / "state.json");
+  const auto s = nlohmann::json::parse(st);
+  EXPECT_EQ(s["optimizer"]["type"], "none");
+  EXPECT_EQ(s["config"]["model"]["arch"], "llama");
+  EXPECT_EQ(s["config"]["imported_from"]["architecture"], "LlamaForCausalLM");
+  const auto hf = openHfModel(folder);
+  auto c = ts::testsupport::tinyAdditionConfig();
+  c.model = hf.model;
+  c.model.seq_len = 16;
+  c.finetune.lora.r = 2;
+  c.finetune.lora.targets = {"q", "v", "fc"};
+  c.train.steps = 6;
+  std::vector<std::vector<double>> losses;
+  for (const std::string& base : {folder, out.string()}) {
+    c.finetune.base_checkpoint = base;
+    const fs::path dir = scratchDir("import_run");
+    ts::testsupport::Recorded rec;
+    auto r = ts::testsupport::runTrainer(c, rec, dir.string());
+    ASSERT_EQ(r.status, "completed") << r.reason;
+    losses.emplace_back();
+    for (const auto& e : rec.of(ts::core::EventType::Step)) losses.back().push_back(e["loss"]);
+    fs::remove_all(dir);
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  fs::remove_all(out.parent_path());
+}

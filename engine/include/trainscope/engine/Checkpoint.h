@@ -59,6 +59,12 @@ struct LoadedCheckpoint {
 // untouched in that case.
 LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& arena, Optimizer* optimizer);
 
+// A checkpoint of weights only (import-hf): `dir` itself, atomically, with model.safetensors,
+// an empty optimizer.safetensors (optimizer "none": it is a base to fine-tune, not a run to
+// resume) and state.json with `config`.
+CheckpointInfo saveWeightsCheckpoint(const std::string& dir, ParamArena& arena,
+                                     const nlohmann::json& config);
+
 // A fine-tuning base (finetune.base_checkpoint): the full weights of a trainscope checkpoint
 // (verified as loadCheckpoint does) into the arena's fp32 values by name; every tensor of the
 // model must be there except LoRA adapters, which a base does not have (the caller initialises

@@ -50,6 +50,12 @@ std::vector<std::string> loadHfWeights(const HfModel& hf, ParamArena& arena);
 // `vocab` is the run's resolved vocabulary.
 std::vector<std::string> hfShapeMismatches(const HfModel& hf, const core::ModelConfig& run,
                                            int64_t vocab);
+// import-hf: the folder's weights as a trainscope checkpoint directory `out` (model.safetensors
+// in the engine's names and layout, fp32; no optimizer state; state.json with the run config a
+// fine-tuning run of it starts from: model.* from config.json). Written atomically like every
+// checkpoint (CheckpointError on I/O problems). Returns the number of tensors.
+size_t importHfModel(const std::string& dir, const std::string& out);
+
 // A fingerprint of the folder (config.json and each weight file's size and header), what an
 // adapter checkpoint records as its base.
 std::string hfFingerprint(const HfModel& hf);

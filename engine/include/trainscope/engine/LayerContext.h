@@ -16,14 +16,14 @@ namespace ts::engine {
 
 // Backward scratch (category workspace), reused by every block.
 struct Workspace {
-  Tensor ones;   // (B*T) ones: bias add and bias gradient as GEMMs (device agnostic)
-  Tensor dres;   // (B,T,C) gradient of the residual stream
-  Tensor dtmp;   // (B,T,C) also the forward's projection output before the residual add
-  Tensor dqkv;   // (B,T,3C)
-  Tensor datt;   // (B,NH,T,T), naive attention only
-  Tensor dfc;    // (B,T,4C)
-  Tensor dfc2;   // (B,T,4C)
-  Tensor ddrop;  // (B,T,C) a residual branch's output gradient through dropout (dropout > 0)
+  Tensor ones;    // (B*T) ones: bias add and bias gradient as GEMMs (device agnostic)
+  Tensor dres;    // (B,T,C) gradient of the residual stream
+  Tensor dtmp;    // (B,T,C) also the forward's projection output before the residual add
+  Tensor dqkv;    // (B,T,3C)
+  Tensor datt;    // (B,NH,T,T), naive attention only
+  Tensor dfc;     // (B,T,4C)
+  Tensor dfc2;    // (B,T,4C)
+  Tensor ddrop;   // (B,T,C) a residual branch's output gradient through dropout (dropout > 0)
   Tensor loraDU;  // (N, r) an adapter's gradient of u = x A^T (LoRA)
   Tensor loraX;   // (N, in) an adapter's dropped input (LoRA dropout > 0)
 };

@@ -41,8 +41,8 @@ struct LoraAdapter {
   const ParamInfo* a = nullptr;
   const ParamInfo* b = nullptr;
   int64_t outOffset = 0;
-  float scaling = 1.f;  // alpha / r, or alpha / sqrt(r) with use_rslora
-  float dropout = 0.f;  // on the adapter's input only
+  float scaling = 1.f;       // alpha / r, or alpha / sqrt(r) with use_rslora
+  float dropout = 0.f;       // on the adapter's input only
   int layer = 0, index = 0;  // its dropout stream (site 2 + index) and its saved u
   Tensor* u = nullptr;       // (N, r) x A^T, saved for dB; bound by the model per block set
 };
