@@ -18,5 +18,6 @@ void addBenchCommand(CLI::App& app, int& exitCode);         // BenchCommand.cpp
 void addRunsCommand(CLI::App& app, int& exitCode);          // RunsCommand.cpp
 void addEstimateCommands(CLI::App& app, int& exitCode);     // EstimateCommand.cpp (estimate, plan)
 void addImportHfCommand(CLI::App& app, int& exitCode);      // ImportHfCommand.cpp
+void addExportHfCommand(CLI::App& app, int& exitCode);      // ExportHfCommand.cpp
 
 }  // namespace ts::app

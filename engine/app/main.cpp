@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   ts::app::addRunsCommand(app, exitCode);
   ts::app::addEstimateCommands(app, exitCode);
   ts::app::addImportHfCommand(app, exitCode);
+  ts::app::addExportHfCommand(app, exitCode);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -11,7 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "../support/TrainerHarness.h"
+#include "trainscope/engine/Checkpoint.h"
 #include "trainscope/engine/Gpt.h"
+#include "trainscope/engine/HfExport.h"
 #include "trainscope/engine/HfModel.h"
 #include "trainscope/engine/Safetensors.h"
 #include "trainscope/kernels/Numeric.h"
@@ -319,4 +321,130 @@ TEST(HfModel, ImportedCheckpointIsTheSameBase) {
   }
   EXPECT_EQ(losses[0], losses[1]);
   fs::remove_all(out.parent_path());
+}
+
+namespace {
+// A trained tiny run's last checkpoint.
+std::string trainedCheckpoint(ts::core::RunConfig c, const fs::path& dir) {
+  ts::testsupport::Recorded rec;
+  auto r = ts::testsupport::runTrainer(c, rec, dir.string());
+  EXPECT_EQ(r.status, "completed") << r.reason;
+  return r.lastCheckpoint;
+}
+std::vector<float> hostValues(Gpt& m, const ParamInfo& p) {
+  std::vector<float> v(size_t(p.numel));
+  ts::testsupport::hostCopy(m.paramBuffer()).swap(v);
+  return std::vector<float>(v.begin() + p.offset, v.begin() + p.offset + p.numel);
+}
+}  // namespace
+
+// export-hf of full checkpoints, both architectures: the folder loads back (HfModel.h reads it
+// as transformers would lay it out) to exactly the checkpoint's weights; with a small shard size
+// it is sharded behind an index and still loads back exactly.
+TEST(HfExport, FullCheckpointsRoundTripExactlySingleAndSharded) {
+  for (const char* arch : {"gpt2", "llama"}) {
+    auto c = ts::testsupport::tinyAdditionConfig();
+    c.model.arch = arch;
+    if (c.model.arch == "llama") c.model.kv_heads = 1;
+    c.train.steps = 3;
+    const fs::path dir = scratchDir(std::string("export_") + arch);
+    const std::string ck = trainedCheckpoint(c, dir / "run");
+    auto backend = ts::kernels::makeCpuBackend();
+    MemoryTracker t;
+    Gpt ref(gptConfigFrom(c, 14), backend.get(), &t);
+    loadCheckpoint(ck, ref.arena(), nullptr);
+    for (int64_t shard : {int64_t(1) << 30, int64_t(20000)}) {
+      HfExportOptions o;
+      o.shardBytes = shard;
+      const fs::path out = dir / ("hf_" + std::to_string(shard));
+      const auto r = exportHf(ck, out.string(), o);
+      EXPECT_FALSE(r.adapter);
+      EXPECT_EQ(fs::exists(out / "model.safetensors.index.json"), shard < 100000) << arch;
+      const auto hf = openHfModel(out.string());
+      EXPECT_EQ(hf.model.arch, c.model.arch);
+      EXPECT_EQ(hf.model.layers, c.model.layers);
+      EXPECT_EQ(hf.model.vocab, 14);
+      Gpt back(gptConfigFrom(c, 14), backend.get(), &t);
+      loadHfWeights(hf, back.arena());
+      for (const auto& p : ref.params())
+        EXPECT_EQ(hostValues(back, p), hostValues(ref, p)) << p.name;
+    }
+  }
+}
+
+// export-hf of a LoRA run: PEFT's files (keys base_model.model.<module path>.lora_A.weight,
+// adapter_config.json as PEFT reads it), whose adapters on the base reproduce the run's model;
+// with --merge a full model whose logits are the adapter model's and not the base's.
+TEST(HfExport, LoraRunsExportPeftAdaptersOrTheMergedModel) {
+  const std::string base = (kData / "llama_tiny").string();
+  const auto hf = openHfModel(base);
+  auto c = ts::testsupport::tinyAdditionConfig();
+  c.model = hf.model;
+  c.model.seq_len = 16;
+  c.finetune.base_checkpoint = base;
+  c.finetune.lora.r = 4;
+  c.finetune.lora.alpha = 8;
+  c.finetune.lora.targets = {"q_proj", "v_proj", "down_proj"};
+  c.optimizer.lr = 1e-2;
+  c.train.steps = 5;
+  const fs::path dir = scratchDir("export_lora");
+  const std::string ck = trainedCheckpoint(c, dir / "run");
+  auto backend = ts::kernels::makeCpuBackend();
+  MemoryTracker t;
+  // The run's model: base + trained adapters.
+  Gpt lora(gptConfigFrom(c, hf.model.vocab), backend.get(), &t);
+  loadHfWeights(hf, lora.arena());
+  loadCheckpoint(ck, lora.arena(), nullptr);
+  // Adapter files.
+  const auto r = exportHf(ck, (dir / "adapter").string());
+  EXPECT_TRUE(r.adapter);
+  EXPECT_EQ(r.tensors, 2 * 3 * c.model.layers);
+  const auto ac = nlohmann::json::parse(std::ifstream(dir / "adapter" / "adapter_config.json"));
+  EXPECT_EQ(ac["peft_type"], "LORA");
+  EXPECT_EQ(ac["r"], 4);
+  EXPECT_EQ(ac["lora_alpha"], 8.0);
+  EXPECT_EQ(ac["fan_in_fan_out"], false);
+  EXPECT_EQ(ac["base_model_name_or_path"], base);
+  EXPECT_EQ(ac["target_modules"], nlohmann::json({"down_proj", "q_proj", "v_proj"}));
+  auto adapters = SafetensorsFile::load((dir / "adapter" / "adapter_model.safetensors").string());
+  EXPECT_TRUE(adapters.has("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"));
+  EXPECT_TRUE(adapters.has("base_model.model.model.layers.1.mlp.down_proj.lora_B.weight"));
+  // Read back as PEFT would apply them (the LoraGolden loader's mapping): the same model.
+  Gpt again(gptConfigFrom(c, hf.model.vocab), backend.get(), &t);
+  loadHfWeights(hf, again.arena());
+  auto host = ts::testsupport::hostCopy(again.paramBuffer());
+  for (const auto& p : again.params())
+    if (adapters.has("base_model.model." + p.name))
+      adapters.readF32("base_model.model." + p.name, host.data() + p.offset, p.numel);
+  again.paramBuffer().copyFromHost(host.data());
+  for (const auto& p : lora.params())
+    EXPECT_EQ(hostValues(again, p), hostValues(lora, p)) << p.name;
+  // Merged: logits of the adapter model, not the base's.
+  exportHf(ck, (dir / "merged").string(), HfExportOptions{true, int64_t(1) << 30});
+  const auto mhf = openHfModel((dir / "merged").string());
+  auto plainCfg = c;
+  plainCfg.finetune = {};
+  Gpt merged(gptConfigFrom(plainCfg, hf.model.vocab), backend.get(), &t);
+  loadHfWeights(mhf, merged.arena());
+  Gpt baseModel(gptConfigFrom(plainCfg, hf.model.vocab), backend.get(), &t);
+  loadHfWeights(hf, baseModel.arena());
+  const std::vector<int32_t> tok = {1, 5, 9, 2, 7, 3, 3, 11, 0, 4, 8, 6, 13, 2, 1, 10};
+  auto logits = [&](Gpt& m) {
+    m.allocate(1);
+    m.forward(tok.data(), nullptr, 1, 16, 0.f);
+    std::vector<float> all, row(size_t(hf.model.vocab));
+    for (int i = 0; i < 16; ++i) {
+      m.logitsRow(0, i, row.data());
+      all.insert(all.end(), row.begin(), row.end());
+    }
+    return all;
+  };
+  const auto want = logits(lora), got = logits(merged), plain = logits(baseModel);
+  double moved = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::abs(want[i])) << i;
+    moved = std::max(moved, double(std::abs(want[i] - plain[i])));
+  }
+  EXPECT_GT(moved, 1e-3) << "the merged export is not the unmodified base";
+  fs::remove_all(dir);
 }

@@ -1,0 +1,49 @@
+// `trainscope-engine export-hf CHECKPOINT --out DIR [--merge] [--shard-size BYTES]`: a checkpoint
+// as a Hugging Face folder (HfExport.h); a LoRA run's as PEFT adapter files, or merged.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "Commands.h"
+#include "trainscope/engine/Checkpoint.h"
+#include "trainscope/engine/HfExport.h"
+
+namespace ts::app {
+
+void addExportHfCommand(CLI::App& app, int& exitCode) {
+  struct Options {
+    std::string checkpoint, out;
+    bool merge = false;
+    int64_t shardBytes = int64_t(5) << 30;
+  };
+  auto opts = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand(
+      "export-hf", "Write a checkpoint as a Hugging Face folder (LoRA runs: PEFT adapter files)");
+  cmd->add_option("CHECKPOINT", opts->checkpoint, "Checkpoint directory (or its state.json)")
+      ->required();
+  cmd->add_option("--out", opts->out, "Folder to write (replaced if it exists)")->required();
+  cmd->add_flag("--merge", opts->merge,
+                "LoRA: write the merged model (W + scaling B A) instead of the adapters");
+  cmd->add_option("--shard-size", opts->shardBytes,
+                  "Largest model.safetensors shard in bytes (default 5 GiB; above it: shards "
+                  "and model.safetensors.index.json)")
+      ->check(CLI::PositiveNumber);
+  cmd->callback([opts, &exitCode] {
+    try {
+      engine::HfExportOptions o;
+      o.merge = opts->merge;
+      o.shardBytes = opts->shardBytes;
+      const auto r = engine::exportHf(opts->checkpoint, opts->out, o);
+      std::printf("exported %lld tensors (%s) to %s:", static_cast<long long>(r.tensors),
+                  r.adapter ? "PEFT LoRA adapter" : "model", opts->out.c_str());
+      for (const auto& f : r.files) std::printf(" %s", f.c_str());
+      std::printf("\n");
+      exitCode = kExitOk;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "trainscope-engine export-hf: %s\n", e.what());
+      exitCode = kExitBadInput;
+    }
+  });
+}
+
+}  // namespace ts::app

@@ -1,0 +1,261 @@
+#include "trainscope/engine/HfExport.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "trainscope/core/Config.h"
+#include "trainscope/engine/Checkpoint.h"
+#include "trainscope/engine/Gpt.h"
+#include "trainscope/engine/HfModel.h"
+#include "trainscope/engine/Safetensors.h"
+#include "trainscope/profiler/Tracer.h"
+
+namespace ts::engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+nlohmann::json readJsonFile(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) throw CheckpointError("cannot open " + p.string());
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw CheckpointError(p.string() + " is not valid JSON: " + e.what());
+  }
+}
+
+void writeFile(const fs::path& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.flush();
+  if (!out) throw CheckpointError("cannot write " + p.string());
+}
+
+// The vocabulary of the checkpoint's model: the config's, else the embedding's rows (in the
+// checkpoint, or in its base).
+int64_t vocabOf(const core::RunConfig& c, const fs::path& dir, const std::string& base) {
+  if (c.model.vocab > 0) return c.model.vocab;
+  const std::string emb = c.model.arch == "llama" ? "model.embed_tokens.weight" : "wte";
+  auto fromFile = [&](const fs::path& f) -> int64_t {
+    const auto st = SafetensorsFile::load(f.string());
+    return st.has(emb) ? st.entry(emb).shape.at(0) : 0;
+  };
+  if (int64_t v = fromFile(dir / "model.safetensors")) return v;
+  if (base.empty()) throw CheckpointError(dir.string() + ": cannot tell the vocabulary size");
+  if (isHfModelFolder(base)) return openHfModel(base).model.vocab;
+  return fromFile(fs::path(base) / "model.safetensors");
+}
+
+// The Hugging Face name (and whether the tensor is stored transposed) of an engine tensor.
+std::pair<std::string, bool> hfName(const core::TensorSpec& t, const std::string& arch) {
+  if (arch == "llama") return {t.name, false};
+  const std::string base = t.name == "wte" || t.name == "wpe" ? t.name + ".weight" : t.name;
+  return {"transformer." + base, t.role == core::TensorRole::LinearWeight};
+}
+
+nlohmann::json hfConfig(const GptConfig& g, const core::RunConfig& c) {
+  if (g.architecture == "llama") {
+    const auto a = g.arch();
+    return {{"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"hidden_size", g.d_model},
+            {"intermediate_size", a.dFf},
+            {"num_hidden_layers", g.layers},
+            {"num_attention_heads", g.heads},
+            {"num_key_value_heads", a.kvHeads},
+            {"head_dim", a.headDim()},
+            {"vocab_size", g.vocab},
+            {"max_position_embeddings", g.seq_len},
+            {"rms_norm_eps", 1e-5},
+            {"rope_theta", g.ropeTheta},
+            {"hidden_act", "silu"},
+            {"attention_bias", false},
+            {"mlp_bias", false},
+            {"attention_dropout", c.model.dropout},
+            {"tie_word_embeddings", false},
+            {"torch_dtype", "float32"}};
+  }
+  return {{"architectures", {"GPT2LMHeadModel"}},
+          {"model_type", "gpt2"},
+          {"n_layer", g.layers},
+          {"n_head", g.heads},
+          {"n_embd", g.d_model},
+          {"n_positions", g.seq_len},
+          {"n_ctx", g.seq_len},
+          {"n_inner", nullptr},
+          {"vocab_size", g.vocab},
+          {"activation_function", g.relu ? "relu" : "gelu_new"},
+          {"layer_norm_epsilon", 1e-5},
+          {"resid_pdrop", c.model.dropout},
+          {"embd_pdrop", c.model.dropout},
+          {"attn_pdrop", 0.0},
+          {"tie_word_embeddings", true},
+          {"torch_dtype", "float32"}};
+}
+
+}  // namespace
+
+HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
+                        const HfExportOptions& options) {
+  profiler::ScopedRange range("export_hf", profiler::SpanCategory::IO);
+  fs::path dir(checkpoint);
+  std::error_code ec;
+  if (fs::is_regular_file(dir, ec)) dir = dir.parent_path();
+  const nlohmann::json state = readJsonFile(dir / "state.json");
+  const auto parsed = core::parseConfigJson(state.value("config", nlohmann::json::object()));
+  if (!parsed.ok() || !parsed.config)
+    throw CheckpointError((dir / "state.json").string() + ": its run config does not parse");
+  const core::RunConfig rc = *parsed.config;
+  const bool adapterOnly = state.value("weights", "all") == "trainable";
+  std::string base;
+  if (adapterOnly) {
+    const auto extra = state.value("extra", nlohmann::json::object());
+    base = extra.contains("base_checkpoint") ? extra["base_checkpoint"].value("path", "")
+                                             : rc.finetune.base_checkpoint;
+    if (base.empty())
+      throw CheckpointError(dir.string() +
+                            " holds LoRA adapters trained on a randomly initialised base (no "
+                            "finetune.base_checkpoint): there is no base to export them for");
+  }
+  // The model, on the CPU, fp32: the checkpoint's weights (the base first for adapters).
+  auto backend = kernels::makeCpuBackend();
+  GptConfig g = gptConfigFrom(rc, static_cast<int>(vocabOf(rc, dir, base)), nullptr);
+  g.working = DType::F32;
+  g.masterWeights = true;
+  g.fp8 = GptConfig::Fp8Recipe::None;
+  g.bf16Gemm = false;
+  g.compression = GptConfig::Compression::None;
+  g.checkpointEvery = 0;
+  Gpt model(g, backend.get(), nullptr);
+  if (adapterOnly) {
+    if (isHfModelFolder(base))
+      loadHfWeights(openHfModel(base), model.arena());
+    else
+      loadBaseWeights(base, model.arena());
+  }
+  loadCheckpoint(dir.string(), model.arena(), nullptr);
+  const bool lora = rc.finetune.lora.r > 0;
+
+  const fs::path target(out);
+  const fs::path tmp = target.string() + ".tmp." + std::to_string(::getpid());
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  if (ec) throw CheckpointError("cannot create " + tmp.string() + ": " + ec.message());
+  HfExportResult result;
+  try {
+    std::vector<float> host(static_cast<size_t>(model.arena().size()));
+    backend->copyToHost(host.data(), model.paramBuffer().data(), host.size() * sizeof(float));
+    const std::string arch = g.architecture;
+    if (lora && !options.merge) {
+      // PEFT adapter files.
+      result.adapter = true;
+      SafetensorsWriter w;
+      w.setMetadata("format", "pt");
+      std::set<std::string> modules;
+      for (const auto& p : model.params()) {
+        if (p.spec.role != core::TensorRole::LoraA && p.spec.role != core::TensorRole::LoraB)
+          continue;
+        modules.insert(p.spec.module);
+        w.add("base_model.model." + std::string(arch == "gpt2" ? "transformer." : "") + p.name,
+              "F32", p.shape, host.data() + p.offset, sizeof(float) * size_t(p.numel));
+        ++result.tensors;
+      }
+      writeFile(tmp / "adapter_model.safetensors", w.serialize());
+      const nlohmann::json ac = {{"peft_type", "LORA"},
+                                 {"task_type", "CAUSAL_LM"},
+                                 {"r", rc.finetune.lora.r},
+                                 {"lora_alpha", rc.finetune.lora.alpha},
+                                 {"lora_dropout", rc.finetune.lora.dropout},
+                                 {"use_rslora", rc.finetune.lora.use_rslora},
+                                 {"target_modules", modules},
+                                 {"fan_in_fan_out", arch == "gpt2"},
+                                 {"bias", "none"},
+                                 {"inference_mode", true},
+                                 {"base_model_name_or_path", base}};
+      writeFile(tmp / "adapter_config.json", ac.dump(2));
+      result.files = {"adapter_config.json", "adapter_model.safetensors"};
+    } else {
+      // The full model (merged when it has adapters), Hugging Face names and layout.
+      const auto merged = model.mergedWeights();
+      struct Item {
+        std::string name;
+        std::vector<int64_t> shape;
+        std::vector<float> data;
+      };
+      std::vector<Item> items;
+      int64_t total = 0;
+      for (const auto& p : model.params()) {
+        if (p.spec.role == core::TensorRole::LoraA || p.spec.role == core::TensorRole::LoraB)
+          continue;
+        auto [name, transpose] = hfName(p.spec, arch);
+        Item it{name, p.shape, {}};
+        auto m = merged.find(p.name);
+        const float* src = m != merged.end() ? m->second.data() : host.data() + p.offset;
+        it.data.assign(src, src + p.numel);
+        if (transpose) {  // (out, in) -> Conv1D (in, out)
+          const int64_t o = p.shape[0], i = p.shape[1];
+          std::vector<float> t(it.data.size());
+          for (int64_t a = 0; a < o; ++a)
+            for (int64_t b = 0; b < i; ++b) t[size_t(b * o + a)] = it.data[size_t(a * i + b)];
+          it.data = std::move(t);
+          it.shape = {i, o};
+        }
+        total += 4 * p.numel;
+        items.push_back(std::move(it));
+        ++result.tensors;
+      }
+      // Shards of at most shardBytes (a tensor larger than that is a shard of its own).
+      std::vector<std::vector<const Item*>> shards(1);
+      int64_t inShard = 0;
+      for (const auto& it : items) {
+        const int64_t b = 4 * int64_t(it.data.size());
+        if (inShard > 0 && inShard + b > options.shardBytes) {
+          shards.emplace_back();
+          inShard = 0;
+        }
+        shards.back().push_back(&it);
+        inShard += b;
+      }
+      nlohmann::json weightMap = nlohmann::json::object();
+      for (size_t s = 0; s < shards.size(); ++s) {
+        char fn[64];
+        if (shards.size() == 1)
+          std::snprintf(fn, sizeof fn, "model.safetensors");
+        else
+          std::snprintf(fn, sizeof fn, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+        SafetensorsWriter w;
+        w.setMetadata("format", "pt");
+        for (const Item* it : shards[s]) {
+          w.add(it->name, "F32", it->shape, it->data.data(), 4 * it->data.size());
+          weightMap[it->name] = fn;
+        }
+        writeFile(tmp / fn, w.serialize());
+        result.files.push_back(fn);
+      }
+      if (shards.size() > 1) {
+        writeFile(tmp / "model.safetensors.index.json",
+                  nlohmann::json({{"metadata", {{"total_size", total}}}, {"weight_map", weightMap}})
+                      .dump(2));
+        result.files.push_back("model.safetensors.index.json");
+      }
+      writeFile(tmp / "config.json", hfConfig(g, rc).dump(2));
+      result.files.push_back("config.json");
+    }
+    fs::remove_all(target, ec);
+    fs::rename(tmp, target, ec);
+    if (ec) throw CheckpointError("cannot rename into " + target.string() + ": " + ec.message());
+  } catch (...) {
+    std::error_code ec2;
+    fs::remove_all(tmp, ec2);
+    throw;
+  }
+  return result;
+}
+
+}  // namespace ts::engine
