@@ -19,5 +19,6 @@ void addRunsCommand(CLI::App& app, int& exitCode);          // RunsCommand.cpp
 void addEstimateCommands(CLI::App& app, int& exitCode);     // EstimateCommand.cpp (estimate, plan)
 void addImportHfCommand(CLI::App& app, int& exitCode);      // ImportHfCommand.cpp
 void addExportHfCommand(CLI::App& app, int& exitCode);      // ExportHfCommand.cpp
+void addEvaluateCommand(CLI::App& app, int& exitCode);      // EvaluateCommand.cpp
 
 }  // namespace ts::app

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   ts::app::addEstimateCommands(app, exitCode);
   ts::app::addImportHfCommand(app, exitCode);
   ts::app::addExportHfCommand(app, exitCode);
+  ts::app::addEvaluateCommand(app, exitCode);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -113,9 +113,11 @@ CheckpointInfo saveCheckpoint(const std::string& parentDir, ParamArena& model, O
 }
 
 CheckpointInfo saveWeightsCheckpoint(const std::string& dir, ParamArena& arena,
-                                     const nlohmann::json& config) {
+                                     const nlohmann::json& config, const nlohmann::json& extra) {
   NoOptimizer none;
-  return saveTo(fs::path(dir), arena, none, config, TrainingState{});
+  TrainingState st;
+  st.extra = extra;
+  return saveTo(fs::path(dir), arena, none, config, st);
 }
 
 namespace {

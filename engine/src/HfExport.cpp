@@ -11,6 +11,7 @@
 #include "trainscope/engine/Checkpoint.h"
 #include "trainscope/engine/Gpt.h"
 #include "trainscope/engine/HfModel.h"
+#include "trainscope/engine/ModelSource.h"
 #include "trainscope/engine/Safetensors.h"
 #include "trainscope/profiler/Tracer.h"
 
@@ -20,36 +21,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-nlohmann::json readJsonFile(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) throw CheckpointError("cannot open " + p.string());
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw CheckpointError(p.string() + " is not valid JSON: " + e.what());
-  }
-}
-
 void writeFile(const fs::path& p, const std::string& bytes) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   out.flush();
   if (!out) throw CheckpointError("cannot write " + p.string());
-}
-
-// The vocabulary of the checkpoint's model: the config's, else the embedding's rows (in the
-// checkpoint, or in its base).
-int64_t vocabOf(const core::RunConfig& c, const fs::path& dir, const std::string& base) {
-  if (c.model.vocab > 0) return c.model.vocab;
-  const std::string emb = c.model.arch == "llama" ? "model.embed_tokens.weight" : "wte";
-  auto fromFile = [&](const fs::path& f) -> int64_t {
-    const auto st = SafetensorsFile::load(f.string());
-    return st.has(emb) ? st.entry(emb).shape.at(0) : 0;
-  };
-  if (int64_t v = fromFile(dir / "model.safetensors")) return v;
-  if (base.empty()) throw CheckpointError(dir.string() + ": cannot tell the vocabulary size");
-  if (isHfModelFolder(base)) return openHfModel(base).model.vocab;
-  return fromFile(fs::path(base) / "model.safetensors");
 }
 
 // The Hugging Face name (and whether the tensor is stored transposed) of an engine tensor.
@@ -104,42 +80,14 @@ nlohmann::json hfConfig(const GptConfig& g, const core::RunConfig& c) {
 HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
                         const HfExportOptions& options) {
   profiler::ScopedRange range("export_hf", profiler::SpanCategory::IO);
-  fs::path dir(checkpoint);
   std::error_code ec;
-  if (fs::is_regular_file(dir, ec)) dir = dir.parent_path();
-  const nlohmann::json state = readJsonFile(dir / "state.json");
-  const auto parsed = core::parseConfigJson(state.value("config", nlohmann::json::object()));
-  if (!parsed.ok() || !parsed.config)
-    throw CheckpointError((dir / "state.json").string() + ": its run config does not parse");
-  const core::RunConfig rc = *parsed.config;
-  const bool adapterOnly = state.value("weights", "all") == "trainable";
-  std::string base;
-  if (adapterOnly) {
-    const auto extra = state.value("extra", nlohmann::json::object());
-    base = extra.contains("base_checkpoint") ? extra["base_checkpoint"].value("path", "")
-                                             : rc.finetune.base_checkpoint;
-    if (base.empty())
-      throw CheckpointError(dir.string() +
-                            " holds LoRA adapters trained on a randomly initialised base (no "
-                            "finetune.base_checkpoint): there is no base to export them for");
-  }
-  // The model, on the CPU, fp32: the checkpoint's weights (the base first for adapters).
   auto backend = kernels::makeCpuBackend();
-  GptConfig g = gptConfigFrom(rc, static_cast<int>(vocabOf(rc, dir, base)), nullptr);
-  g.working = DType::F32;
-  g.masterWeights = true;
-  g.fp8 = GptConfig::Fp8Recipe::None;
-  g.bf16Gemm = false;
-  g.compression = GptConfig::Compression::None;
-  g.checkpointEvery = 0;
-  Gpt model(g, backend.get(), nullptr);
-  if (adapterOnly) {
-    if (isHfModelFolder(base))
-      loadHfWeights(openHfModel(base), model.arena());
-    else
-      loadBaseWeights(base, model.arena());
-  }
-  loadCheckpoint(dir.string(), model.arena(), nullptr);
+  LoadedModel lm = loadModelFrom(checkpoint, backend.get(), nullptr);
+  if (lm.hfFolder) throw std::invalid_argument(checkpoint + " is already a Hugging Face folder");
+  Gpt& model = *lm.model;
+  const core::RunConfig& rc = lm.config;
+  const std::string& base = lm.base;
+  const GptConfig& g = model.config();
   const bool lora = rc.finetune.lora.r > 0;
 
   const fs::path target(out);

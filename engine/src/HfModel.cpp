@@ -236,10 +236,10 @@ size_t importHfModel(const std::string& dir, const std::string& out) {
   rc.name = fs::path(dir).filename().string();
   rc.model = hf.model;
   rc.model.seq_len = std::min(hf.model.seq_len, 1024);
-  nlohmann::json config = core::toJson(rc);
-  config["imported_from"] = {
-      {"path", dir}, {"architecture", hf.architecture}, {"fingerprint", hfFingerprint(hf)}};
-  saveWeightsCheckpoint(out, arena, config);
+  const nlohmann::json extra = {
+      {"imported_from",
+       {{"path", dir}, {"architecture", hf.architecture}, {"fingerprint", hfFingerprint(hf)}}}};
+  saveWeightsCheckpoint(out, arena, core::toJson(rc), extra);
   return n;
 }
 

@@ -280,3 +280,18 @@ TEST(E2e, ImportHfWritesACheckpointOrRefuses) {
   EXPECT_FALSE(fs::exists(dir / "ckpt2"));
   fs::remove_all(dir);
 }
+
+// evaluate through the binary: --json prints one line with loss, tokens and perplexity.
+TEST(E2e, EvaluateJsonIsOneObjectLine) {
+  const std::string data = TRAINSCOPE_TEST_DATA;
+  Child c = spawn({TRAINSCOPE_ENGINE_BIN, "evaluate", data + "/llama_tiny", "--tokens",
+                   data + "/eval/tokens_llama.bin", "--seq", "16", "--json"});
+  EXPECT_EQ(c.wait(), 0);
+  ASSERT_EQ(c.lines.size(), 1u);
+  const auto j = json::parse(c.lines[0]);
+  EXPECT_EQ(j["tokens"], 288);
+  EXPECT_TRUE(j.contains("loss"));
+  EXPECT_NEAR(j["perplexity"].get<double>(), std::exp(j["loss"].get<double>()), 1e-9);
+  Child both = spawn({TRAINSCOPE_ENGINE_BIN, "evaluate", data + "/llama_tiny", "--json"});
+  EXPECT_EQ(both.wait(), 2);
+}

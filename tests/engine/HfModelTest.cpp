@@ -12,6 +12,7 @@
 
 #include "../support/TrainerHarness.h"
 #include "trainscope/engine/Checkpoint.h"
+#include "trainscope/engine/Evaluate.h"
 #include "trainscope/engine/Gpt.h"
 #include "trainscope/engine/HfExport.h"
 #include "trainscope/engine/HfModel.h"
@@ -300,7 +301,8 @@ TEST(HfModel, ImportedCheckpointIsTheSameBase) {
   const auto s = nlohmann::json::parse(st);
   EXPECT_EQ(s["optimizer"]["type"], "none");
   EXPECT_EQ(s["config"]["model"]["arch"], "llama");
-  EXPECT_EQ(s["config"]["imported_from"]["architecture"], "LlamaForCausalLM");
+  EXPECT_EQ(s["extra"]["imported_from"]["architecture"], "LlamaForCausalLM");
+  EXPECT_TRUE(ts::core::parseConfigJson(s["config"]).ok()) << "a run config a run can start from";
   const auto hf = openHfModel(folder);
   auto c = ts::testsupport::tinyAdditionConfig();
   c.model = hf.model;
@@ -447,4 +449,47 @@ TEST(HfExport, LoraRunsExportPeftAdaptersOrTheMergedModel) {
   }
   EXPECT_GT(moved, 1e-3) << "the merged export is not the unmodified base";
   fs::remove_all(dir);
+}
+
+// evaluate: the mean cross-entropy over consecutive windows equals transformers' on the same
+// windows (tools/make_eval_golden.py, float64), for both folders; for a checkpoint (the
+// imported llama) the same number; errors name what is wrong.
+TEST(Evaluate, MatchesTransformersOnTheSameWindows) {
+  const auto expected = nlohmann::json::parse(std::ifstream(kData / "eval" / "expected.json"));
+  auto backend = ts::kernels::makeCpuBackend();
+  for (const auto& [name, e] : expected.items()) {
+    const std::string folder = (kData / ".." / ".." / e["folder"].get<std::string>()).string();
+    const auto tokens =
+        readTokenFile((kData / "eval" / e["tokens_file"].get<std::string>()).string());
+    const auto r = evaluateModel(folder, tokens, e["seq"].get<int>(), backend.get(), 4);
+    const double want = e["loss"];
+    EXPECT_NEAR(r.loss, want, 1e-5 * want) << name;
+    EXPECT_EQ(r.tokens, e["tokens"].get<int64_t>()) << name;
+    EXPECT_EQ(r.windows, e["windows"].get<int64_t>()) << name;
+    EXPECT_NEAR(r.perplexity, e["perplexity"].get<double>(), 1e-4 * e["perplexity"].get<double>());
+  }
+  // The imported checkpoint of the llama folder gives the same loss.
+  const fs::path out = scratchDir("eval_import") / "ckpt";
+  importHfModel((kData / "llama_tiny").string(), out.string());
+  const auto& e = expected["llama"];
+  const auto tokens = readTokenFile((kData / "eval" / "tokens_llama.bin").string());
+  EXPECT_NEAR(evaluateModel(out.string(), tokens, 16, backend.get()).loss, e["loss"].get<double>(),
+              1e-5 * e["loss"].get<double>());
+  // Too short, a token outside the vocabulary, an odd-sized token file.
+  EXPECT_NE(errorOf([&] {
+              evaluateModel(out.string(), {1, 2, 3}, 16, backend.get());
+            }).find("fewer than one window"),
+            std::string::npos);
+  std::vector<int32_t> bad(40, 3);
+  bad[17] = 999;
+  EXPECT_NE(errorOf([&] {
+              evaluateModel(out.string(), bad, 16, backend.get());
+            }).find("token 999 at position 17 is outside the model's vocabulary of 200"),
+            std::string::npos);
+  std::ofstream(out.parent_path() / "odd.bin") << "abc";
+  EXPECT_NE(errorOf([&] {
+              readTokenFile((out.parent_path() / "odd.bin").string());
+            }).find("not a whole number of uint16"),
+            std::string::npos);
+  fs::remove_all(out.parent_path());
 }

@@ -63,7 +63,8 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& arena, Opti
 // an empty optimizer.safetensors (optimizer "none": it is a base to fine-tune, not a run to
 // resume) and state.json with `config`.
 CheckpointInfo saveWeightsCheckpoint(const std::string& dir, ParamArena& arena,
-                                     const nlohmann::json& config);
+                                     const nlohmann::json& config,
+                                     const nlohmann::json& extra = nlohmann::json::object());
 
 // A fine-tuning base (finetune.base_checkpoint): the full weights of a trainscope checkpoint
 // (verified as loadCheckpoint does) into the arena's fp32 values by name; every tensor of the

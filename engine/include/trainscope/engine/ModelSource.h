@@ -1,0 +1,26 @@
+#pragma once
+// A model from where it is kept, for inference and export: a trainscope checkpoint (full
+// weights; or a LoRA run's adapters on top of the base the checkpoint names), or a Hugging Face
+// folder (HfModel.h). Built on the given backend in fp32.
+#include <memory>
+#include <string>
+
+#include "trainscope/core/Config.h"
+#include "trainscope/engine/Gpt.h"
+
+namespace ts::engine {
+
+struct LoadedModel {
+  std::unique_ptr<Gpt> model;
+  core::RunConfig config;  // the run config it was trained with (a folder's: model.* only)
+  std::string base;        // a LoRA checkpoint's base; empty otherwise
+  bool hfFolder = false;
+  bool adapterOnly = false;  // a checkpoint of the trainable tensors (LoRA)
+};
+
+// `seqLen` > 0 overrides model.seq_len where the architecture allows (llama: any; gpt2: at
+// most its position table). Throws CheckpointError or FormatError naming the file.
+LoadedModel loadModelFrom(const std::string& path, kernels::Backend* backend,
+                          MemoryTracker* tracker, int seqLen = 0);
+
+}  // namespace ts::engine

@@ -1,0 +1,115 @@
+#include "trainscope/engine/ModelSource.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "trainscope/engine/Checkpoint.h"
+#include "trainscope/engine/HfModel.h"
+#include "trainscope/engine/Safetensors.h"
+
+namespace ts::engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+nlohmann::json readJson(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) throw CheckpointError("cannot open " + p.string());
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw CheckpointError(p.string() + " is not valid JSON: " + e.what());
+  }
+}
+
+// The vocabulary of the checkpoint's model: the config's, else the embedding's rows (in the
+// checkpoint, or in its base).
+int64_t vocabOf(const core::RunConfig& c, const fs::path& dir, const std::string& base) {
+  if (c.model.vocab > 0) return c.model.vocab;
+  const std::string emb = c.model.arch == "llama" ? "model.embed_tokens.weight" : "wte";
+  auto fromFile = [&](const fs::path& f) -> int64_t {
+    const auto st = SafetensorsFile::load(f.string());
+    return st.has(emb) ? st.entry(emb).shape.at(0) : 0;
+  };
+  if (int64_t v = fromFile(dir / "model.safetensors")) return v;
+  if (base.empty()) throw CheckpointError(dir.string() + ": cannot tell the vocabulary size");
+  if (isHfModelFolder(base)) return openHfModel(base).model.vocab;
+  return fromFile(fs::path(base) / "model.safetensors");
+}
+
+// fp32 on any backend: what inference and export need of a training config.
+GptConfig inferenceConfig(const core::RunConfig& rc, int64_t vocab) {
+  GptConfig g = gptConfigFrom(rc, static_cast<int>(vocab), nullptr);
+  g.working = DType::F32;
+  g.masterWeights = true;
+  g.fp8 = GptConfig::Fp8Recipe::None;
+  g.bf16Gemm = false;
+  g.compression = GptConfig::Compression::None;
+  g.checkpointEvery = 0;
+  g.dropout = 0.f;
+  g.lora.dropout = 0.0;
+  return g;
+}
+
+}  // namespace
+
+LoadedModel loadModelFrom(const std::string& path, kernels::Backend* backend,
+                          MemoryTracker* tracker, int seqLen) {
+  LoadedModel out;
+  if (isHfModelFolder(path)) {
+    const HfModel hf = openHfModel(path);
+    out.hfFolder = true;
+    out.config.model = hf.model;
+    if (seqLen > 0) {
+      if (hf.model.arch == "gpt2" && seqLen > hf.model.seq_len)
+        throw FormatError(path + ": windows of " + std::to_string(seqLen) +
+                          " tokens exceed the model's " + std::to_string(hf.model.seq_len) +
+                          " positions (n_positions)");
+      out.config.model.seq_len = seqLen;
+    }
+    out.model =
+        std::make_unique<Gpt>(inferenceConfig(out.config, hf.model.vocab), backend, tracker);
+    loadHfWeights(hf, out.model->arena());
+    return out;
+  }
+  fs::path dir(path);
+  std::error_code ec;
+  if (fs::is_regular_file(dir, ec)) dir = dir.parent_path();
+  const nlohmann::json state = readJson(dir / "state.json");
+  const auto parsed = core::parseConfigJson(state.value("config", nlohmann::json::object()));
+  if (!parsed.ok() || !parsed.config)
+    throw CheckpointError((dir / "state.json").string() + ": its run config does not parse");
+  out.config = *parsed.config;
+  out.adapterOnly = state.value("weights", "all") == "trainable";
+  if (out.adapterOnly) {
+    const auto extra = state.value("extra", nlohmann::json::object());
+    out.base = extra.contains("base_checkpoint") ? extra["base_checkpoint"].value("path", "")
+                                                 : out.config.finetune.base_checkpoint;
+    if (out.base.empty())
+      throw CheckpointError(dir.string() +
+                            " holds LoRA adapters trained on a randomly initialised base (no "
+                            "finetune.base_checkpoint): there is no base to apply them to");
+  }
+  if (seqLen > 0) {
+    if (out.config.model.arch == "gpt2" && seqLen > out.config.model.seq_len)
+      throw CheckpointError(dir.string() + ": windows of " + std::to_string(seqLen) +
+                            " tokens exceed the model's " +
+                            std::to_string(out.config.model.seq_len) + " positions");
+    if (out.config.model.arch != "gpt2") out.config.model.seq_len = seqLen;
+  }
+  const int64_t vocab = vocabOf(out.config, dir, out.base);
+  out.model = std::make_unique<Gpt>(inferenceConfig(out.config, vocab), backend, tracker);
+  if (out.adapterOnly) {
+    if (isHfModelFolder(out.base))
+      loadHfWeights(openHfModel(out.base), out.model->arena());
+    else
+      loadBaseWeights(out.base, out.model->arena());
+  }
+  loadCheckpoint(dir.string(), out.model->arena(), nullptr);
+  return out;
+}
+
+}  // namespace ts::engine
