@@ -269,7 +269,8 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   // (which linear) and its rows of that linear's output.
   if (config.lora.r > 0) {
     const int slotIndex[] = {-1, 0, 0, 1, -1, 2, 3, -1};  // BlockSlot -> linear within a block
-    const float r = static_cast<float>(config.lora.r), alpha = static_cast<float>(config.lora.alpha);
+    const float r = static_cast<float>(config.lora.r),
+                alpha = static_cast<float>(config.lora.alpha);
     const float scaling = config.lora.use_rslora ? alpha / std::sqrt(r) : alpha / r;
     std::vector<int> count(static_cast<size_t>(config.layers), 0);
     for (const auto& pa : params) {
@@ -564,9 +565,9 @@ void Gpt::allocate(int B) {
   // Every buffer of the shared description, allocated as described (the estimator sums the
   // same list, so the memory plan is exactly what the tracker measures).
   const std::map<std::string, Tensor Workspace::*> wsFields = {
-      {"ones", &Workspace::ones}, {"dres", &Workspace::dres},  {"dtmp", &Workspace::dtmp},
-      {"dqkv", &Workspace::dqkv}, {"datt", &Workspace::datt},  {"dfc", &Workspace::dfc},
-      {"dfc2", &Workspace::dfc2}, {"ddrop", &Workspace::ddrop}, {"loraDU", &Workspace::loraDU},
+      {"ones", &Workspace::ones},  {"dres", &Workspace::dres},   {"dtmp", &Workspace::dtmp},
+      {"dqkv", &Workspace::dqkv},  {"datt", &Workspace::datt},   {"dfc", &Workspace::dfc},
+      {"dfc2", &Workspace::dfc2},  {"ddrop", &Workspace::ddrop}, {"loraDU", &Workspace::loraDU},
       {"loraX", &Workspace::loraX}};
   const std::map<std::string, Tensor*> scratch = {
       {"x16", &x16_},   {"g16", &g16_},   {"fp8X", &fp8X_},
@@ -594,7 +595,7 @@ void Gpt::allocate(int B) {
       *scratch.at(b.name) = std::move(t);
     }
   }
-  scratch_ = LinearScratch{&ws_.ones, &x16_,         &g16_,        &fp8X_,       &fp8G_,
+  scratch_ = LinearScratch{&ws_.ones, &x16_,           &g16_,       &fp8X_,     &fp8G_,
                            &fp8W_,    &fp8TileScales_, &ws_.loraDU, &ws_.loraX, &ctx_.dropout};
   // Each adapter's saved u lives in the block set its layer uses.
   const int k = config_.checkpointEvery;

@@ -124,8 +124,7 @@ void Linear::backward(float* dinp, const float* dout, const float* inp, int N,
       backend_->matmulStrided(grad(*ad.b), R, g, OC, ad.u->f32(), R, rows, R, N, true, false,
                               ad.scaling, 1.f);
     const float* x = adapterInput(ad, inp, N, s);
-    if (ad.a->trainable())
-      backend_->matmul(grad(*ad.a), du, x, R, IC, N, true, false, 1.f, 1.f);
+    if (ad.a->trainable()) backend_->matmul(grad(*ad.a), du, x, R, IC, N, true, false, 1.f, 1.f);
     if (!dinp) continue;
     if (x == inp) {
       backend_->matmul(dinp, du, value(*ad.a), N, IC, R, false, false, 1.f, 1.f);

@@ -73,9 +73,8 @@ TEST(ModelSpec, EveryBlockTensorHasTheSlotTheEngineWiresItBy) {
         continue;
       }
       ASSERT_NE(t.slot, BlockSlot::None) << preset << " " << t.name;
-      auto& bucket = t.role == TensorRole::NormBias || t.role == TensorRole::LinearBias
-                         ? biases
-                         : weights;
+      auto& bucket =
+          t.role == TensorRole::NormBias || t.role == TensorRole::LinearBias ? biases : weights;
       bucket[{t.block, t.slot}].push_back(&t);
     }
     auto count = [](auto& bucket, int block, BlockSlot s) { return bucket[{block, s}].size(); };

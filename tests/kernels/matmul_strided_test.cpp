@@ -26,8 +26,8 @@ TEST_P(MatmulStrided, SlicesOfWiderMatricesMatchFp64) {
         auto run = [&](Backend& b) {
           DeviceBuffers d(b);
           float* c = d.up(C0);
-          b.matmulStrided(c + 2, ldc, d.up(A) + 1, lda, d.up(B) + 3, ldb, M, N, K,
-                          tA, tB, 0.5f, beta);
+          b.matmulStrided(c + 2, ldc, d.up(A) + 1, lda, d.up(B) + 3, ldb, M, N, K, tA, tB, 0.5f,
+                          beta);
           return d.down(c, C0.size());
         };
         const auto got = run(be());

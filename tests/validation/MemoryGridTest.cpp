@@ -29,7 +29,8 @@ std::string describe(const core::RunConfig& c) {
   char buf[360];
   std::snprintf(
       buf, sizeof buf,
-      "%s L%d H%d D%d T%d mb%d ga%d %s %s %s %s ckpt=%s comp=%s %s%s gemm=%s drop=%.2g lora=%d bits=%d",
+      "%s L%d H%d D%d T%d mb%d ga%d %s %s %s %s ckpt=%s comp=%s %s%s gemm=%s drop=%.2g lora=%d "
+      "bits=%d",
       c.model.arch.c_str(), c.model.layers, c.model.heads, c.model.d_model, c.model.seq_len,
       c.train.micro_batch, c.train.grad_accum, c.model.activation.c_str(), c.attention.impl.c_str(),
       c.optimizer.type.c_str(), c.data.task.c_str(), c.memory.checkpointing.c_str(),

@@ -403,9 +403,9 @@ class Writer {
 // ---------------------------------------------------------------------------------------------
 // The schema: every section and key, with its rule. docs/config.md mirrors this list.
 const std::vector<std::string> kLoraTargets = {
-    "q",      "k",      "v",         "o",       "fc",     "proj",      "c_attn",
-    "attn.c_proj", "c_fc", "mlp.c_proj", "q_proj", "k_proj", "v_proj", "o_proj",
-    "gate_proj",   "up_proj", "down_proj"};
+    "q",      "k",           "v",         "o",          "fc",       "proj",
+    "c_attn", "attn.c_proj", "c_fc",      "mlp.c_proj", "q_proj",   "k_proj",
+    "v_proj", "o_proj",      "gate_proj", "up_proj",    "down_proj"};
 const std::vector<std::string> kLoraShortTargets = {"q", "k", "v", "o", "fc", "proj"};
 
 template <class C, class V>

@@ -29,13 +29,11 @@ struct Projection {
 std::vector<Projection> projections(const ArchSpec& a) {
   const int64_t C = a.dModel, F = a.dFf, KV = a.kvDim();
   if (a.arch == "llama")
-    return {{{"q"}, "q_proj", C, C, "self_attn.q_proj"},
-            {{"k"}, "k_proj", C, KV, "self_attn.k_proj"},
-            {{"v"}, "v_proj", C, KV, "self_attn.v_proj"},
-            {{"o"}, "o_proj", C, C, "self_attn.o_proj"},
-            {{"fc"}, "gate_proj", C, F, "mlp.gate_proj"},
-            {{"fc"}, "up_proj", C, F, "mlp.up_proj"},
-            {{"proj"}, "down_proj", F, C, "mlp.down_proj"}};
+    return {
+        {{"q"}, "q_proj", C, C, "self_attn.q_proj"},   {{"k"}, "k_proj", C, KV, "self_attn.k_proj"},
+        {{"v"}, "v_proj", C, KV, "self_attn.v_proj"},  {{"o"}, "o_proj", C, C, "self_attn.o_proj"},
+        {{"fc"}, "gate_proj", C, F, "mlp.gate_proj"},  {{"fc"}, "up_proj", C, F, "mlp.up_proj"},
+        {{"proj"}, "down_proj", F, C, "mlp.down_proj"}};
   // GPT-2 keeps q, k and v in one c_attn module: an adapter on any of them is one adapter on
   // c_attn (as PEFT targets GPT-2), r x C and 3C x r.
   return {{{"q", "k", "v"}, "c_attn", C, a.qkvDim(), "attn.c_attn"},
@@ -327,7 +325,7 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
     for (const auto& st : sites) in = std::max(in, st.in);
     if (o.lora.dropout > 0) add("loraX", {N, in}, E::F32, ws);  // the dropped adapter input
   }
-  const int64_t widest = std::max({fcPre, qkv, C});    // the widest GEMM operand row
+  const int64_t widest = std::max({fcPre, qkv, C});  // the widest GEMM operand row
   if (o.bf16Gemm) {  // bf16 inputs / output gradients of the block GEMMs
     add("x16", {N * widest}, E::BF16, ws);
     add("g16", {N * widest}, E::BF16, ws);
