@@ -218,6 +218,52 @@ CheckpointInfo saveTo(const fs::path& final, ParamArena& model, Optimizer& optim
 
 }  // namespace
 
+namespace {
+// state.json of a checkpoint directory, verified: valid JSON, our format and version, and its
+// own checksum. Throws CheckpointError naming the file.
+nlohmann::json readVerifiedState(const fs::path& dir) {
+  const fs::path statePath = dir / "state.json";
+  nlohmann::json s;
+  try {
+    s = nlohmann::json::parse(readFile(statePath));
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(statePath.string() + " is corrupt (not valid JSON): " + e.what());
+  }
+  if (!s.is_object() || s.value("format", "") != kFormat)
+    throw CheckpointError(statePath.string() + " is not a trainscope checkpoint");
+  if (s.value("version", 0) != kVersion)
+    throw CheckpointError(statePath.string() + " has unsupported version " +
+                          s.value("version", nlohmann::json()).dump());
+  if (!s.contains("checksum") || s["checksum"] != stateChecksum(s))
+    throw CheckpointError(statePath.string() + " is corrupt (checksum mismatch)");
+  return s;
+}
+
+// One of the files the sidecar lists, its size and checksum verified, parsed.
+SafetensorsFile readVerifiedFile(const fs::path& dir, const nlohmann::json& s,
+                                 const std::string& name) {
+  const fs::path p = dir / name;
+  std::string bytes = readFile(p);
+  try {
+    const auto& f = s.at("files").at(name);
+    const auto expectBytes = f.at("bytes").get<uint64_t>();
+    if (bytes.size() != expectBytes)
+      throw CheckpointError(p.string() +
+                            " is truncated or damaged: " + std::to_string(bytes.size()) +
+                            " bytes, expected " + std::to_string(expectBytes));
+    if (hex64(fnv1a64(bytes)) != f.at("fnv1a64").get<std::string>())
+      throw CheckpointError(p.string() + " is corrupt (checksum mismatch)");
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError((dir / "state.json").string() + " is malformed: " + e.what());
+  }
+  try {
+    return SafetensorsFile::parse(std::move(bytes), p.string());
+  } catch (const FormatError& e) {
+    throw CheckpointError(e.what());
+  }
+}
+}  // namespace
+
 LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Optimizer* optimizer) {
   profiler::ScopedRange range("checkpoint_load", profiler::SpanCategory::IO);
   fs::path dir(path);
@@ -228,40 +274,10 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Opti
                           " does not exist (expected a checkpoint directory"
                           " or its state.json)");
   const fs::path statePath = dir / "state.json";
-  nlohmann::json s;
+  const nlohmann::json s = readVerifiedState(dir);
   try {
-    s = nlohmann::json::parse(readFile(statePath));
-  } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError(statePath.string() + " is corrupt (not valid JSON): " + e.what());
-  }
-  try {
-    if (!s.is_object() || s.value("format", "") != kFormat)
-      throw CheckpointError(statePath.string() + " is not a trainscope checkpoint");
-    if (s.value("version", 0) != kVersion)
-      throw CheckpointError(statePath.string() + " has unsupported version " +
-                            s.value("version", nlohmann::json()).dump());
-    if (!s.contains("checksum") || s["checksum"] != stateChecksum(s))
-      throw CheckpointError(statePath.string() + " is corrupt (checksum mismatch)");
-
-    auto readVerified = [&](const std::string& name) {
-      const fs::path p = dir / name;
-      std::string bytes = readFile(p);
-      const auto& f = s.at("files").at(name);
-      const auto expectBytes = f.at("bytes").get<uint64_t>();
-      if (bytes.size() != expectBytes)
-        throw CheckpointError(p.string() +
-                              " is truncated or damaged: " + std::to_string(bytes.size()) +
-                              " bytes, expected " + std::to_string(expectBytes));
-      if (hex64(fnv1a64(bytes)) != f.at("fnv1a64").get<std::string>())
-        throw CheckpointError(p.string() + " is corrupt (checksum mismatch)");
-      try {
-        return SafetensorsFile::parse(std::move(bytes), p.string());
-      } catch (const FormatError& e) {
-        throw CheckpointError(e.what());
-      }
-    };
-    SafetensorsFile mf = readVerified("model.safetensors");
-    SafetensorsFile of = readVerified("optimizer.safetensors");
+    SafetensorsFile mf = readVerifiedFile(dir, s, "model.safetensors");
+    SafetensorsFile of = readVerifiedFile(dir, s, "optimizer.safetensors");
 
     // Check every shape before touching the model. A checkpoint of the trainable tensors only
     // (a LoRA run) must hold exactly this model's trainable ones; the frozen base stays as the
@@ -334,46 +350,18 @@ LoadedBase loadBaseWeights(const std::string& path, ParamArena& model) {
     throw CheckpointError(dir.string() +
                           " is a Hugging Face model folder, not a trainscope checkpoint "
                           "(HfModel.h loads those)");
-  // The checkpoint's own verification (sizes, checksums, shapes) on a scratch arena of the
-  // same tensors, all trainable, so nothing here is touched unless everything is good.
-  const fs::path statePath = dir / "state.json";
-  nlohmann::json s;
-  try {
-    s = nlohmann::json::parse(readFile(statePath));
-  } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError(statePath.string() + " is corrupt (not valid JSON): " + e.what());
-  } catch (const CheckpointError&) {
+  // The checkpoint's own verification (sidecar, sizes, checksums), then every shape, before
+  // anything is copied.
+  if (!fs::exists(dir / "state.json", ec))
     throw CheckpointError("finetune.base_checkpoint " + path +
-                          " is not a checkpoint directory (no readable state.json)");
-  }
-  if (!s.is_object() || s.value("format", "") != kFormat)
-    throw CheckpointError(statePath.string() + " is not a trainscope checkpoint");
-  if (!s.contains("checksum") || s["checksum"] != stateChecksum(s))
-    throw CheckpointError(statePath.string() + " is corrupt (checksum mismatch)");
+                          " is not a checkpoint directory (no state.json)");
+  const nlohmann::json s = readVerifiedState(dir);
   if (s.value("weights", "all") != "all")
-    throw CheckpointError(statePath.string() +
+    throw CheckpointError((dir / "state.json").string() +
                           " holds only trainable tensors (an adapter checkpoint); a base needs "
                           "the full model");
   const fs::path mp = dir / "model.safetensors";
-  std::string bytes = readFile(mp);
-  try {
-    const auto& f = s.at("files").at("model.safetensors");
-    if (bytes.size() != f.at("bytes").get<uint64_t>())
-      throw CheckpointError(mp.string() +
-                            " is truncated or damaged: " + std::to_string(bytes.size()) +
-                            " bytes, expected " + std::to_string(f.at("bytes").get<uint64_t>()));
-    if (hex64(fnv1a64(bytes)) != f.at("fnv1a64").get<std::string>())
-      throw CheckpointError(mp.string() + " is corrupt (checksum mismatch)");
-  } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError(statePath.string() + " is malformed: " + e.what());
-  }
-  SafetensorsFile mf = [&] {
-    try {
-      return SafetensorsFile::parse(std::move(bytes), mp.string());
-    } catch (const FormatError& e) {
-      throw CheckpointError(e.what());
-    }
-  }();
+  SafetensorsFile mf = readVerifiedFile(dir, s, "model.safetensors");
   LoadedBase loaded;
   loaded.checksum = s["checksum"].get<std::string>();
   using R = core::TensorRole;

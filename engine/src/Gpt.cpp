@@ -323,7 +323,7 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   finalNorm_ = makeNorm(one(-1, S::FinalNorm, R::NormWeight, true),
                         one(-1, S::FinalNorm, R::NormBias, false), dm);
   const ParamInfo* lmHead = maybe(R::Head);
-  head_.emplace(lmHead ? lmHead : wte, lmHead == nullptr);
+  head_.emplace(lmHead ? lmHead : wte);  // tied: the token table is the head
   compressor_ = ActivationCompressor(
       backend_, tracker_,
       config.compression == GptConfig::Compression::Int8     ? ActivationCompressor::Mode::Int8

@@ -15,10 +15,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool endsWith(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // config.json fields, each read with a message naming the file and field.
 struct Fields {
   const nlohmann::json& j;

@@ -56,6 +56,32 @@ GptConfig inferenceConfig(const core::RunConfig& rc, int64_t vocab) {
 
 }  // namespace
 
+BaseWeights loadBase(const std::string& path, ParamArena& arena, const core::ModelConfig* run,
+                     int64_t vocab) {
+  BaseWeights b;
+  if (isHfModelFolder(path)) {
+    const HfModel hf = openHfModel(path);
+    if (run) {
+      const auto mismatch = hfShapeMismatches(hf, *run, vocab);
+      if (!mismatch.empty()) {
+        std::string all;
+        for (const auto& m : mismatch) all += (all.empty() ? "" : "; ") + m;
+        throw std::invalid_argument(path + " (" + hf.architecture +
+                                    ") does not fit the run's model: " + all);
+      }
+    }
+    b.tensors = loadHfWeights(hf, arena).size();
+    b.checksum = hfFingerprint(hf);
+    b.what = hf.architecture + " folder";
+  } else {
+    const auto base = loadBaseWeights(path, arena);
+    b.tensors = base.tensors.size();
+    b.checksum = base.checksum;
+    b.what = "checkpoint";
+  }
+  return b;
+}
+
 LoadedModel loadModelFrom(const std::string& path, kernels::Backend* backend,
                           MemoryTracker* tracker, int seqLen) {
   LoadedModel out;
@@ -102,12 +128,7 @@ LoadedModel loadModelFrom(const std::string& path, kernels::Backend* backend,
   }
   const int64_t vocab = vocabOf(out.config, dir, out.base);
   out.model = std::make_unique<Gpt>(inferenceConfig(out.config, vocab), backend, tracker);
-  if (out.adapterOnly) {
-    if (isHfModelFolder(out.base))
-      loadHfWeights(openHfModel(out.base), out.model->arena());
-    else
-      loadBaseWeights(out.base, out.model->arena());
-  }
+  if (out.adapterOnly) loadBase(out.base, out.model->arena());
   loadCheckpoint(dir.string(), out.model->arena(), nullptr);
   return out;
 }

@@ -68,6 +68,12 @@ void chunkedBf16(kernels::Backend& be, ChunkScratch& scratch, Tensor* m, Tensor*
   }
 }
 
+// optimizer.betas, PyTorch's defaults where the config leaves them out.
+std::pair<float, float> adamBetas(const core::OptimizerConfig& c) {
+  return {static_cast<float>(c.betas.size() > 0 ? c.betas[0] : 0.9),
+          static_cast<float>(c.betas.size() > 1 ? c.betas[1] : 0.999)};
+}
+
 class AdamW final : public Optimizer {
  public:
   AdamW(const core::OptimizerConfig& c, ParamArena& arena, kernels::Backend* backend,
@@ -85,8 +91,7 @@ class AdamW final : public Optimizer {
   void step(float lr) override {
     ScopedRange r("adamw", SpanCategory::Optimizer);
     ++t_;
-    const float b1 = static_cast<float>(config_.betas.size() > 0 ? config_.betas[0] : 0.9);
-    const float b2 = static_cast<float>(config_.betas.size() > 1 ? config_.betas[1] : 0.999);
+    const auto [b1, b2] = adamBetas(config_);
     const float eps = static_cast<float>(config_.eps);
     const bool pure = pureBf16(arena_);
     for (const auto& p : arena_.params()) {
@@ -178,8 +183,7 @@ class AdamW8 final : public Optimizer {
   void step(float lr) override {
     ScopedRange r("adamw_8bit", SpanCategory::Optimizer);
     ++t_;
-    const float b1 = static_cast<float>(config_.betas.size() > 0 ? config_.betas[0] : 0.9);
-    const float b2 = static_cast<float>(config_.betas.size() > 1 ? config_.betas[1] : 0.999);
+    const auto [b1, b2] = adamBetas(config_);
     const float eps = static_cast<float>(config_.eps);
     for (const auto& s : slots_) {
       const ParamInfo& p = *s.p;

@@ -30,15 +30,17 @@ ParamArena::ParamArena(std::vector<core::TensorSpec> tensors, kernels::Backend* 
   // Groups: runs of consecutive tensors of the same block (the description stores block by
   // block, so each block is one run; the embeddings and the head are runs of block -1).
   int64_t off = 0, goff = 0;
+  auto closeGroup = [&] {  // pad to the alignment; the padding belongs to the group it ends
+    if (groups_.empty()) return;
+    auto& g = groups_.back();
+    off = roundUp(off, options_.align);
+    goff = roundUp(goff, options_.align);
+    g.numel = off - g.offset;
+    g.gradNumel = goff - g.gradOffset;
+  };
   for (auto& t : tensors) {
     if (groups_.empty() || groups_.back().block != t.block) {
-      if (!groups_.empty()) {
-        auto& g = groups_.back();
-        off = roundUp(off, options_.align);
-        goff = roundUp(goff, options_.align);
-        g.numel = off - g.offset;
-        g.gradNumel = goff - g.gradOffset;
-      }
+      closeGroup();
       ParamGroup g;
       g.block = t.block;
       g.firstParam = params_.size();
@@ -63,13 +65,7 @@ ParamArena::ParamArena(std::vector<core::TensorSpec> tensors, kernels::Backend* 
     params_.push_back(std::move(p));
     ++groups_.back().paramCount;
   }
-  if (!groups_.empty()) {
-    auto& g = groups_.back();
-    off = roundUp(off, options_.align);
-    goff = roundUp(goff, options_.align);
-    g.numel = off - g.offset;
-    g.gradNumel = goff - g.gradOffset;
-  }
+  closeGroup();
   size_ = off;
   gradSize_ = goff;
   // In 16-bit mode the fp32 buffers are compute copies (workspace); the stored weights and
@@ -95,7 +91,7 @@ const ParamInfo* ParamArena::find(const std::string& name) const {
 }
 
 void ParamArena::copyTrainableTo(float* dst) const {
-  if (sameLayout()) {
+  if (allTrainable()) {
     backend_->copyOnDevice(dst, values_.f32(), size_ * int64_t(sizeof(float)));
     return;
   }
@@ -107,7 +103,7 @@ void ParamArena::copyTrainableTo(float* dst) const {
 
 void ParamArena::setWeightsFrom(const float* master) {
   if (master != values_.f32()) {
-    if (sameLayout()) {
+    if (allTrainable()) {
       backend_->copyOnDevice(values_.f32(), master, size_ * int64_t(sizeof(float)));
     } else {
       for (const auto& p : params_)

@@ -11,8 +11,8 @@
 #include "trainscope/engine/Checkpoint.h"
 #include "trainscope/engine/Dataset.h"
 #include "trainscope/engine/Gpt.h"
-#include "trainscope/engine/HfModel.h"
 #include "trainscope/engine/LossScaler.h"
+#include "trainscope/engine/ModelSource.h"
 #include "trainscope/engine/Optimizer.h"
 #include "trainscope/kernels/CpuOps.h"
 #include "trainscope/profiler/Aggregation.h"
@@ -163,14 +163,17 @@ TrainResult Trainer::run() {
   const int accum = std::max(1, config_.train.grad_accum);
   std::unique_ptr<Gpt> model;
   std::unique_ptr<Optimizer> opt;
+  auto outOfMemory = [&] {
+    return fail("out of memory allocating the model (" + std::to_string(tracker_.totalCurrent()) +
+                    " bytes tracked so far)",
+                false);
+  };
   try {
     model = std::make_unique<Gpt>(gptConfigFrom(config_, vocab, backend_), backend_, &tracker_);
     model->initWeights(config_.train.seed);
     model->allocate(B);
   } catch (const std::bad_alloc&) {
-    return fail("out of memory allocating the model (" + std::to_string(tracker_.totalCurrent()) +
-                    " bytes tracked so far)",
-                false);
+    return outOfMemory();
   } catch (const std::exception& e) {
     return fail(std::string("model: ") + e.what(), true);
   }
@@ -179,26 +182,10 @@ TrainResult Trainer::run() {
   if (!config_.finetune.base_checkpoint.empty()) {
     try {
       const std::string& path = config_.finetune.base_checkpoint;
-      size_t loaded = 0;
-      if (isHfModelFolder(path)) {
-        const HfModel hf = openHfModel(path);
-        const auto mismatch = hfShapeMismatches(hf, config_.model, vocab);
-        if (!mismatch.empty()) {
-          std::string all;
-          for (const auto& m : mismatch) all += (all.empty() ? "" : "; ") + m;
-          throw std::invalid_argument(path + " (" + hf.architecture +
-                                      ") does not fit the run's model: " + all);
-        }
-        loaded = loadHfWeights(hf, model->arena()).size();
-        baseChecksum = hfFingerprint(hf);
-        log("base: " + hf.architecture + " from " + path);
-      } else {
-        const auto base = loadBaseWeights(path, model->arena());
-        loaded = base.tensors.size();
-        baseChecksum = base.checksum;
-      }
+      const BaseWeights base = loadBase(path, model->arena(), &config_.model, vocab);
       if (model->mixed()) model->roundWeights();
-      log("base: " + std::to_string(loaded) + " tensors from " + path);
+      baseChecksum = base.checksum;
+      log("base: " + std::to_string(base.tensors) + " tensors from the " + base.what + " " + path);
     } catch (const std::exception& e) {
       return fail(std::string("finetune.base_checkpoint: ") + e.what(), true);
     }
@@ -211,9 +198,7 @@ TrainResult Trainer::run() {
   try {
     opt = makeOptimizer(config_.optimizer, model->arena(), backend_, &tracker_);
   } catch (const std::bad_alloc&) {
-    return fail("out of memory allocating the model (" + std::to_string(tracker_.totalCurrent()) +
-                    " bytes tracked so far)",
-                false);
+    return outOfMemory();
   } catch (const std::exception& e) {
     return fail(std::string("model: ") + e.what(), true);
   }

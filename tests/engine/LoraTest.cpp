@@ -16,7 +16,10 @@
 
 #include "../support/TestBackends.h"
 #include "../support/TrainerHarness.h"
+#include "trainscope/engine/Checkpoint.h"
 #include "trainscope/engine/Gpt.h"
+#include "trainscope/engine/HfExport.h"
+#include "trainscope/engine/HfModel.h"
 #include "trainscope/engine/Optimizer.h"
 #include "trainscope/engine/Safetensors.h"
 
@@ -45,31 +48,14 @@ struct Golden {
 Golden golden(const std::string& name) {
   Golden g;
   g.dir = kData / "lora_tiny" / name;
+  const bool gpt2 = name.rfind("gpt2", 0) == 0;
+  // The base is a Hugging Face folder: its shape from config.json (HfModel.h).
+  g.base = gpt2 ? kData / "lora_tiny" / "gpt2_base" : kData / "llama_tiny";
+  g.keyPrefix = gpt2 ? "base_model.model.transformer." : "base_model.model.";
+  ts::core::RunConfig rc;
+  rc.model = openHfModel(g.base.string()).model;
+  g.cfg = gptConfigFrom(rc, rc.model.vocab);
   GptConfig& c = g.cfg;
-  if (name.rfind("gpt2", 0) == 0) {
-    const auto m = readJson(kData / "golden" / "tiny_gpt.json").at("model");
-    c.layers = m.at("layers");
-    c.heads = m.at("heads");
-    c.d_model = m.at("d_model");
-    c.seq_len = m.at("seq_len");
-    c.vocab = m.at("vocab");
-    g.base = kData / "lora_tiny" / "gpt2_base" / "engine.safetensors";
-    g.keyPrefix = "base_model.model.transformer.";
-  } else {
-    const auto hf = readJson(kData / "llama_tiny" / "config.json");
-    c.architecture = "llama";
-    c.layers = hf.at("num_hidden_layers");
-    c.heads = hf.at("num_attention_heads");
-    c.kvHeads = hf.at("num_key_value_heads");
-    c.d_model = hf.at("hidden_size");
-    c.dFf = hf.at("intermediate_size");
-    c.vocab = hf.at("vocab_size");
-    c.ropeTheta = hf.contains("rope_parameters")
-                      ? hf["rope_parameters"].at("rope_theta").get<double>()
-                      : hf.value("rope_theta", 10000.0);
-    g.base = kData / "llama_tiny" / "model.safetensors";
-    g.keyPrefix = "base_model.model.";
-  }
   // PEFT's adapter_config.json is what the engine's finetune.lora says.
   const auto ac = readJson(g.dir / "adapter_config.json");
   EXPECT_EQ(ac.at("peft_type"), "LORA");
@@ -110,7 +96,6 @@ class LoraGolden : public ::testing::TestWithParam<std::string> {};
 TEST_P(LoraGolden, MatchesPeft) {
   Golden g = golden(GetParam());
   auto expected = SafetensorsFile::load((g.dir / "expected.safetensors").string());
-  auto base = SafetensorsFile::load(g.base.string());
   auto adapters = SafetensorsFile::load((g.dir / "adapter_model.safetensors").string());
   auto backend = ts::kernels::makeCpuBackend();
   MemoryTracker tracker;
@@ -119,7 +104,7 @@ TEST_P(LoraGolden, MatchesPeft) {
   for (const auto& p : model.params()) (isAdapter(p) ? nAdapters : nBase)++;
   // Every adapter tensor PEFT wrote is one of the model's, and the other way round.
   EXPECT_EQ(size_t(nAdapters), adapters.entries().size());
-  EXPECT_EQ(loadInto(model, base, [](const ParamInfo& p) { return p.name; }), nBase);
+  EXPECT_EQ(loadHfWeights(openHfModel(g.base.string()), model.arena()).size(), size_t(nBase));
   EXPECT_EQ(loadInto(model, adapters, [&](const ParamInfo& p) { return g.keyPrefix + p.name; }),
             nAdapters);
   const auto inputs = expected.i32("inputs"), targets = expected.i32("targets");
@@ -466,4 +451,57 @@ TEST(LoraTrainer, FineTunesABaseWithAdapterCheckpointsThatResumeBitwise) {
     fs::remove_all(hf);
     fs::remove_all(baseDir);
   }
+}
+
+// Bases that cannot be: each refused naming the file and what is wrong, the model untouched.
+// And a LoRA run without a base has nothing to export its adapters for.
+TEST(LoraTrainer, UnusableBasesAreRefusedNamingTheProblem) {
+  using ts::core::EventType;
+  auto c = ts::testsupport::tinyAdditionConfig();
+  c.train.steps = 2;
+  const fs::path dir = ts::testsupport::tempDir("lora_bad_base", "gpt2");
+  ts::testsupport::Recorded rec;
+  ASSERT_EQ(ts::testsupport::runTrainer(c, rec, (dir / "base").string()).status, "completed");
+  const std::string base = (dir / "base" / "checkpoints" / "step_00000002").string();
+  auto lora = c;
+  lora.finetune.lora.r = 2;
+  ASSERT_EQ(ts::testsupport::runTrainer(lora, rec, (dir / "adapters").string()).status,
+            "completed");
+  const std::string adapters = (dir / "adapters" / "checkpoints" / "step_00000002").string();
+  fs::create_directories(dir / "empty");
+  auto backend = ts::kernels::makeCpuBackend();
+  MemoryTracker t;
+  auto wider = c;
+  wider.model.d_model = 64;
+  wider.finetune.lora.r = 2;
+  Gpt m(gptConfigFrom(wider, 14), backend.get(), &t);
+  const auto before = hostCopy(m.paramBuffer());
+  auto error = [&](const std::string& path) {
+    try {
+      loadBaseWeights(path, m.arena());
+    } catch (const CheckpointError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error(adapters).find("holds only trainable tensors (an adapter checkpoint)"),
+            std::string::npos);
+  EXPECT_NE(error((dir / "empty").string()).find("is not a checkpoint directory"),
+            std::string::npos);
+  const std::string shape = error(base);
+  EXPECT_NE(
+      shape.find("model.safetensors: tensor 'wte' has shape [14,32], the model needs [14,64]"),
+      std::string::npos)
+      << shape;
+  EXPECT_EQ(hostCopy(m.paramBuffer()), before) << "nothing loaded on a refusal";
+  // export-hf of adapters trained on a random base: refused, saying why.
+  try {
+    exportHf(adapters, (dir / "export").string());
+    ADD_FAILURE() << "exported adapters without a base";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("randomly initialised base"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "export"));
+  fs::remove_all(dir);
 }

@@ -104,7 +104,7 @@ std::vector<LoraSite> loraSites(const ArchSpec& arch, const LoraConfig& lora) {
 
 std::vector<TensorSpec> modelTensors(const ArchSpec& a, const FinetuneConfig& ft) {
   const bool lora = ft.lora.r > 0;
-  const int64_t C = a.dModel, F = a.dFf, V = a.vocab, T = a.seqLen;
+  const int64_t C = a.dModel, V = a.vocab, T = a.seqLen;
   std::vector<TensorSpec> t;
   auto add = [&](std::string name, std::vector<int64_t> shape, TensorRole role, int block,
                  std::string module = {}, bool resid = false) {

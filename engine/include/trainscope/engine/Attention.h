@@ -27,7 +27,6 @@ struct AttentionShape {
 class Attention {
  public:
   Attention(AttentionShape shape, Linear* qkv, Linear* out) : s_(shape), qkv_(qkv), o_(out) {}
-  const AttentionShape& shape() const { return s_; }
   // Where the caller writes this layer's input: the saved `in`, or (int8) free scratch from
   // which forward quantizes it.
   float* inputSlot(const LayerContext& c, AttentionSaved& s) const;

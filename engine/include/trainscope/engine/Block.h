@@ -33,9 +33,6 @@ class Block {
         attn_(attn),
         norm2_(std::move(norm2)),
         mlp_(mlp) {}
-  int layer() const { return layer_; }
-  const Attention& attention() const { return attn_; }
-  const Mlp& mlp() const { return mlp_; }
   // out (B,T,C) from in; out == nullptr stops before the MLP's output projection and the final
   // residual add (a recomputation: the next checkpoint already holds the output).
   void forward(const LayerContext& c, BlockActivations& a, const float* in, float* out,

@@ -29,8 +29,6 @@ class Decoder {
   Decoder(std::vector<Block> blocks, int checkpointEvery)
       : blocks_(std::move(blocks)), k_(checkpointEvery) {}
   int layers() const { return static_cast<int>(blocks_.size()); }
-  int checkpointEvery() const { return k_; }
-  const Block& block(int l) const { return blocks_[l]; }
   void setHooks(Hooks hooks) { hooks_ = std::move(hooks); }
 
   // Where the embeddings write the first block's input.

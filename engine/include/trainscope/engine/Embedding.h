@@ -9,7 +9,6 @@ class Embedding {
  public:
   Embedding(const ParamInfo* tokens, const ParamInfo* positions, int dim)
       : wte_(tokens), wpe_(positions), dim_(dim) {}
-  const ParamInfo* tokenTable() const { return wte_; }
   // out (B,T,C) from token ids (B,T) in backend memory.
   void forward(const LayerContext& c, float* out, const int32_t* tokens) const;
   // Accumulates (+=) the table gradients (the trainable ones).

@@ -166,7 +166,6 @@ class Gpt {
   const Fp8Site& fp8Site(int l, int j) const { return linears_[4 * l + j].fp8Site(); }
   // The block projections, 4 per layer (c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj).
   const std::vector<Linear>& linears() const { return linears_; }
-  const Decoder& decoder() const { return *decoder_; }
   // The fp8 scaling state for checkpoints: every site's amax histories with their ring
   // positions and scales, and the scale the fp8 weights were quantized with. Floats are stored
   // as their bit patterns (exact, and an overflowed step records inf, which JSON cannot hold).

@@ -7,9 +7,7 @@ namespace ts::engine {
 
 class Head {
  public:
-  Head(const ParamInfo* weight, bool tied) : w_(weight), tied_(tied) {}
-  bool tied() const { return tied_; }
-  const ParamInfo& weight() const { return *w_; }
+  explicit Head(const ParamInfo* weight) : w_(weight) {}
   // logits (N, V) from x (N, C).
   void forward(const LayerContext& c, float* logits, const float* x) const;
   // dx (N, C) = dlogits W (=); dW += dlogits^T x when trainable.
@@ -17,7 +15,6 @@ class Head {
 
  private:
   const ParamInfo* w_;
-  bool tied_;
 };
 
 }  // namespace ts::engine

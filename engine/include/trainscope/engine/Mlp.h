@@ -23,7 +23,6 @@ class Mlp {
   enum class Activation { Gelu, Relu, SwiGlu };
   Mlp(int dModel, int dFf, Activation act, Linear* up, Linear* down)
       : C_(dModel), F_(dFf), act_(act), up_(up), down_(down) {}
-  Activation activation() const { return act_; }
   float* inputSlot(const LayerContext& c, MlpSaved& s) const;
   // out (N,C) = the down projection's result; out == nullptr stops after the activation (a
   // recomputation that only rebuilds the saved state).

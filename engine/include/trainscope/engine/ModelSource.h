@@ -18,6 +18,17 @@ struct LoadedModel {
   bool adapterOnly = false;  // a checkpoint of the trainable tensors (LoRA)
 };
 
+// A fine-tuning base into `arena` (LoRA adapters keep their init): a Hugging Face folder
+// (HfModel.h; with `run`, the run's model.* must describe it, every differing key listed) or a
+// trainscope checkpoint's full weights (loadBaseWeights). `checksum` identifies the base (the
+// folder's fingerprint, the checkpoint's sidecar checksum); `what` says what it was.
+struct BaseWeights {
+  size_t tensors = 0;
+  std::string checksum, what;
+};
+BaseWeights loadBase(const std::string& path, ParamArena& arena,
+                     const core::ModelConfig* run = nullptr, int64_t vocab = 0);
+
 // `seqLen` > 0 overrides model.seq_len where the architecture allows (llama: any; gpt2: at
 // most its position table). Throws CheckpointError or FormatError naming the file.
 LoadedModel loadModelFrom(const std::string& path, kernels::Backend* backend,

@@ -73,9 +73,8 @@ class ParamArena {
   int64_t trainableParams() const { return trainable_; }  // elements of trainable tensors
   int64_t size() const { return size_; }                  // value buffer length (padding incl.)
   int64_t gradSize() const { return gradSize_; }          // gradient buffer length
+  // Every tensor trainable: gradient space equals value space, one copy moves the whole arena.
   bool allTrainable() const { return trainable_ == numParams_; }
-  // Gradient space equals value space (every tensor trainable): one copy moves the whole arena.
-  bool sameLayout() const { return allTrainable(); }
 
   bool mixed() const { return options_.working != DType::F32; }
   DType working() const { return options_.working; }
@@ -98,7 +97,7 @@ class ParamArena {
   // how an optimizer's fp32 master copy starts.
   void copyTrainableTo(float* dst) const;
   // Sets the trainable values from `master` (gradient space, backend memory; may be
-  // values().f32() itself when sameLayout()), rounds them to the working dtype under a 16-bit
+  // values().f32() itself when allTrainable()), rounds them to the working dtype under a 16-bit
   // policy and refreshes the fp32 compute copy, so forward sees exactly the stored weights.
   // Then runs onWeightsChanged (the model re-quantizes its fp8 copies there).
   void setWeightsFrom(const float* master);
