@@ -69,6 +69,20 @@ fs::path scratchDir(const std::string& name) {
   return d;
 }
 
+// A LoRA run (r 4, lr 1e-2) on the committed Hugging Face llama, its model.* from the folder.
+ts::core::RunConfig llamaLoraRun(std::vector<std::string> targets, int steps) {
+  const std::string base = (kData / "llama_tiny").string();
+  auto c = ts::testsupport::tinyAdditionConfig();
+  c.model = openHfModel(base).model;
+  c.model.seq_len = 16;
+  c.finetune.base_checkpoint = base;
+  c.finetune.lora.r = 4;
+  c.finetune.lora.targets = std::move(targets);
+  c.optimizer.lr = 1e-2;
+  c.train.steps = steps;
+  return c;
+}
+
 }  // namespace
 
 TEST(HfModel, LlamaFolderReproducesTransformersLogits) {
@@ -260,14 +274,7 @@ TEST(HfModel, BadFoldersAreRefusedNamingFileAndField) {
 TEST(HfModel, LoraFineTunesAFolderBase) {
   const std::string base = (kData / "llama_tiny").string();
   const auto hf = openHfModel(base);
-  auto c = ts::testsupport::tinyAdditionConfig();
-  c.model = hf.model;
-  c.model.seq_len = 16;
-  c.finetune.base_checkpoint = base;
-  c.finetune.lora.r = 4;
-  c.finetune.lora.targets = {"q_proj", "v_proj"};
-  c.optimizer.lr = 1e-2;
-  c.train.steps = 20;
+  auto c = llamaLoraRun({"q_proj", "v_proj"}, 20);
   const fs::path dir = ts::testsupport::tempDir("hf_lora", "llama");
   ts::testsupport::Recorded rec;
   auto r = ts::testsupport::runTrainer(c, rec, dir.string());
@@ -380,15 +387,8 @@ TEST(HfExport, FullCheckpointsRoundTripExactlySingleAndSharded) {
 TEST(HfExport, LoraRunsExportPeftAdaptersOrTheMergedModel) {
   const std::string base = (kData / "llama_tiny").string();
   const auto hf = openHfModel(base);
-  auto c = ts::testsupport::tinyAdditionConfig();
-  c.model = hf.model;
-  c.model.seq_len = 16;
-  c.finetune.base_checkpoint = base;
-  c.finetune.lora.r = 4;
+  auto c = llamaLoraRun({"q_proj", "v_proj", "down_proj"}, 5);
   c.finetune.lora.alpha = 8;
-  c.finetune.lora.targets = {"q_proj", "v_proj", "down_proj"};
-  c.optimizer.lr = 1e-2;
-  c.train.steps = 5;
   const fs::path dir = scratchDir("export_lora");
   const std::string ck = trainedCheckpoint(c, dir / "run");
   auto backend = ts::kernels::makeCpuBackend();
