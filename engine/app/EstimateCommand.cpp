@@ -15,6 +15,7 @@
 #include "trainscope/core/Estimator.h"
 #include "trainscope/core/Planner.h"
 #include "trainscope/engine/Gpt.h"
+#include "trainscope/engine/ModelSource.h"
 #include "trainscope/kernels/Backend.h"
 
 namespace ts::app {
@@ -112,6 +113,14 @@ void addEstimateCommands(CLI::App& app, int& exitCode) {
       return;
     }
     options.nf4_double_quant = eo->doubleQuant;
+    if (!config.distill.teacher_checkpoint.empty()) {
+      try {
+        options.teacher_model = engine::modelConfigAt(config.distill.teacher_checkpoint);
+      } catch (const std::exception& e) {
+        std::cerr << "distill.teacher_checkpoint: " << e.what()
+                  << " (the teacher is assumed to be the student's shape)\n";
+      }
+    }
     // precision.gemm "auto" as `run` resolves it on this machine.
     options.native_bf16_gemm = engine::autoPicksBf16Gemm(kernels::makeCpuBackend().get());
     core::MemoryEstimate e = core::estimateMemory(config, options);

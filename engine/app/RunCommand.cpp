@@ -20,6 +20,7 @@
 #include "trainscope/engine/Dataset.h"
 #include "trainscope/engine/EventWriter.h"
 #include "trainscope/engine/Gpt.h"
+#include "trainscope/engine/ModelSource.h"
 #include "trainscope/engine/Trainer.h"
 #include "trainscope/kernels/Backend.h"
 #if __has_include("trainscope/core/Estimator.h")
@@ -275,7 +276,14 @@ int runMain(const RunOptions& o) {
       } catch (const std::exception&) {
       }
     }
-    emit(core::EventType::MemoryPlan, core::memoryPlanJson(planConfig), false);
+    core::EstimateOptions po;
+    if (!config.distill.teacher_checkpoint.empty()) {
+      try {  // the teacher's own shape (an unreadable one is the trainer's to report)
+        po.teacher_model = engine::modelConfigAt(config.distill.teacher_checkpoint);
+      } catch (const std::exception&) {
+      }
+    }
+    emit(core::EventType::MemoryPlan, core::memoryPlanJson(planConfig, po), false);
   } catch (const std::exception& e) {
     emit(core::EventType::Warning, {{"message", std::string("memory plan: ") + e.what()}}, false);
   }

@@ -165,9 +165,11 @@ nlohmann::json capabilitiesJson() {
       {"zero", cap(false, later)},
       {"offload", cap(false, later)},
       {"lora", cap(true)},  // finetune.lora on any policy; bases from trainscope checkpoints
-      {"qlora", cap(false, later)},
+      // finetune.base_quant nf4: frozen linears as NF4 (double quantization), bf16 GEMMs
+      {"qlora", cap(true)},
       {"optimizer_8bit", cap(true)},  // optimizer.state_bits 8 with adamw
-      {"distillation", cap(false, later)},
+      // distill.*: a frozen forward-only teacher (fp32, bf16 or NF4), KL at temperature T
+      {"distillation", cap(true)},
   };
   j["architectures"] = {"gpt2", "llama"};  // model.arch (core/ModelSpec.h)
   j["optimizers"] = {"adamw", "sgd"};

@@ -317,10 +317,18 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Opti
     }
     // All verified: load (through host copies: the arena may live on a device). It is read
     // first so nothing outside the views (padding) changes.
-    std::vector<float> params(static_cast<size_t>(model.size()));
+    std::vector<float> params(static_cast<size_t>(model.size())), quant;
     model.values().copyToHost(params.data());
-    for (const auto& p : model.params())
-      if (!trainableOnly || p.trainable()) mf.readF32(p.name, params.data() + p.offset, p.numel);
+    for (const auto& p : model.params()) {
+      if (trainableOnly && !p.trainable()) continue;
+      if (p.quantized()) {  // an NF4 model from a full checkpoint: quantized as it loads
+        quant.resize(size_t(p.numel));
+        mf.readF32(p.name, quant.data(), p.numel);
+        model.setQuantized(p, quant.data());
+      } else {
+        mf.readF32(p.name, params.data() + p.offset, p.numel);
+      }
+    }
     model.values().copyFromHost(params.data());
     if (optimizer) {
       for (auto& [name, t] : optimizer->state())
@@ -380,9 +388,16 @@ LoadedBase loadBaseWeights(const std::string& path, ParamArena& model) {
   }
   std::vector<float> params(static_cast<size_t>(model.size()));
   model.values().copyToHost(params.data());
+  std::vector<float> quant;
   for (const auto& p : model.params())
     if (mf.has(p.name)) {
-      mf.readF32(p.name, params.data() + p.offset, p.numel);
+      if (p.quantized()) {  // QLoRA: quantized as it loads
+        quant.resize(size_t(p.numel));
+        mf.readF32(p.name, quant.data(), p.numel);
+        model.setQuantized(p, quant.data());
+      } else {
+        mf.readF32(p.name, params.data() + p.offset, p.numel);
+      }
       loaded.tensors.push_back(p.name);
     }
   model.values().copyFromHost(params.data());

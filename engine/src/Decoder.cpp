@@ -1,6 +1,7 @@
 #include "trainscope/engine/Decoder.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "trainscope/profiler/Tracer.h"
 
@@ -10,6 +11,7 @@ using profiler::ScopedRange;
 using profiler::SpanCategory;
 
 float* Decoder::inputOf(DecoderActivations& a, int l) const {
+  if (forwardOnly_) return a.blocks[0].input.f32();
   // Its own set's input (plain), or with segments of k blocks the segment's checkpoint (first
   // block) / the scratch slot's input (the others).
   if (k_ == 0) return a.blocks[l].input.f32();
@@ -25,12 +27,14 @@ void Decoder::blockForward(const LayerContext& c, int l, BlockActivations& s, co
 void Decoder::forward(const LayerContext& c, DecoderActivations& a, float* out) const {
   const int L = layers();
   for (int l = 0; l < L; ++l) {
-    auto& s = a.blocks[k_ == 0 ? l : l % k_];
+    // A block reads its input before it writes its output, so forward-only runs in place.
+    auto& s = a.blocks[forwardOnly_ ? 0 : k_ == 0 ? l : l % k_];
     blockForward(c, l, s, inputOf(a, l), l + 1 < L ? inputOf(a, l + 1) : out, false);
   }
 }
 
 void Decoder::backward(const LayerContext& c, DecoderActivations& a) const {
+  if (forwardOnly_) throw std::logic_error("a forward-only decoder has no backward");
   const int L = layers();
   auto blockBackward = [&](int l, BlockActivations& s, const float* in) {
     blocks_[l].backward(c, s, in);

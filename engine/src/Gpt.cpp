@@ -76,6 +76,7 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels:
   g.dropout = static_cast<float>(config.model.dropout);
   g.dropoutSeed = static_cast<uint64_t>(config.train.seed);
   g.lora = config.finetune.lora;
+  g.nf4Base = config.finetune.base_quant == "nf4";
   if (pol == "fp8") {
     const auto& f = config.precision.fp8;
     g.fp8 =
@@ -113,6 +114,8 @@ core::SavedStateOptions GptConfig::savedState(int B) const {
   o.fp8 = fp8 == Fp8Recipe::Blockwise ? "blockwise" : fp8 == Fp8Recipe::Delayed ? "delayed" : "";
   o.dropout = dropout > 0.f;
   o.lora = lora;
+  o.nf4 = nf4Base && (lora.r > 0 || inferenceOnly);
+  o.forwardOnly = inferenceOnly;
   return o;
 }
 
@@ -159,6 +162,14 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
     throw std::invalid_argument("the " + backend_->name() + " backend has no bf16 GEMM");
   if (fp8() && config_.working != DType::BF16)
     throw std::invalid_argument("fp8 GEMMs need bf16 working weights");
+  if (config_.nf4Base && config_.lora.r <= 0 && !config_.inferenceOnly)
+    throw std::invalid_argument("an NF4 base is frozen: it needs LoRA adapters (finetune.lora.r)");
+  if (config_.nf4Base && fp8())
+    throw std::invalid_argument("an NF4 base multiplies in bf16: it does not combine with fp8");
+  if (config_.nf4Base &&
+      !(backend_->supports(kernels::Op::Nf4) && backend_->supports(kernels::Op::MatmulBF16)))
+    throw std::invalid_argument("the " + backend_->name() +
+                                " backend has no NF4 dequantization or bf16 GEMM");
 
   // The parameter arena comes from the shared description: names, shapes, storage order, and
   // which tensors train.
@@ -176,10 +187,13 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
     }
     if (!any) throw std::invalid_argument("freeze: no parameter is named '" + f + "'");
   }
+  if (config.inferenceOnly)
+    for (auto& t : tensors) t.trainable = false;
   ArenaOptions ao;
   ao.working = config.working;
   ao.align = std::max<int64_t>(1, config.arenaAlign);
   ao.masterWeights = config.masterWeights;
+  ao.nf4FrozenLinears = config.nf4Base;
   arena_ = ParamArena(std::move(tensors), backend_, tracker_, ao);
   arena_.onWeightsChanged = [this] {
     if (fp8()) quantizeFp8Weights();
@@ -210,6 +224,8 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   // One GEMM multiplies adjacent weights of a slot that share an input (llama's q|k|v and
   // gate|up): a view over them, whose rows are the concatenated weights (adjacent in both
   // buffers).
+  // NF4 parts are separate quantized tensors (as bitsandbytes quantizes each module): the view
+  // only gives the shape, the linear dequantizes each part into its rows.
   auto weightOf = [&](int block, S slot) -> const ParamInfo* {
     const auto parts = find(block, slot, R::LinearWeight);
     if (parts.empty())
@@ -221,8 +237,8 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
     f.shape = {0, parts.front()->shape[1]};
     f.numel = 0;
     for (const ParamInfo* p : parts) {
-      if (p->offset != f.offset + f.numel || p->shape[1] != f.shape[1] ||
-          p->trainable() != f.trainable() ||
+      if ((!f.quantized() && p->offset != f.offset + f.numel) || p->shape[1] != f.shape[1] ||
+          p->quantized() != f.quantized() || p->trainable() != f.trainable() ||
           (f.trainable() && p->gradOffset != f.gradOffset + f.numel))
         throw std::logic_error("model description: " + p->name + " does not follow " +
                                parts.front()->name + " (or trains differently)");
@@ -234,6 +250,7 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   };
   struct Projection {
     const ParamInfo *w, *b;
+    std::vector<const ParamInfo*> parts;
   };
   std::vector<Projection> projections;  // 4 per layer: qkv, o, up, down
   std::vector<std::pair<const ParamInfo*, const ParamInfo*>> norms;  // 2 per layer
@@ -241,16 +258,21 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
     for (S slot : {S::Norm1, S::Norm2})
       norms.push_back({one(l, slot, R::NormWeight, true), one(l, slot, R::NormBias, false)});
     for (S slot : {S::Qkv, S::AttnOut, S::MlpUp, S::MlpDown})
-      projections.push_back({weightOf(l, slot), one(l, slot, R::LinearBias, false)});
+      projections.push_back(
+          {weightOf(l, slot), one(l, slot, R::LinearBias, false), find(l, slot, R::LinearWeight)});
   }
-  storage_ = ParamStorage{&arena_.values(), &arena_.grads(), &arena_.values16(), &w8_, &w8Scales_};
+  storage_ = ParamStorage{&arena_.values(), &arena_.grads(), &arena_.values16(), &w8_,
+                          &w8Scales_,       &arena_};
   const Linear::Format format = config_.fp8 == GptConfig::Fp8Recipe::Blockwise
                                     ? Linear::Format::Fp8Blockwise
                                 : fp8()            ? Linear::Format::Fp8Delayed
                                 : config_.bf16Gemm ? Linear::Format::Bf16Gemm
                                                    : Linear::Format::F32;
   linears_.reserve(projections.size());  // the layers keep pointers into it
-  for (auto [w, b] : projections) linears_.emplace_back(backend_, &storage_, w, b, format);
+  for (const auto& [w, b, parts] : projections) {
+    linears_.emplace_back(backend_, &storage_, w, b, format);
+    if (w->quantized()) linears_.back().setNf4Parts(parts);
+  }
   if (fp8()) {
     // Each linear's fp8 weight and its dequantization scales (one per 128x128 block, or one
     // per tensor) in two shared buffers.
@@ -288,7 +310,10 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
       LoraAdapter ad;
       ad.a = &pa;
       ad.b = pb;
-      ad.outOffset = (base->offset - lin.weight().offset) / lin.in();
+      for (const ParamInfo* part : find(l, base->spec.slot, R::LinearWeight)) {
+        if (part == base) break;
+        ad.outOffset += part->shape[0];  // its rows of the linear's output
+      }
       ad.scaling = scaling;
       ad.dropout = static_cast<float>(config.lora.dropout);
       ad.layer = l;
@@ -317,7 +342,7 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
                         makeNorm(norms[2 * l + 1].first, norms[2 * l + 1].second, dm),
                         Mlp(dm, static_cast<int>(arch.dFf), act, &lin[2], &lin[3]));
   }
-  decoder_.emplace(std::move(blocks), config.checkpointEvery);
+  decoder_.emplace(std::move(blocks), config.checkpointEvery, config.inferenceOnly);
   const ParamInfo* wte = maybe(R::TokenEmbedding);
   embedding_.emplace(wte, maybe(R::PositionEmbedding), dm);
   finalNorm_ = makeNorm(one(-1, S::FinalNorm, R::NormWeight, true),
@@ -433,8 +458,10 @@ void Gpt::initWeights(uint64_t seed) {
   const double std0 = 0.02;
   const double stdResid = 0.02 / std::sqrt(2.0 * config_.layers);
   using R = core::TensorRole;
+  std::vector<float> quant;  // an NF4 tensor's values, quantized when drawn
   for (const auto& p : arena_.params()) {
-    float* dst = host.data() + p.offset;
+    if (p.quantized()) quant.resize(size_t(p.numel));
+    float* dst = p.quantized() ? quant.data() : host.data() + p.offset;
     const R role = p.spec.role;
     if (role == R::LoraA || role == R::LoraB) continue;  // initAdapters, from a stream of its own
     if (role == R::NormWeight) {
@@ -445,6 +472,7 @@ void Gpt::initWeights(uint64_t seed) {
       const double s = p.spec.residualProjection ? stdResid : std0;
       for (int64_t i = 0; i < p.numel; ++i) dst[i] = static_cast<float>(rng.normal() * s);
     }
+    if (p.quantized()) arena_.setQuantized(p, quant.data());
   }
   backend_->copyToDevice(arena_.values().data(), host.data(), host.size() * sizeof(float));
   if (config_.lora.r > 0)
@@ -484,7 +512,7 @@ std::map<std::string, std::vector<float>> Gpt::mergedWeights() const {
         if (p.spec.role == core::TensorRole::LinearWeight && p.spec.block == ad.layer &&
             p.spec.module == ad.a->spec.module)
           base = &p;
-      std::vector<float> w(host.begin() + base->offset, host.begin() + base->offset + base->numel);
+      std::vector<float> w = arena_.hostValues(*base);  // dequantized when NF4
       const float* A = host.data() + ad.a->offset;
       const float* Bm = host.data() + ad.b->offset;
       for (int64_t o = 0; o < rows; ++o)
@@ -559,7 +587,7 @@ void Gpt::allocate(int B) {
   if (B < 1) throw std::invalid_argument("micro-batch must be >= 1");
   acts_ = Activations{};
   ws_ = Workspace{};
-  for (Tensor* t : {&x16_, &g16_, &fp8X_, &fp8G_, &fp8W_, &fp8TileScales_}) t->reset();
+  for (Tensor* t : {&x16_, &g16_, &nf4W_, &fp8X_, &fp8G_, &fp8W_, &fp8TileScales_}) t->reset();
   acts_.B = B;
   acts_.T = config_.seq_len;
   // Every buffer of the shared description, allocated as described (the estimator sums the
@@ -569,9 +597,13 @@ void Gpt::allocate(int B) {
       {"dqkv", &Workspace::dqkv},  {"datt", &Workspace::datt},   {"dfc", &Workspace::dfc},
       {"dfc2", &Workspace::dfc2},  {"ddrop", &Workspace::ddrop}, {"loraDU", &Workspace::loraDU},
       {"loraX", &Workspace::loraX}};
-  const std::map<std::string, Tensor*> scratch = {
-      {"x16", &x16_},   {"g16", &g16_},   {"fp8X", &fp8X_},
-      {"fp8G", &fp8G_}, {"fp8W", &fp8W_}, {"fp8TileScales", &fp8TileScales_}};
+  const std::map<std::string, Tensor*> scratch = {{"x16", &x16_},
+                                                  {"g16", &g16_},
+                                                  {"nf4W", &nf4W_},
+                                                  {"fp8X", &fp8X_},
+                                                  {"fp8G", &fp8G_},
+                                                  {"fp8W", &fp8W_},
+                                                  {"fp8TileScales", &fp8TileScales_}};
   for (const auto& b : core::savedState(arch_, config_.savedState(B))) {
     // Data-dependent buffers (the sparse nonzeros) are sized by each forward.
     Tensor t(backend_, tracker_, b.category, dtypeOf(b.type),
@@ -595,8 +627,9 @@ void Gpt::allocate(int B) {
       *scratch.at(b.name) = std::move(t);
     }
   }
-  scratch_ = LinearScratch{&ws_.ones, &x16_,           &g16_,       &fp8X_,     &fp8G_,
-                           &fp8W_,    &fp8TileScales_, &ws_.loraDU, &ws_.loraX, &ctx_.dropout};
+  scratch_ =
+      LinearScratch{&ws_.ones, &x16_,           &g16_,       &nf4W_,     &fp8X_,       &fp8G_,
+                    &fp8W_,    &fp8TileScales_, &ws_.loraDU, &ws_.loraX, &ctx_.dropout};
   // Each adapter's saved u lives in the block set its layer uses.
   const int k = config_.checkpointEvery;
   for (auto& lin : linears_)

@@ -144,8 +144,12 @@ HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
         auto [name, transpose] = hfName(p.spec, arch);
         Item it{name, p.shape, {}};
         auto m = merged.find(p.name);
-        const float* src = m != merged.end() ? m->second.data() : host.data() + p.offset;
-        it.data.assign(src, src + p.numel);
+        if (m != merged.end())
+          it.data = m->second;
+        else if (p.quantized())  // an NF4 base: its dequantized values, as PEFT merges them
+          it.data = model.arena().dequantizedToHost(p);
+        else
+          it.data.assign(host.data() + p.offset, host.data() + p.offset + p.numel);
         if (transpose) {  // (out, in) -> Conv1D (in, out)
           const int64_t o = p.shape[0], i = p.shape[1];
           std::vector<float> t(it.data.size());

@@ -313,11 +313,12 @@ std::vector<std::string> loadHfWeights(const HfModel& hf, ParamArena& arena) {
   std::vector<float> host(static_cast<size_t>(arena.size()));
   arena.values().copyToHost(host.data());
   std::vector<std::string> loaded;
-  std::vector<float> tmp;
+  std::vector<float> tmp, tmp2;
   for (const auto& p : arena.params()) {
     if (p.spec.role == R::LoraA || p.spec.role == R::LoraB) continue;
     const auto& src = hf.tensors.at(p.name);
-    float* dst = host.data() + p.offset;
+    if (p.quantized()) tmp2.resize(size_t(p.numel));
+    float* dst = p.quantized() ? tmp2.data() : host.data() + p.offset;
     if (!src.transpose) {
       hf.files[src.file].readAsF32(src.name, dst, p.numel);
     } else {
@@ -327,6 +328,7 @@ std::vector<std::string> loadHfWeights(const HfModel& hf, ParamArena& arena) {
       for (int64_t i = 0; i < in; ++i)
         for (int64_t o = 0; o < out; ++o) dst[o * in + i] = tmp[size_t(i * out + o)];
     }
+    if (p.quantized()) arena.setQuantized(p, dst);  // QLoRA: quantized as it loads
     loaded.push_back(p.name);
   }
   arena.values().copyFromHost(host.data());

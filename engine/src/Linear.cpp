@@ -38,6 +38,21 @@ float* Linear::wScaleInv() const {
   return storage_->w8Scales->f32() + site_.scaleOffset;
 }
 
+void Linear::setNf4Parts(std::vector<const ParamInfo*> parts) {
+  nf4Parts_ = std::move(parts);
+  format_ = Format::Nf4;
+}
+
+const uint16_t* Linear::dequantizeNf4Weight(const LinearScratch& s) const {
+  uint16_t* W = static_cast<uint16_t*>(s.nf4W->data());
+  int64_t off = 0;
+  for (const ParamInfo* p : nf4Parts_) {
+    storage_->arena->dequantizeBf16(*p, W + off);
+    off += p->numel;
+  }
+  return W;
+}
+
 int64_t Linear::fp8ScaleCount() const {
   return format_ == Format::Fp8Blockwise ? kernels::cpu::fp8TileCount(out(), in(), 128, 128) : 1;
 }
@@ -143,6 +158,7 @@ void Linear::forwardBase(float* out, const float* inp, int N, const LinearScratc
   const int OC = static_cast<int>(this->out()), IC = static_cast<int>(in());
   const char* name = fp8()                         ? "linear_fwd_fp8"
                      : format_ == Format::Bf16Gemm ? "linear_fwd_bf16"
+                     : format_ == Format::Nf4      ? "linear_fwd_nf4"
                                                    : "linear_fwd";
   ScopedRange r(name, SpanCategory::Gemm, 2.0 * N * OC * IC);
   // out = 1 * b (broadcast as a rank-1 GEMM), then out += inp W^T.
@@ -168,6 +184,13 @@ void Linear::forwardBase(float* out, const float* inp, int N, const LinearScratc
     backend_->matmul(out, X, W, N, OC, IC, false, true, 1.f, beta);
     return;
   }
+  if (format_ == Format::Nf4) {
+    // QLoRA: the frozen NF4 weight dequantized to bf16 just for this GEMM (bf16 compute).
+    uint16_t* X = static_cast<uint16_t*>(s.x16->data());
+    backend_->floatToBf16(inp, X, int64_t(N) * IC);
+    backend_->matmulBf16(out, X, dequantizeNf4Weight(s), N, OC, IC, false, true, 1.f, beta);
+    return;
+  }
   if (format_ == Format::Bf16Gemm) {
     uint16_t* X = static_cast<uint16_t*>(s.x16->data());
     backend_->floatToBf16(inp, X, int64_t(N) * IC);
@@ -184,6 +207,7 @@ void Linear::backwardBase(float* dinp, const float* dout, const float* inp, int 
   const int OC = static_cast<int>(out()), IC = static_cast<int>(in());
   const char* name = fp8()                         ? "linear_bwd_fp8"
                      : format_ == Format::Bf16Gemm ? "linear_bwd_bf16"
+                     : format_ == Format::Nf4      ? "linear_bwd_nf4"
                                                    : "linear_bwd";
   ScopedRange r(name, SpanCategory::Gemm, 4.0 * N * OC * IC);
   // db += 1^T dout (from the unquantized output gradient, as Transformer Engine does).
@@ -215,6 +239,14 @@ void Linear::backwardBase(float* dinp, const float* dout, const float* inp, int 
       backend_->fakeQuantizeFp8(inp, X, int64_t(N) * IC, Fp8Format::E4M3, site_.xUsed);
     }
     if (trainable) backend_->matmul(grad(*w_), G, X, OC, IC, N, true, false, 1.f, 1.f);
+    return;
+  }
+  if (format_ == Format::Nf4) {
+    // Frozen: only the input gradient, through the weight dequantized again (not kept).
+    if (!dinp) return;
+    uint16_t* G = static_cast<uint16_t*>(s.g16->data());
+    backend_->floatToBf16(dout, G, int64_t(N) * OC);
+    backend_->matmulBf16(dinp, G, dequantizeNf4Weight(s), N, IC, OC, false, false, 1.f, 0.f);
     return;
   }
   if (format_ == Format::Bf16Gemm) {

@@ -9,6 +9,7 @@
 namespace ts::engine {
 
 void MemoryTracker::add(core::MemoryTier tier, core::MemoryCategory category, int64_t bytes) {
+  if (parent_) parent_->add(tier, category, bytes);
   std::lock_guard lock(mutex_);
   auto& e = table_.at(tier, category);
   e.current += bytes;
@@ -18,6 +19,7 @@ void MemoryTracker::add(core::MemoryTier tier, core::MemoryCategory category, in
 }
 
 void MemoryTracker::remove(core::MemoryTier tier, core::MemoryCategory category, int64_t bytes) {
+  if (parent_) parent_->remove(tier, category, bytes);
   std::lock_guard lock(mutex_);
   table_.at(tier, category).current -= bytes;
   totalCurrent_ -= bytes;

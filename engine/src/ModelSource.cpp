@@ -82,9 +82,31 @@ BaseWeights loadBase(const std::string& path, ParamArena& arena, const core::Mod
   return b;
 }
 
+core::ModelConfig modelConfigAt(const std::string& path) {
+  if (isHfModelFolder(path)) return openHfModel(path).model;
+  fs::path dir(path);
+  std::error_code ec;
+  if (fs::is_regular_file(dir, ec)) dir = dir.parent_path();
+  const nlohmann::json state = readJson(dir / "state.json");
+  const auto parsed = core::parseConfigJson(state.value("config", nlohmann::json::object()));
+  if (!parsed.ok() || !parsed.config)
+    throw CheckpointError((dir / "state.json").string() + ": its run config does not parse");
+  core::ModelConfig m = parsed.config->model;
+  std::string base;
+  if (state.value("weights", "all") == "trainable") base = parsed.config->finetune.base_checkpoint;
+  m.vocab = static_cast<int>(vocabOf(*parsed.config, dir, base));
+  return m;
+}
+
 LoadedModel loadModelFrom(const std::string& path, kernels::Backend* backend,
-                          MemoryTracker* tracker, int seqLen) {
+                          MemoryTracker* tracker, int seqLen,
+                          const std::function<void(GptConfig&)>& adjust) {
   LoadedModel out;
+  auto build = [&](int64_t vocab) {
+    GptConfig g = inferenceConfig(out.config, vocab);
+    if (adjust) adjust(g);
+    out.model = std::make_unique<Gpt>(g, backend, tracker);
+  };
   if (isHfModelFolder(path)) {
     const HfModel hf = openHfModel(path);
     out.hfFolder = true;
@@ -96,9 +118,9 @@ LoadedModel loadModelFrom(const std::string& path, kernels::Backend* backend,
                           " positions (n_positions)");
       out.config.model.seq_len = seqLen;
     }
-    out.model =
-        std::make_unique<Gpt>(inferenceConfig(out.config, hf.model.vocab), backend, tracker);
+    build(hf.model.vocab);
     loadHfWeights(hf, out.model->arena());
+    if (out.model->mixed()) out.model->roundWeights();
     return out;
   }
   fs::path dir(path);
@@ -127,9 +149,10 @@ LoadedModel loadModelFrom(const std::string& path, kernels::Backend* backend,
     if (out.config.model.arch != "gpt2") out.config.model.seq_len = seqLen;
   }
   const int64_t vocab = vocabOf(out.config, dir, out.base);
-  out.model = std::make_unique<Gpt>(inferenceConfig(out.config, vocab), backend, tracker);
+  build(vocab);
   if (out.adapterOnly) loadBase(out.base, out.model->arena());
   loadCheckpoint(dir.string(), out.model->arena(), nullptr);
+  if (out.model->mixed()) out.model->roundWeights();
   return out;
 }
 

@@ -2,6 +2,9 @@
 
 #include <stdexcept>
 
+#include "trainscope/kernels/DynamicMap.h"
+#include "trainscope/kernels/Nf4.h"
+
 namespace ts::engine {
 
 using core::MemoryCategory;
@@ -30,6 +33,7 @@ ParamArena::ParamArena(std::vector<core::TensorSpec> tensors, kernels::Backend* 
   // Groups: runs of consecutive tensors of the same block (the description stores block by
   // block, so each block is one run; the embeddings and the head are runs of block -1).
   int64_t off = 0, goff = 0;
+  int64_t qPacked = 0, qCodes = 0, qScales = 0;  // NF4 buffers
   auto closeGroup = [&] {  // pad to the alignment; the padding belongs to the group it ends
     if (groups_.empty()) return;
     auto& g = groups_.back();
@@ -53,8 +57,18 @@ ParamArena::ParamArena(std::vector<core::TensorSpec> tensors, kernels::Backend* 
     p.shape = t.shape;
     p.numel = t.numel();
     p.decay = t.decay();
-    p.offset = off;
-    off += p.numel;
+    if (options_.nf4FrozenLinears && !t.trainable && t.block >= 0 &&
+        t.role == core::TensorRole::LinearWeight) {
+      const kernels::Nf4Layout q{p.numel};
+      p.offset = -1;
+      p.nf4 = {qPacked, qCodes, qScales};
+      qPacked += q.packedBytes();
+      qCodes += q.blocks();
+      qScales += q.scaleCount();
+    } else {
+      p.offset = off;
+      off += p.numel;
+    }
     numParams_ += p.numel;
     if (t.trainable) {
       p.gradOffset = goff;
@@ -82,6 +96,72 @@ ParamArena::ParamArena(std::vector<core::TensorSpec> tensors, kernels::Backend* 
     values16_.zero();
     grads16_.zero();
   }
+  if (qPacked > 0) {
+    nf4Packed_ = Tensor(backend_, tracker, MemoryCategory::Parameters, DType::I8, {qPacked});
+    nf4Codes_ = Tensor(backend_, tracker, MemoryCategory::Parameters, DType::I8, {qCodes});
+    nf4Scales_ = Tensor(backend_, tracker, MemoryCategory::Parameters, DType::F32, {qScales});
+    nf4Packed_.zero();
+    nf4Codes_.zero();
+    nf4Scales_.zero();
+    // The 256-entry map: 1 KiB, uncounted (a constant, as bitsandbytes does not count it).
+    const auto map = kernels::dynamicMap(true);
+    nf4Map_ = Tensor(backend_, nullptr, MemoryCategory::Workspace, DType::F32, {256});
+    nf4Map_.copyFromHost(map.data());
+  }
+}
+
+int64_t ParamArena::nf4Bytes() const {
+  return nf4Packed_.bytes() + nf4Codes_.bytes() + nf4Scales_.bytes();
+}
+
+void ParamArena::setQuantized(const ParamInfo& p, const float* host) {
+  if (!p.quantized()) throw std::logic_error(p.name + " is not stored as NF4");
+  const kernels::Nf4Layout q{p.numel};
+  std::vector<uint8_t> packed(size_t(q.packedBytes())), codes(size_t(q.blocks()));
+  std::vector<float> scales(size_t(q.scaleCount()));
+  kernels::quantizeNf4(host, p.numel, packed.data(), codes.data(), scales.data());
+  backend_->copyToDevice(static_cast<uint8_t*>(nf4Packed_.data()) + p.nf4.packed, packed.data(),
+                         packed.size());
+  backend_->copyToDevice(static_cast<uint8_t*>(nf4Codes_.data()) + p.nf4.codes, codes.data(),
+                         codes.size());
+  backend_->copyToDevice(nf4Scales_.f32() + p.nf4.scales, scales.data(),
+                         scales.size() * sizeof(float));
+}
+
+std::vector<float> ParamArena::dequantizedToHost(const ParamInfo& p) const {
+  if (!p.quantized()) throw std::logic_error(p.name + " is not stored as NF4");
+  const kernels::Nf4Layout q{p.numel};
+  std::vector<uint8_t> packed(size_t(q.packedBytes())), codes(size_t(q.blocks()));
+  std::vector<float> scales(size_t(q.scaleCount())), map(256), out(size_t(p.numel));
+  backend_->copyToHost(packed.data(), static_cast<const uint8_t*>(nf4Packed_.data()) + p.nf4.packed,
+                       packed.size());
+  backend_->copyToHost(codes.data(), static_cast<const uint8_t*>(nf4Codes_.data()) + p.nf4.codes,
+                       codes.size());
+  backend_->copyToHost(scales.data(), nf4Scales_.f32() + p.nf4.scales,
+                       scales.size() * sizeof(float));
+  nf4Map_.copyToHost(map.data());
+  for (int64_t i = 0; i < p.numel; ++i)
+    out[size_t(i)] = kernels::nf4Dequant(packed.data(), codes.data(), scales.data(), map.data(), i);
+  return out;
+}
+
+void ParamArena::dequantizeBf16(const ParamInfo& p, uint16_t* dst) const {
+  backend_->dequantizeNf4Bf16(dst, static_cast<const uint8_t*>(nf4Packed_.data()) + p.nf4.packed,
+                              static_cast<const uint8_t*>(nf4Codes_.data()) + p.nf4.codes,
+                              nf4Scales_.f32() + p.nf4.scales, nf4Map_.f32(), p.numel);
+}
+
+void ParamArena::dequantize(const ParamInfo& p, float* dst) const {
+  backend_->dequantizeNf4(dst, static_cast<const uint8_t*>(nf4Packed_.data()) + p.nf4.packed,
+                          static_cast<const uint8_t*>(nf4Codes_.data()) + p.nf4.codes,
+                          nf4Scales_.f32() + p.nf4.scales, nf4Map_.f32(), p.numel);
+}
+
+std::vector<float> ParamArena::hostValues(const ParamInfo& p) const {
+  if (p.quantized()) return dequantizedToHost(p);
+  std::vector<float> out(size_t(p.numel));
+  backend_->copyToHost(out.data(), values_.f32() + p.offset, out.size() * sizeof(float));
+  return out;
 }
 
 const ParamInfo* ParamArena::find(const std::string& name) const {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <thread>
@@ -10,6 +11,7 @@
 #include "trainscope/core/Schedule.h"
 #include "trainscope/engine/Checkpoint.h"
 #include "trainscope/engine/Dataset.h"
+#include "trainscope/engine/DistillationLoss.h"
 #include "trainscope/engine/Gpt.h"
 #include "trainscope/engine/LossScaler.h"
 #include "trainscope/engine/ModelSource.h"
@@ -76,10 +78,9 @@ std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
     add("parallel.offload_optimizer", c.parallel.offload_optimizer, "offload " + later);
   if (c.parallel.offload_params != "none")
     add("parallel.offload_params", c.parallel.offload_params, "offload " + later);
-  if (c.finetune.base_quant != "none")
-    add("finetune.base_quant", c.finetune.base_quant, "NF4 base " + later);
-  if (!c.distill.teacher_checkpoint.empty())
-    add("distill.teacher_checkpoint", c.distill.teacher_checkpoint, "distillation " + later);
+  if (c.finetune.base_quant == "nf4" && pol == "fp8")
+    add("finetune.base_quant", c.finetune.base_quant,
+        "an NF4 base multiplies in bf16 GEMMs: use precision.policy bf16 or fp32 with it");
   return out;
 }
 
@@ -100,8 +101,10 @@ double msSince(Clock::time_point t0) {
 }
 
 nlohmann::json memoryFields(const MemoryTracker& tracker, const core::RunConfig& config,
-                            const CompressionStats& st) {
+                            const CompressionStats& st, const MemoryTracker* teacher) {
   nlohmann::json j = core::toJson(tracker.report());
+  // The distillation teacher's share (already counted in the categories above).
+  if (teacher) j["teacher"] = core::toJson(teacher->report());
   // Compression of the last forward: ratio = fp32 bytes / stored bytes of the compressed
   // tensors; sparsity = fraction of ReLU outputs that were zero (sparse only).
   const std::string& mode = config.memory.activation_compression;
@@ -208,7 +211,59 @@ TrainResult Trainer::run() {
         std::to_string(pa.trainableParams()) + " trainable, " +
         std::to_string(pa.numParams() - pa.trainableParams()) + " frozen), vocab " +
         std::to_string(vocab));
+    if (pa.nf4Bytes() > 0) {
+      int64_t n = 0;
+      for (const auto& p : pa.params())
+        if (p.quantized()) n += p.numel;
+      char bits[32];
+      std::snprintf(bits, sizeof bits, "%.4f", 8.0 * double(pa.nf4Bytes()) / double(n));
+      log("QLoRA: " + std::to_string(n) + " frozen linear weights stored as NF4 (" +
+          std::to_string(pa.nf4Bytes()) + " bytes, " + bits +
+          " bits/param with double quantization), dequantized to bf16 for each GEMM");
+    }
   }
+  // Distillation: the teacher, forward only, frozen, stored as distill.teacher_dtype.
+  MemoryTracker teacherTracker;
+  teacherTracker.setParent(&tracker_);
+  std::unique_ptr<Gpt> teacher;
+  const auto& dc = config_.distill;
+  if (!dc.teacher_checkpoint.empty()) {
+    const bool sixteen = model->mixed();
+    const std::string dtype =
+        dc.teacher_dtype == "auto" ? (sixteen ? "bf16" : "fp32") : dc.teacher_dtype;
+    try {
+      auto lm =
+          loadModelFrom(dc.teacher_checkpoint, backend_, &teacherTracker, 0, [&](GptConfig& g) {
+            g.inferenceOnly = true;
+            g.flash = config_.attention.impl == "flash";
+            g.working = dtype == "bf16" ? DType::BF16 : DType::F32;
+            g.bf16Gemm = dtype == "bf16" && model->config().bf16Gemm;
+            g.nf4Base = dtype == "nf4";
+          });
+      teacher = std::move(lm.model);
+      const GptConfig& tg = teacher->config();
+      if (tg.vocab != vocab)
+        throw std::invalid_argument("the teacher's vocabulary is " + std::to_string(tg.vocab) +
+                                    " tokens, the student's " + std::to_string(vocab) +
+                                    " (distillation compares their distributions token by token)");
+      if (tg.seq_len < T)
+        throw std::invalid_argument("the teacher has " + std::to_string(tg.seq_len) +
+                                    " positions, the run's model.seq_len is " + std::to_string(T));
+      teacher->allocate(B);
+      teacher->setTraining(false);
+      log("teacher: " + std::to_string(teacher->numParams()) + " parameters (" + tg.architecture +
+          ", " + std::to_string(tg.layers) + " layers, d_model " + std::to_string(tg.d_model) +
+          ") from " + dc.teacher_checkpoint + ", stored " + dtype +
+          ", forward only; loss = alpha T^2 KL + (1 - alpha) CE with T " +
+          nlohmann::json(dc.temperature).dump() + ", alpha " + nlohmann::json(dc.alpha).dump());
+    } catch (const std::bad_alloc&) {
+      return outOfMemory();
+    } catch (const std::exception& e) {
+      return fail(std::string("distill.teacher_checkpoint: ") + e.what(), true);
+    }
+  }
+  const DistillationLoss distillLoss(backend_, static_cast<float>(dc.temperature),
+                                     static_cast<float>(dc.alpha));
   if (config_.precision.policy == "fp8")
     log("precision fp8 (" + config_.precision.fp8.recipe +
         " scaling): block linear GEMMs emulated on this CPU (operands quantized to fp8, "
@@ -406,7 +461,8 @@ TrainResult Trainer::run() {
     }
     if (std::isfinite(bestVal)) ev["best_val_loss"] = bestVal;
     emit(EventType::Eval, ev);
-    emit(EventType::Memory, memoryFields(tracker_, config_, compStats));
+    emit(EventType::Memory,
+         memoryFields(tracker_, config_, compStats, teacher ? &teacherTracker : nullptr));
   };
 
   profiler::ProfileController profile(
@@ -477,12 +533,15 @@ TrainResult Trainer::run() {
     const auto t0 = Clock::now();
     const float lossScale = scaler ? scaler->scale() : 1.f;
     double lossSum = 0;
+    DistillationSums dsum;  // distillation: both terms of the step
+    double difficulty = 1.0;
     int64_t count = 0;
     {
       profiler::ScopedRange sr("step", profiler::SpanCategory::Step);
       {
         profiler::ScopedRange r("data", profiler::SpanCategory::Data);
-        data->setDifficulty(core::curriculumFraction(config_, step));
+        difficulty = core::curriculumFraction(config_, step);
+        data->setDifficulty(difficulty);
         for (int a = 0; a < accum; ++a)
           data->nextTrainBatch(inputs.data() + a * perMicro, targets.data() + a * perMicro, B, T);
       }
@@ -497,8 +556,23 @@ TrainResult Trainer::run() {
         int64_t c = 0;
         // Dropout masks keyed by the global micro-step: a resumed run draws the same ones.
         model->setDropoutKey(static_cast<uint64_t>(step) * accum + a);
-        lossSum += model->forward(inputs.data() + a * perMicro, targets.data() + a * perMicro, B, T,
-                                  dloss, &c);
+        const int32_t* in = inputs.data() + a * perMicro;
+        const int32_t* tg = targets.data() + a * perMicro;
+        if (teacher) {
+          teacher->forward(in, nullptr, B, T, 0.f);
+          model->forward(in, nullptr, B, T, 0.f);
+          // The per-row KL goes to the teacher's loss buffer (unused by its forward).
+          const auto s = distillLoss.forwardBackward(
+              model->logits(), teacher->logits(), model->targetsBuffer(), model->lossesBuffer(),
+              teacher->lossesBuffer(), tg, B * T, vocab, dloss);
+          model->lossGradientWritten();
+          lossSum += s.objective(dc.temperature, dc.alpha);
+          dsum.ce += s.ce;
+          dsum.kl += s.kl;
+          c = s.count;
+        } else {
+          lossSum += model->forward(in, tg, B, T, dloss, &c);
+        }
         count += c;
         compStats = model->compressionStats();
         model->backward();
@@ -555,11 +629,19 @@ TrainResult Trainer::run() {
     nlohmann::json sf = core::toJson(se);
     sf["total_steps"] = config_.train.steps;
     sf["target_tokens"] = count;
+    // Curriculum: the fraction of the data's difficulty (or length) range this batch drew from.
+    if (config_.curriculum.type != "none") sf["difficulty"] = difficulty;
+    if (teacher && count > 0) {  // both terms, per token: loss = alpha T^2 kl + (1 - alpha) ce
+      sf["distill_ce"] = dsum.ce / double(count);
+      sf["distill_kl"] = dsum.kl / double(count);
+    }
     emit(EventType::Step, sf);
     if (auto w = profile.endStep(step - 1)) emitWindow(*w);
     for (auto& w : profile.takeWarnings()) emit(EventType::Warning, {{"message", w}});
 
-    if (step == firstStep + 1) emit(EventType::Memory, memoryFields(tracker_, config_, compStats));
+    if (step == firstStep + 1)
+      emit(EventType::Memory,
+           memoryFields(tracker_, config_, compStats, teacher ? &teacherTracker : nullptr));
     const bool last = step >= config_.train.steps;
     if ((config_.train.eval_every > 0 && step % config_.train.eval_every == 0) || last) evaluate();
     drainCommands();

@@ -295,3 +295,70 @@ TEST(E2e, EvaluateJsonIsOneObjectLine) {
   Child both = spawn({TRAINSCOPE_ENGINE_BIN, "evaluate", data + "/llama_tiny", "--json"});
   EXPECT_EQ(both.wait(), 2);
 }
+
+// The consumer-gpu preset (QLoRA: LoRA on an NF4 base, 8-bit AdamW, bf16, full checkpointing,
+// profiling) trains, here on the CPU and scaled down with --set as the preset's users on a
+// smaller machine would; its memory plan predicts what the tracker measures.
+TEST(E2e, ConsumerGpuPresetTrainsScaledDown) {
+  const fs::path dir = tempDir("consumer");
+  const std::string preset =
+      std::string(TRAINSCOPE_SOURCE_DIR) + "/resources/presets/consumer-gpu.json";
+  Child c = spawn({TRAINSCOPE_ENGINE_BIN,
+                   "run",
+                   preset,
+                   "--db",
+                   (dir / "runs.db").string(),
+                   "--run-dir",
+                   (dir / "run").string(),
+                   "--set",
+                   "model.layers=2",
+                   "--set",
+                   "model.d_model=64",
+                   "--set",
+                   "model.heads=4",
+                   "--set",
+                   "model.seq_len=32",
+                   "--set",
+                   "train.steps=6",
+                   "--set",
+                   "train.micro_batch=2",
+                   "--set",
+                   "train.grad_accum=2",
+                   "--set",
+                   "train.eval_every=3",
+                   "--set",
+                   "train.checkpoint_every=3",
+                   "--set",
+                   "device.threads=1",
+                   "--set",
+                   "device.backend=cpu",
+                   "--set",
+                   "profile.wait=1"});
+  ::close(c.in);
+  c.in = -1;
+  EXPECT_EQ(c.wait(), 0);
+  auto events = parseAll(c.lines);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["type"], "finished");
+  EXPECT_EQ(events.back()["status"], "completed") << events.back().dump();
+  int steps = 0;
+  bool nf4 = false;
+  json plan, memory;
+  for (const auto& e : events) {
+    const std::string t = e["type"];
+    steps += t == "step";
+    if (t == "log")
+      nf4 |= e["message"].get<std::string>().find("stored as NF4") != std::string::npos;
+    if (t == "memory_plan") plan = e;
+    if (t == "memory") memory = e;
+    EXPECT_NE(t, "error") << e.dump();
+  }
+  EXPECT_EQ(steps, 6);
+  EXPECT_TRUE(nf4);
+  ASSERT_TRUE(plan.contains("ranks") && memory.contains("ranks"));
+  for (const char* cat : {"parameters", "gradients", "optimizer_state", "activations", "workspace"})
+    EXPECT_EQ(plan["ranks"][0]["tiers"]["device"][cat]["peak"],
+              memory["ranks"][0]["tiers"]["device"][cat]["peak"])
+        << cat;
+  fs::remove_all(dir);
+}

@@ -30,13 +30,14 @@ std::string describe(const core::RunConfig& c) {
   std::snprintf(
       buf, sizeof buf,
       "%s L%d H%d D%d T%d mb%d ga%d %s %s %s %s ckpt=%s comp=%s %s%s gemm=%s drop=%.2g lora=%d "
-      "bits=%d",
+      "bits=%d%s",
       c.model.arch.c_str(), c.model.layers, c.model.heads, c.model.d_model, c.model.seq_len,
       c.train.micro_batch, c.train.grad_accum, c.model.activation.c_str(), c.attention.impl.c_str(),
       c.optimizer.type.c_str(), c.data.task.c_str(), c.memory.checkpointing.c_str(),
       c.memory.activation_compression.c_str(), c.precision.policy.c_str(),
       c.precision.policy == "fp8" ? ("/" + c.precision.fp8.recipe).c_str() : "",
-      c.precision.gemm.c_str(), c.model.dropout, c.finetune.lora.r, c.optimizer.state_bits);
+      c.precision.gemm.c_str(), c.model.dropout, c.finetune.lora.r, c.optimizer.state_bits,
+      c.finetune.base_quant == "nf4" ? " nf4" : "");
   return buf;
 }
 
@@ -173,6 +174,26 @@ std::vector<core::RunConfig> techniqueGrid() {
     out.push_back(c);
     ++k;
   }
+  // QLoRA: the frozen block linears as NF4 (4-bit codes, 8-bit absmaxes, fp32 second-level
+  // scales and offset per tensor: parameters), bf16 operand scratch and one dequantized weight
+  // (workspace); fp32 and bf16 policies, gpt2 and llama (separate q, k, v tensors).
+  for (const char* p : {"fp32", "bf16"})
+    for (const char* arch : {"gpt2", "llama"}) {
+      core::RunConfig c = base[(k * 5) % base.size()];
+      c.precision.policy = p;
+      c.finetune.lora.r = 2;
+      c.finetune.lora.targets = {"q", "v"};
+      c.finetune.base_quant = "nf4";
+      if (std::string(arch) == "llama") {
+        c.model.arch = "llama";
+        c.model.heads = 4;
+        c.model.kv_heads = 2;
+        c.model.d_model = 32;
+        c.model.d_ff = 88;
+      }
+      out.push_back(c);
+      ++k;
+    }
   // The llama description: grouped-query attention, SwiGLU of an odd width, no biases, untied
   // head, with each activation technique and the 16-bit and fp8 policies.
   struct Llama {

@@ -517,6 +517,7 @@ void visitSchema(C& c, V& v) {
     v.field("teacher_checkpoint", d.teacher_checkpoint, any());
     v.field("temperature", d.temperature, above(0));
     v.field("alpha", d.alpha, closed(0, 1));
+    v.field("teacher_dtype", d.teacher_dtype, oneOf({"auto", "fp32", "bf16", "nf4"}));
   });
   v.section("curriculum", [&] {
     auto& k = c.curriculum;

@@ -364,9 +364,10 @@ double trainingFlopsPerToken(double psi, int layers, int hidden, int seq, bool f
 
 double blockwiseQuantBytes(double n, int bits, int block, bool doubleQuant) {
   const double blocks = std::ceil(n / std::max(1, block));
-  double bytes = n * bits / 8.0;
+  double bytes = std::ceil(n * bits / 8.0);  // an odd count pads its last byte
   if (doubleQuant) {
-    bytes += blocks * 1.0 + std::ceil(blocks / 256.0) * 4.0;  // 8-bit absmax + fp32 per 256
+    // 8-bit absmax per block, fp32 per 256 of them, and the fp32 offset (their mean).
+    bytes += blocks * 1.0 + std::ceil(blocks / 256.0) * 4.0 + 4.0;
   } else {
     bytes += blocks * 4.0;
   }
@@ -435,7 +436,7 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
 
   // Model-state bytes before sharding.
   double trainParamBytes = 0, frozenBytes = 0, gradBytes = 0, optBytes = 0;
-  double largestBlockLinear = 0;
+  double largestBlockLinear = 0, nf4Elements = 0;
   for (const auto& t : tensors) {
     const double n = static_cast<double>(t.numel());
     if (t.trainable) {
@@ -444,7 +445,11 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       optBytes += optimizerTensorBytes(t.numel(), cfg.optimizer, pb,
                                        opt.activation_model == ActivationModel::Engine);
     } else if (nf4 && t.role == TensorRole::LinearWeight) {
-      frozenBytes += blockwiseQuantBytes(n, 4, 64, opt.nf4_double_quant);
+      // The engine always double-quantizes (QLoRA's setting); the PyTorch model follows the
+      // option (bnb_4bit_use_double_quant).
+      frozenBytes += blockwiseQuantBytes(
+          n, 4, 64, opt.nf4_double_quant || opt.activation_model == ActivationModel::Engine);
+      nf4Elements += n;
     } else {
       frozenBytes += n * pb.frozen;
     }
@@ -468,8 +473,37 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
 
   // Distillation teacher: same shape as the student unless told otherwise; frozen weights at
   // the working precision, its logits kept for the KL term, one block's forward transient.
-  double teacherParams = 0, teacherActPeak = 0, teacherActSteady = 0;
-  if (!cfg.distill.teacher_checkpoint.empty()) {
+  double teacherParams = 0, teacherActPeak = 0, teacherActSteady = 0, teacherWs = 0;
+  if (!cfg.distill.teacher_checkpoint.empty() && opt.activation_model == ActivationModel::Engine) {
+    // The engine's teacher exactly: its tensors as distill.teacher_dtype stores them (bf16
+    // keeps fp32 compute copies, NF4 only its block linears quantized) and its forward-only
+    // saved state (one block set reused in place, the logits; core::SavedStateOptions).
+    ModelConfig tm = opt.teacher_model ? *opt.teacher_model : cfg.model;
+    est.params.teacher = countParameters(tm, est.vocab, {}).total;
+    std::string td = lower(cfg.distill.teacher_dtype);
+    if (td == "auto") td = engine16 ? "bf16" : "fp32";
+    const ArchSpec ta = archSpecOf(tm, est.vocab);
+    for (const auto& t : modelTensors(ta, {})) {
+      const double n = static_cast<double>(t.numel());
+      if (td == "nf4" && t.role == TensorRole::LinearWeight && t.block >= 0) {
+        teacherParams += blockwiseQuantBytes(n, 4, 64, true);
+      } else if (td == "bf16") {
+        teacherParams += 2 * n;
+        teacherWs += 4 * n;
+      } else {
+        teacherParams += 4 * n;
+      }
+    }
+    SavedStateOptions so;
+    so.batch = B;
+    so.flash = lower(cfg.attention.impl) == "flash";
+    so.forwardOnly = true;
+    so.nf4 = td == "nf4";
+    so.bf16Gemm = td == "bf16" && bf16Gemm;
+    const ActBytes ta2 = engineActivations(ta, so);
+    teacherActPeak = teacherActSteady = ta2.peak;
+    teacherWs += ta2.wsPeak;
+  } else if (!cfg.distill.teacher_checkpoint.empty()) {
     ModelConfig tm = opt.teacher_model ? *opt.teacher_model : cfg.model;
     ParameterCounts tc = countParameters(tm, est.vocab, {});
     est.params.teacher = tc.total;
@@ -515,12 +549,13 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
     // Activations and workspace (per micro-batch; accumulation adds nothing).
     setEntry(rm, Tier::Device, Cat::Activations, act.steady + teacherActSteady,
              act.peak + teacherActPeak);
-    double wsPeak = act.wsPeak;
-    double wsSteady = act.wsSteady;
+    double wsPeak = act.wsPeak + teacherWs;
+    double wsSteady = act.wsSteady + teacherWs;
     if (engine16) {
       // fp32 compute copies: of every weight (frozen ones too), of the trainable gradients.
-      const double copies =
-          4.0 * static_cast<double>(est.params.total) + 4.0 * static_cast<double>(P);
+      // (NF4 weights have none: they are dequantized per GEMM.)
+      const double copies = 4.0 * (static_cast<double>(est.params.total) - nf4Elements) +
+                            4.0 * static_cast<double>(P);
       wsPeak += copies;
       wsSteady += copies;
       // (fp8 and bf16 GEMM operand scratch are buffers of the saved state.)
@@ -635,6 +670,9 @@ nlohmann::json toJson(const MemoryEstimate& e) {
 
 nlohmann::json memoryPlanJson(const RunConfig& config) {
   return toJson(estimateMemory(config));
+}
+nlohmann::json memoryPlanJson(const RunConfig& config, const EstimateOptions& options) {
+  return toJson(estimateMemory(config, options));
 }
 
 std::string formatBytes(double bytes) {

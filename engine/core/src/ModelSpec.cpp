@@ -218,6 +218,7 @@ SavedStateOptions savedStateOptionsOf(const RunConfig& c, int64_t layers, bool b
   o.lora = c.finetune.lora;
   const std::string policy = lower(c.precision.policy);
   o.bf16Gemm = bf16Gemm && (policy == "bf16" || policy == "pure_bf16");
+  o.nf4 = lower(c.finetune.base_quant) == "nf4" && c.finetune.lora.r > 0;
   if (policy == "fp8")
     o.fp8 = lower(c.precision.fp8.recipe) == "blockwise" ? "blockwise" : "delayed";
   return o;
@@ -251,7 +252,7 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
   const int64_t F = a.dFf, fcPre = a.swiglu ? 2 * F : F, qkv = a.qkvDim();
   const bool int8 = o.compression == "int8";
   const bool sparse = o.compression == "sparse";
-  const int k = o.checkpointEvery;
+  const int k = o.forwardOnly ? 0 : o.checkpointEvery;
   const auto sites = loraSites(a, o.lora);
   using Cat = MemoryCategory;
   std::vector<BufferSpec> v;
@@ -263,7 +264,7 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
   add("tokens", {B, T}, E::I32);
   add("targets", {B, T}, E::I32);
   // Plain: every layer keeps a full set. Checkpointing: k scratch sets + one input per segment.
-  const int sets = k > 0 ? k : static_cast<int>(a.layers);
+  const int sets = o.forwardOnly ? 1 : k > 0 ? k : static_cast<int>(a.layers);
   for (int s = 0; s < sets; ++s) {
     if (k == 0 || s > 0) add("input", {B, T, C}, E::F32, Cat::Activations, s);
     if (!a.rmsNorm) add("ln1Mean", {B, T}, E::F32, Cat::Activations, s);
@@ -309,9 +310,16 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
   add("lnfRstd", {B, T});
   add("logits", {B, T, V});
   add("losses", {B, T});
-  // Backward scratch, reused by every block.
+  // Backward scratch, reused by every block (forward uses ones and dtmp, and the bf16 operands).
   const Cat ws = Cat::Workspace;
   add("ones", {N}, E::F32, ws);
+  if (o.forwardOnly) {
+    add("dtmp", {B, T, C}, E::F32, ws);  // a branch's output before its residual add
+    const int64_t widest = std::max({fcPre, qkv, C});
+    if (o.bf16Gemm || o.nf4) add("x16", {N * widest}, E::BF16, ws);
+    if (o.nf4) add("nf4W", {std::max({qkv * C, fcPre * C, C * F})}, E::BF16, ws);
+    return v;
+  }
   add("dres", {B, T, C}, E::F32, ws);
   add("dtmp", {B, T, C}, E::F32, ws);
   add("dqkv", {B, T, qkv}, E::F32, ws);
@@ -326,10 +334,12 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
     if (o.lora.dropout > 0) add("loraX", {N, in}, E::F32, ws);  // the dropped adapter input
   }
   const int64_t widest = std::max({fcPre, qkv, C});  // the widest GEMM operand row
-  if (o.bf16Gemm) {  // bf16 inputs / output gradients of the block GEMMs
+  if (o.bf16Gemm || o.nf4) {  // bf16 inputs / output gradients of the block GEMMs
     add("x16", {N * widest}, E::BF16, ws);
     add("g16", {N * widest}, E::BF16, ws);
   }
+  if (o.nf4)  // an NF4 base weight dequantized for its GEMM (the largest one)
+    add("nf4W", {std::max({qkv * C, fcPre * C, C * F})}, E::BF16, ws);
   if (!o.fp8.empty()) {  // the emulated fp8 GEMM's dequantized operands
     add("fp8X", {N * widest}, E::F32, ws);
     add("fp8G", {N * widest}, E::F32, ws);

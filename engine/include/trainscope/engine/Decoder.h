@@ -26,8 +26,10 @@ class Decoder {
     std::function<void(int layer)> blockGradientsReady;
   };
 
-  Decoder(std::vector<Block> blocks, int checkpointEvery)
-      : blocks_(std::move(blocks)), k_(checkpointEvery) {}
+  // forwardOnly (an inference model: the distillation teacher): every block runs in the one
+  // block set, in place on its input; nothing is kept for a backward.
+  Decoder(std::vector<Block> blocks, int checkpointEvery, bool forwardOnly = false)
+      : blocks_(std::move(blocks)), k_(checkpointEvery), forwardOnly_(forwardOnly) {}
   int layers() const { return static_cast<int>(blocks_.size()); }
   void setHooks(Hooks hooks) { hooks_ = std::move(hooks); }
 
@@ -44,6 +46,7 @@ class Decoder {
                     bool recompute) const;
   std::vector<Block> blocks_;
   int k_;
+  bool forwardOnly_;
   Hooks hooks_;
 };
 

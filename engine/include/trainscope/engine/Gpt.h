@@ -93,6 +93,14 @@ struct GptConfig {
   int64_t arenaAlign = 1;
   // finetune.lora: adapters on the targeted projections (r > 0); the base is then frozen.
   core::LoraConfig lora;
+  // finetune.base_quant nf4 (QLoRA, needs lora): the frozen block linear weights are stored as
+  // NF4 with double quantization (ParamArena.h) and multiplied in bf16 GEMMs after an on-the-fly
+  // dequantization, in forward and backward.
+  bool nf4Base = false;
+  // An inference model (the distillation teacher): every tensor frozen, forward-only
+  // activations (one block set reused in place; core::SavedStateOptions::forwardOnly), no
+  // backward. With nf4Base its block linears are NF4.
+  bool inferenceOnly = false;
 
   // The shared model description (core/ModelSpec.h) of this shape, and what it keeps for a
   // micro-batch of B sequences: the engine allocates exactly these, the estimator sums them.
@@ -209,6 +217,9 @@ class Gpt {
   // For a loss of its own (forward without targets, then the loss writes dL/dlogits into
   // logits()): marks the gradient as present so backward() may run.
   Tensor& logits() { return acts_.logits; }
+  // The loss's device buffers: targets (B*T int32) and per-row losses (B*T floats).
+  Tensor& targetsBuffer() { return acts_.targets; }
+  Tensor& lossesBuffer() { return acts_.losses; }
   void lossGradientWritten() { haveLoss_ = true; }
   // After a forward without targets: logits of row (b, t) copied to host (V floats).
   void logitsRow(int b, int t, float* dst) const;
@@ -236,7 +247,8 @@ class Gpt {
   ParamStorage storage_;         // what the linears read: stable pointers to the buffers
   LinearScratch scratch_;        // set by allocate()
   Tensor fp8X_, fp8G_, fp8W_;    // fp8: dequantized GEMM operands (workspace, fp32)
-  Tensor x16_, g16_;             // bf16Gemm: bf16 inputs / output gradients (workspace)
+  Tensor x16_, g16_;             // bf16Gemm / NF4: bf16 inputs / output gradients (workspace)
+  Tensor nf4W_;                  // NF4: the dequantized bf16 weight of the current GEMM
   Tensor w8Scales_;              // fp8: the weights' dequantization scales (parameters, fp32)
   Tensor fp8TileScales_;         // blockwise: per-tile scales of X / G (workspace, fp32)
   // The layers.

@@ -1,7 +1,8 @@
 #pragma once
 // A projection y = x W^T + b (W stored (out, in) like torch.nn.Linear) over Backend ops. It owns
 // how its weight is stored and multiplied: fp32, the stored bf16 weights in a bf16 GEMM, or
-// fp8 copies with delayed or blockwise scaling (an fp8 GEMM emulated on fp32). A frozen linear
+// fp8 copies with delayed or blockwise scaling (an fp8 GEMM emulated on fp32), or NF4 parts
+// (QLoRA's frozen base) dequantized to bf16 for each bf16 GEMM. A frozen linear
 // (trainable false) skips dW. LoRA adapters hang on it: y += scaling * B A dropout(x) on their
 // rows of the output (a packed q|k|v linear carries one adapter per module), in fp32 GEMMs.
 #include <cstdint>
@@ -16,20 +17,23 @@
 namespace ts::engine {
 
 struct ParamInfo;
+class ParamArena;
 
 // The model's parameter storage the linears read (owned by the model; stable pointers).
 struct ParamStorage {
-  Tensor* values = nullptr;    // fp32 (the compute copy under a 16-bit policy)
-  Tensor* grads = nullptr;     // fp32, gradient space (ParamInfo::gradOffset)
-  Tensor* values16 = nullptr;  // the stored bf16/fp16 weights (16-bit policies)
-  Tensor* w8 = nullptr;        // fp8 weight copies (fp8)
-  Tensor* w8Scales = nullptr;  // their dequantization scales (fp8)
+  Tensor* values = nullptr;           // fp32 (the compute copy under a 16-bit policy)
+  Tensor* grads = nullptr;            // fp32, gradient space (ParamInfo::gradOffset)
+  Tensor* values16 = nullptr;         // the stored bf16/fp16 weights (16-bit policies)
+  Tensor* w8 = nullptr;               // fp8 weight copies (fp8)
+  Tensor* w8Scales = nullptr;         // their dequantization scales (fp8)
+  const ParamArena* arena = nullptr;  // NF4 weights: dequantized through the arena
 };
 
 // Scratch every linear of a model shares (allocated with the activations).
 struct LinearScratch {
   Tensor* ones = nullptr;                 // (N) ones: the bias add and its gradient as rank-1 GEMMs
   Tensor *x16 = nullptr, *g16 = nullptr;  // bf16 GEMM operands
+  Tensor* nf4W = nullptr;                 // NF4: the dequantized bf16 weight
   Tensor *fp8X = nullptr, *fp8G = nullptr, *fp8W = nullptr, *fp8TileScales = nullptr;
   Tensor *loraDU = nullptr, *loraX = nullptr;  // LoRA: dL/du (N, r), the dropped input (N, in)
   const DropoutContext* dropout = nullptr;     // seed, micro-batch key, training mode
@@ -60,7 +64,7 @@ struct Fp8Site {
 
 class Linear {
  public:
-  enum class Format { F32, Bf16Gemm, Fp8Delayed, Fp8Blockwise };
+  enum class Format { F32, Bf16Gemm, Fp8Delayed, Fp8Blockwise, Nf4 };
   Linear(kernels::Backend* backend, const ParamStorage* storage, const ParamInfo* weight,
          const ParamInfo* bias, Format format);
 
@@ -71,6 +75,9 @@ class Linear {
   int64_t out() const;
   bool trainable = true;  // false: no dW (a frozen base weight); from the weight's view
   std::vector<LoraAdapter> adapters;
+  // NF4: the quantized tensors this linear's rows are made of, in order (one, or q|k|v), each
+  // dequantized into its rows of the bf16 weight before a GEMM. Sets the format to Nf4.
+  void setNf4Parts(std::vector<const ParamInfo*> parts);
 
   // fp8: the site's state (checkpoints), and re-quantizing the fp8 weight after an update.
   Fp8Site& fp8Site() { return site_; }
@@ -99,6 +106,7 @@ class Linear {
   float* grad(const ParamInfo& p) const;
   float* wScaleInv() const;
   void dequantizeFp8Weight(float* dst) const;
+  const uint16_t* dequantizeNf4Weight(const LinearScratch& s) const;
 
   kernels::Backend* backend_;
   const ParamStorage* storage_;
@@ -107,6 +115,7 @@ class Linear {
   Format format_;
   Fp8Site site_;
   int margin_ = 0;
+  std::vector<const ParamInfo*> nf4Parts_;
 };
 
 }  // namespace ts::engine

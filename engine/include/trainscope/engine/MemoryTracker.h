@@ -28,8 +28,13 @@ class MemoryTracker {
 
   core::MemoryReport report() const;
 
+  // Every add and remove also goes to `parent` (a part of the model tracked on its own as well:
+  // the distillation teacher's share of the run's memory).
+  void setParent(MemoryTracker* parent) { parent_ = parent; }
+
  private:
   int rank_;
+  MemoryTracker* parent_ = nullptr;
   mutable std::mutex mutex_;
   core::RankMemory table_{};
   int64_t totalCurrent_ = 0;

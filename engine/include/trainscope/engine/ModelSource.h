@@ -2,6 +2,7 @@
 // A model from where it is kept, for inference and export: a trainscope checkpoint (full
 // weights; or a LoRA run's adapters on top of the base the checkpoint names), or a Hugging Face
 // folder (HfModel.h). Built on the given backend in fp32.
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -29,9 +30,16 @@ struct BaseWeights {
 BaseWeights loadBase(const std::string& path, ParamArena& arena,
                      const core::ModelConfig* run = nullptr, int64_t vocab = 0);
 
+// The model.* of what a path holds (a checkpoint's run config, a folder's config.json), without
+// reading its weights: the distillation teacher's shape for the estimator.
+core::ModelConfig modelConfigAt(const std::string& path);
+
 // `seqLen` > 0 overrides model.seq_len where the architecture allows (llama: any; gpt2: at
-// most its position table). Throws CheckpointError or FormatError naming the file.
+// most its position table). `adjust` may change the fp32 inference config before the model is
+// built (the distillation teacher: forward only, bf16 or NF4 storage). Throws CheckpointError or
+// FormatError naming the file.
 LoadedModel loadModelFrom(const std::string& path, kernels::Backend* backend,
-                          MemoryTracker* tracker, int seqLen = 0);
+                          MemoryTracker* tracker, int seqLen = 0,
+                          const std::function<void(GptConfig&)>& adjust = {});
 
 }  // namespace ts::engine

@@ -11,6 +11,11 @@
 //   at a multiple of `align` elements (zero padding between groups), so a block or a rank's
 //   shard is one aligned slice.
 //
+// - NF4 (QLoRA, ArenaOptions::nf4FrozenLinears): frozen block linear weights are stored only as
+//   NF4 with double quantization (kernels/Nf4.h), in three byte/scale buffers of their own
+//   (category parameters); they have no fp32 or 16-bit value (ParamInfo::offset -1) and the
+//   linears dequantize them on the fly. Loaders hand their fp32 values to setQuantized().
+//
 // Values and gradients live in the backend's memory: host code reaches them only through the
 // backend (kernels, copies).
 #include <cstdint>
@@ -33,7 +38,13 @@ struct ParamInfo {
   int64_t gradOffset = -1;  // into the gradient buffers; -1: frozen (no gradient)
   bool decay = false;       // weight decay applies (2-D weights incl. embeddings, as nanoGPT)
   core::TensorSpec spec;    // its entry in the model description (role, block, module)
+  // NF4-stored (frozen base linear under QLoRA): byte offsets of its packed codes and absmax
+  // codes and the float offset of its scales in the arena's NF4 buffers; offset is then -1.
+  struct Nf4View {
+    int64_t packed = -1, codes = 0, scales = 0;
+  } nf4;
   bool trainable() const { return gradOffset >= 0; }
+  bool quantized() const { return nf4.packed >= 0; }
 };
 
 // A contiguous slice of the arena: the tensors of one block (block >= 0), or those before the
@@ -54,6 +65,8 @@ struct ArenaOptions {
   // except pure_bf16, whose optimizer updates the 16-bit weights and keeps bf16 state).
   bool masterWeights = true;
   bool pureBf16() const { return working != DType::F32 && !masterWeights; }
+  // finetune.base_quant nf4: frozen linear weights of the blocks stored as NF4.
+  bool nf4FrozenLinears = false;
 };
 
 class ParamArena {
@@ -71,8 +84,8 @@ class ParamArena {
 
   int64_t numParams() const { return numParams_; }        // elements of all tensors
   int64_t trainableParams() const { return trainable_; }  // elements of trainable tensors
-  int64_t size() const { return size_; }                  // value buffer length (padding incl.)
-  int64_t gradSize() const { return gradSize_; }          // gradient buffer length
+  int64_t size() const { return size_; }  // value buffer length (padding incl.; not NF4 tensors)
+  int64_t gradSize() const { return gradSize_; }  // gradient buffer length
   // Every tensor trainable: gradient space equals value space, one copy moves the whole arena.
   bool allTrainable() const { return trainable_ == numParams_; }
 
@@ -92,6 +105,17 @@ class ParamArena {
   const uint16_t* value16(const ParamInfo& p) const {
     return static_cast<const uint16_t*>(values16_.data()) + p.offset;
   }
+
+  // NF4 tensors: quantizes fp32 host values (p.numel) into p's storage (bit for bit as
+  // bitsandbytes); host values of p dequantized (fp32); p dequantized into backend memory as bf16
+  // or fp32 (a GEMM operand). The buffers and the signed dynamic map the kernels read.
+  void setQuantized(const ParamInfo& p, const float* host);
+  std::vector<float> dequantizedToHost(const ParamInfo& p) const;
+  void dequantizeBf16(const ParamInfo& p, uint16_t* dst) const;
+  void dequantize(const ParamInfo& p, float* dst) const;
+  int64_t nf4Bytes() const;  // all three NF4 buffers
+  // Host copy of any tensor's fp32 values (dequantized when NF4).
+  std::vector<float> hostValues(const ParamInfo& p) const;
 
   // Copies the trainable values into `dst` (gradient space, gradSize() floats, backend memory):
   // how an optimizer's fp32 master copy starts.
@@ -118,6 +142,7 @@ class ParamArena {
   std::vector<ParamGroup> groups_;
   int64_t numParams_ = 0, trainable_ = 0, size_ = 0, gradSize_ = 0;
   Tensor values_, grads_, values16_, grads16_;
+  Tensor nf4Packed_, nf4Codes_, nf4Scales_, nf4Map_;
 };
 
 }  // namespace ts::engine

@@ -298,5 +298,31 @@ TS_OP(AdamW8bit, void, adamw8bitUpdate,
       (param, grad, qm, qv, absM, absV, mapM, mapV, n, block, lr, beta1, beta2, eps, weight_decay,
        step))
 
+// NF4 dequantization (Nf4.h; QLoRA's frozen base weights): out[i] = code[q_i] * absmax' of its
+// block of 64, absmax' = map2[absmaxCodes[b]] * scales[1 + b / 256] + scales[0] (map2: the signed
+// 256-entry dynamic map, backend memory). dequantizeNf4Bf16 writes the same values rounded to
+// bf16 (the operand of a bf16 GEMM). One call per quantized tensor, n its element count.
+TS_OP_KIND(Nf4)
+TS_OP(Nf4, void, dequantizeNf4,
+      (float* out, const uint8_t* packed, const uint8_t* absmaxCodes, const float* scales,
+       const float* map2, int64_t n),
+      (out, packed, absmaxCodes, scales, map2, n))
+TS_OP(Nf4, void, dequantizeNf4Bf16,
+      (uint16_t * out, const uint8_t* packed, const uint8_t* absmaxCodes, const float* scales,
+       const float* map2, int64_t n),
+      (out, packed, absmaxCodes, scales, map2, n))
+
+// Knowledge distillation (Hinton et al.), fused per row like crossEntropyForwardBackward: with
+// p_t = softmax(teacher / T), q = softmax(logits / T) and the hard softmax s = softmax(logits),
+//   ce[i] = -log s[target];  kl[i] = sum_j p_t log(p_t / q)
+// and dlogits = dloss * ((1 - alpha) (s - onehot) + alpha T (q - p_t)), the gradient of
+// (1 - alpha) ce + alpha T^2 kl. A target < 0 is ignored: ce = kl = 0 and no gradient. dlogits
+// may alias logits; teacher is only read.
+TS_OP_KIND(Distill)
+TS_OP(Distill, void, distillForwardBackward,
+      (float* ce, float* kl, float* dlogits, const float* logits, const float* teacher,
+       const int32_t* targets, int N, int V, float temperature, float alpha, float dloss),
+      (ce, kl, dlogits, logits, teacher, targets, N, V, temperature, alpha, dloss))
+
 #undef TS_OP
 #undef TS_OP_KIND

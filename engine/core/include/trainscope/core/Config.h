@@ -125,6 +125,9 @@ struct DistillConfig {
   std::string teacher_checkpoint;  // empty = off
   double temperature = 2.0;
   double alpha = 0.5;
+  // How the frozen teacher is stored: auto (bf16 under a 16-bit policy, else fp32) | fp32 |
+  // bf16 | nf4 (its block linears as NF4, dequantized to bf16 for each GEMM).
+  std::string teacher_dtype = "auto";
 };
 
 struct CurriculumConfig {

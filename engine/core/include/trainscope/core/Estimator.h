@@ -80,6 +80,7 @@ MemoryEstimate estimateMemory(const RunConfig& config, const EstimateOptions& op
 nlohmann::json toJson(const MemoryEstimate& estimate);
 // The `memory_plan` event fields for a config (engine activation model).
 nlohmann::json memoryPlanJson(const RunConfig& config);
+nlohmann::json memoryPlanJson(const RunConfig& config, const EstimateOptions& options);
 
 // Human table (one block per distinct rank layout), as `trainscope-engine estimate` prints it.
 std::string formatMemoryTable(const MemoryEstimate& estimate);
@@ -129,7 +130,8 @@ double trainingFlopsPerToken(double psi, int layers, int hidden, int seq, bool f
 
 // bitsandbytes blockwise quantization: bytes to store n elements with `bits` per element and
 // one fp32 absmax per block; double_quant stores absmaxes in 8 bits (blocks of 256, one fp32
-// per block of absmaxes).
+// per block of absmaxes, plus the fp32 offset): exactly what the engine's NF4 tensors take
+// (kernels/Nf4.h).
 double blockwiseQuantBytes(double n, int bits, int block, bool doubleQuant = false);
 // 8-bit Adam state (Dettmers et al.): two 8-bit states + fp32 absmax per 256-block; tensors
 // with fewer than 4096 elements keep fp32 m and v.
