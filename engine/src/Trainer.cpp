@@ -101,8 +101,10 @@ double msSince(Clock::time_point t0) {
 }
 
 nlohmann::json memoryFields(const MemoryTracker& tracker, const core::RunConfig& config,
-                            const CompressionStats& st, const MemoryTracker* teacher) {
+                            const CompressionStats& st, const MemoryTracker* teacher,
+                            const nlohmann::json& params) {
   nlohmann::json j = core::toJson(tracker.report());
+  if (!params.is_null()) j["params"] = params;
   // The distillation teacher's share (already counted in the categories above).
   if (teacher) j["teacher"] = core::toJson(teacher->report());
   // Compression of the last forward: ratio = fp32 bytes / stored bytes of the compressed
@@ -261,6 +263,16 @@ TrainResult Trainer::run() {
     } catch (const std::exception& e) {
       return fail(std::string("distill.teacher_checkpoint: ") + e.what(), true);
     }
+  }
+  // Parameter counts for the dashboard (memory events): trainable vs frozen, NF4, teacher.
+  nlohmann::json paramCounts;
+  {
+    const ParamArena& pa = model->arena();
+    paramCounts = {{"total", pa.numParams()},
+                   {"trainable", pa.trainableParams()},
+                   {"frozen", pa.numParams() - pa.trainableParams()},
+                   {"nf4_bytes", pa.nf4Bytes()},
+                   {"teacher", teacher ? teacher->numParams() : 0}};
   }
   const DistillationLoss distillLoss(backend_, static_cast<float>(dc.temperature),
                                      static_cast<float>(dc.alpha));
@@ -461,8 +473,8 @@ TrainResult Trainer::run() {
     }
     if (std::isfinite(bestVal)) ev["best_val_loss"] = bestVal;
     emit(EventType::Eval, ev);
-    emit(EventType::Memory,
-         memoryFields(tracker_, config_, compStats, teacher ? &teacherTracker : nullptr));
+    emit(EventType::Memory, memoryFields(tracker_, config_, compStats,
+                                         teacher ? &teacherTracker : nullptr, paramCounts));
   };
 
   profiler::ProfileController profile(
@@ -640,8 +652,8 @@ TrainResult Trainer::run() {
     for (auto& w : profile.takeWarnings()) emit(EventType::Warning, {{"message", w}});
 
     if (step == firstStep + 1)
-      emit(EventType::Memory,
-           memoryFields(tracker_, config_, compStats, teacher ? &teacherTracker : nullptr));
+      emit(EventType::Memory, memoryFields(tracker_, config_, compStats,
+                                           teacher ? &teacherTracker : nullptr, paramCounts));
     const bool last = step >= config_.train.steps;
     if ((config_.train.eval_every > 0 && step % config_.train.eval_every == 0) || last) evaluate();
     drainCommands();

@@ -45,6 +45,11 @@ RunDashboard::RunDashboard(LiveRun* run, EngineClient* client, QWidget* parent)
   state_->setObjectName("SectionTitle");
   stats_ = new QLabel;
   stats_->setObjectName("Muted");
+  params_ = new QLabel;
+  params_->setObjectName("ParamCounts");
+  params_->setToolTip(
+      "Trainable parameters get gradients and optimizer state; frozen ones "
+      "(a LoRA base, an NF4 base, a distillation teacher) only their weights");
   eta_ = new QLabel;
   eta_->setObjectName("Muted");
   eta_->setMinimumWidth(140);
@@ -84,6 +89,7 @@ RunDashboard::RunDashboard(LiveRun* run, EngineClient* client, QWidget* parent)
   state_->setWordWrap(true);
   head->addWidget(state_);
   head->addWidget(stats_);
+  head->addWidget(params_);
   head->addWidget(progress_);
   head->addLayout(controls);
 
@@ -282,6 +288,32 @@ void RunDashboard::refresh() {
   loss_->setPoints(lossRaw_, minMaxEnvelope(run_->loss(), x0, x1, px));
   loss_->setPoints(lossSmooth_, minMaxEnvelope(run_->lossSmoothed(), x0, x1, px));
   loss_->setPoints(lossEval_, minMaxEnvelope(run_->evalLoss(), x0, x1, px));
+  if (!run_->distillCe().empty()) {  // distillation: both terms of the objective
+    if (distillCeS_ < 0) {
+      distillCeS_ = loss_->addSeries("hard CE", QColor("#16a34a"));
+      distillKlS_ = loss_->addSeries("KL to teacher", QColor("#9333ea"));
+    }
+    loss_->setPoints(distillCeS_, minMaxEnvelope(run_->distillCe(), x0, x1, px));
+    loss_->setPoints(distillKlS_, minMaxEnvelope(run_->distillKl(), x0, x1, px));
+  }
+  if (const auto& pc = run_->parameterCounts(); pc.is_object()) {
+    auto count = [](double n) {
+      return n >= 1e9   ? QString::number(n / 1e9, 'f', 2) + "B"
+             : n >= 1e6 ? QString::number(n / 1e6, 'f', 2) + "M"
+             : n >= 1e3 ? QString::number(n / 1e3, 'f', 1) + "K"
+                        : QString::number(n, 'f', 0);
+    };
+    const double total = pc.value("total", 0.0), trainable = pc.value("trainable", 0.0);
+    QString t = QStringLiteral("parameters: %1 trainable (%2%) · %3 frozen")
+                    .arg(count(trainable))
+                    .arg(total > 0 ? 100.0 * trainable / total : 0.0, 0, 'f', 2)
+                    .arg(count(pc.value("frozen", 0.0)));
+    if (pc.value("nf4_bytes", 0.0) > 0)
+      t += QStringLiteral(" (NF4, %1 MiB)").arg(pc.value("nf4_bytes", 0.0) / 1048576.0, 0, 'f', 1);
+    if (pc.value("teacher", 0.0) > 0)
+      t += QStringLiteral(" · teacher %1").arg(count(pc.value("teacher", 0.0)));
+    params_->setText(t);
+  }
   lr_->setPoints(lrS_, minMaxEnvelope(run_->lr(), x0, x1, lr_->plotPixels()));
   tps_->setPoints(tpsS_, minMaxEnvelope(run_->tokensPerS(), x0, x1, tps_->plotPixels()));
   if (run_->usesLossScale()) {

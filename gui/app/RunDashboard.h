@@ -56,9 +56,10 @@ class RunDashboard : public QWidget {
   QTimer* timer_;
   ChartView *loss_, *lr_, *tps_, *scale_, *memTime_;
   int lossRaw_, lossSmooth_, lossEval_, lrS_, tpsS_, scaleS_;
+  int distillCeS_ = -1, distillKlS_ = -1;  // added when a distillation run reports its terms
   std::vector<int> memTimeS_;
   MemoryBars* bars_;
-  QLabel *state_, *stats_, *eta_;
+  QLabel *state_, *stats_, *eta_, *params_;
   QProgressBar* progress_;
   QPlainTextEdit* log_;
   QSlider* smoothing_;

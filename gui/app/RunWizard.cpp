@@ -5,6 +5,7 @@
 
 #include <QCheckBox>
 #include <QComboBox>
+#include <QDir>
 #include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -36,6 +37,22 @@ QString issuePath(const core::ConfigIssue& i) {
   if (p.startsWith('/')) p = p.mid(1);
   p.replace('/', '.');
   return p;
+}
+
+// What a model path holds, from its file names: a Hugging Face folder, a trainscope
+// checkpoint, or nothing usable (said before launch rather than by the engine).
+QString describeModelPath(const std::string& path, const QString& empty) {
+  if (path.empty()) return empty;
+  QFileInfo fi(QString::fromStdString(path));
+  QDir dir(fi.isDir() ? fi.absoluteFilePath() : fi.absolutePath());
+  if (dir.exists("config.json") && !dir.exists("state.json"))
+    return "Hugging Face model folder: " + dir.absolutePath() +
+           (dir.exists("model.safetensors") || dir.exists("model.safetensors.index.json")
+                ? QString()
+                : QStringLiteral(" — no model.safetensors in it"));
+  if (dir.exists("state.json")) return "trainscope checkpoint: " + dir.absolutePath();
+  return "Not found or not a model: " + QString::fromStdString(path) +
+         " (expected a checkpoint directory or a folder with config.json)";
 }
 
 QString humanCount(double n) {
@@ -834,16 +851,38 @@ QWidget* RunWizard::buildFinetunePage() {
   QFormLayout* f;
   auto* g = group("Base model", &f);
   auto* baseRow = new QHBoxLayout;
-  baseRow->addWidget(binder_->text("finetune.base_checkpoint", "empty = train from scratch",
-                                   "Checkpoint whose weights the run starts from."),
-                     1);
-  auto* browse = new QPushButton("Browse…");
+  baseRow->addWidget(
+      binder_->text("finetune.base_checkpoint", "empty = train from scratch",
+                    "A trainscope checkpoint or a Hugging Face model folder (config.json + "
+                    "model.safetensors) whose weights the run starts from."),
+      1);
+  auto* browse = new QPushButton("Checkpoint…");
+  browse->setToolTip("A checkpoint's state.json");
   baseRow->addWidget(browse);
   connect(browse, &QPushButton::clicked, this, [this] {
-    const QString fn = QFileDialog::getOpenFileName(this, "Base checkpoint");
+    const QString fn =
+        QFileDialog::getOpenFileName(this, "Base checkpoint", {}, "Checkpoints (state.json)");
     if (!fn.isEmpty()) doc_->setValue("finetune.base_checkpoint", fn.toStdString());
   });
-  f->addRow("Checkpoint", baseRow);
+  auto* folder = new QPushButton("Folder…");
+  folder->setObjectName("BaseFolder");
+  folder->setToolTip("A Hugging Face model folder or a checkpoint directory");
+  baseRow->addWidget(folder);
+  connect(folder, &QPushButton::clicked, this, [this] {
+    const QString dir = QFileDialog::getExistingDirectory(this, "Base model folder");
+    if (!dir.isEmpty()) doc_->setValue("finetune.base_checkpoint", dir.toStdString());
+  });
+  f->addRow("Base", baseRow);
+  // What the chosen path is (a cheap look at two file names, no weights read).
+  auto* baseKind = new QLabel;
+  baseKind->setObjectName("BaseKind");
+  baseKind->setWordWrap(true);
+  f->addRow("", baseKind);
+  onChange_.push_back([this, baseKind] {
+    const auto v = doc_->value("finetune.base_checkpoint");
+    baseKind->setText(describeModelPath(v.is_string() ? v.get<std::string>() : std::string(),
+                                        "Training from scratch (random init)."));
+  });
   f->addRow(
       "Base weights",
       binder_->choice(
@@ -929,9 +968,18 @@ QWidget* RunWizard::buildFinetunePage() {
                    teacherPick_->currentData().toString().toStdString());
   });
   connect(tb, &QPushButton::clicked, this, [this] {
-    const QString fn = QFileDialog::getOpenFileName(this, "Teacher checkpoint");
-    if (!fn.isEmpty()) doc_->setValue("distill.teacher_checkpoint", fn.toStdString());
+    const QString dir =
+        QFileDialog::getExistingDirectory(this, "Teacher: checkpoint or model folder");
+    if (!dir.isEmpty()) doc_->setValue("distill.teacher_checkpoint", dir.toStdString());
   });
+  f->addRow("Teacher storage",
+            binder_->choice("distill.teacher_dtype",
+                            {{"Like the run (auto)", "auto"},
+                             {"fp32", "fp32"},
+                             {"bf16", "bf16"},
+                             {"NF4 4-bit", "nf4"}},
+                            "How the frozen teacher is kept: NF4 stores its linear layers in "
+                            "about half a byte per weight."));
   f->addRow("Temperature",
             binder_->doubleSpin(
                 "distill.temperature", 0.1, 100.0, 2,
@@ -947,7 +995,8 @@ QWidget* RunWizard::buildFinetunePage() {
   onChange_.push_back([this, teacherNow] {
     const auto t = doc_->value("distill.teacher_checkpoint");
     const QString s = t.is_string() ? QString::fromStdString(t.get<std::string>()) : QString();
-    teacherNow->setText(s.isEmpty() ? "Distillation is off." : "Teacher: " + s);
+    teacherNow->setText(s.isEmpty() ? "Distillation is off."
+                                    : describeModelPath(s.toStdString(), QString()));
   });
   v->addWidget(d);
   v->addWidget(issueLabel({"finetune", "distill"}));

@@ -31,7 +31,8 @@ void quantizeBlockwiseLut(const float* x, int64_t n, int block, const float* map
     }
     const float inv = 1.0f / am;
     for (int64_t i = lo; i < hi; ++i) {
-      const float v = std::clamp(x[i] * inv, -1.0f, 1.0f);
+      const float r = x[i] * inv;
+      const float v = r == r ? std::clamp(r, -1.0f, 1.0f) : 0.f;  // a NaN as 0, not UB
       // The shipped x86-64 binary fuses the last multiply-add.
       const float j = std::fma((v + 1.0f) * 0.5f, 65535.0f, 0.5f);
       codes[i] = lut[size_t(static_cast<int32_t>(j))];

@@ -287,12 +287,22 @@ TEST(Lora, FrozenBaseHasNoGradsAndNf4Base) {
 
   c.finetune.base_quant = "nf4";
   e = estimateMemory(c);
-  // Block linears (4C² + 3·C·11008 per layer) in NF4; embeddings, head and norms in bf16.
+  // Block linears (4 of C² and 3 of C·11008 per layer) in NF4 with double quantization, per
+  // tensor as bitsandbytes: n/2 bytes of codes, one byte per 64-block, an fp32 absmax per 256
+  // blocks and the fp32 offset; embeddings, head and norms in bf16.
+  auto nf4 = [](double n) { return n / 2 + n / 64 + 4 * std::ceil(n / 64 / 256) + 4; };
   const double lin = static_cast<double>(L * (4 * C * C + 3 * C * 11008));
   const double rest = static_cast<double>(e.params.frozen) - lin;
-  const double expected = lin * 0.5 + (lin / 64) * 4 + rest * 2 + 2.0 * lora;
-  EXPECT_NEAR(entry(e.report.ranks[0], MemoryTier::Device, MemoryCategory::Parameters), expected,
-              1);
+  const double quant = L * (4 * nf4(double(C * C)) + 3 * nf4(double(C * 11008)));
+  EXPECT_NEAR(entry(e.report.ranks[0], MemoryTier::Device, MemoryCategory::Parameters),
+              quant + rest * 2 + 2.0 * lora, 1);
+  EXPECT_NEAR(8 * quant / lin, 4.127, 1e-3);
+  // The PyTorch model follows bnb_4bit_use_double_quant (off): an fp32 absmax per block.
+  EstimateOptions pt;
+  pt.activation_model = ActivationModel::PyTorch;
+  e = estimateMemory(c, pt);
+  EXPECT_NEAR(entry(e.report.ranks[0], MemoryTier::Device, MemoryCategory::Parameters),
+              lin * 0.5 + (lin / 64) * 4 + rest * 2 + 2.0 * lora, 1);
 }
 
 // PaLM appendix B FLOPs: 6Ψ + 12·L·h·s per token (+ 2Ψ + 4·L·h·s with full recomputation).

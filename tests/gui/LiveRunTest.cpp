@@ -120,3 +120,36 @@ TEST(EngineClient, SeveralRanksUseMpirun) {
   EXPECT_EQ(p1, "/e/trainscope-engine");
   EXPECT_EQ(a1, QStringList({"run", "/r/run.json"}));
 }
+
+// A distillation run's two loss terms and a fine-tuning run's parameter counts (trainable vs
+// frozen, NF4 storage, the teacher) reach the model from the engine's step and memory events.
+TEST(LiveRun, DistillationTermsAndParameterCounts) {
+  LiveRun run("d");
+  EngineClient client(&run);
+  core::EventEncoder enc;
+  QByteArray stream;
+  for (int i = 1; i <= 4; ++i) {
+    core::StepEvent s;
+    s.step = i;
+    s.loss = 1.0;
+    nlohmann::json j = core::toJson(s);
+    j["distill_ce"] = 2.0 - 0.1 * i;
+    j["distill_kl"] = 0.5 - 0.05 * i;
+    stream += QByteArray::fromStdString(enc.encode(core::EventType::Step, j));
+  }
+  core::MemoryReport rep;
+  rep.ranks.resize(1);
+  nlohmann::json mem = core::toJson(rep);
+  mem["params"] = {
+      {"total", 1000}, {"trainable", 40}, {"frozen", 960}, {"nf4_bytes", 520}, {"teacher", 4000}};
+  stream += QByteArray::fromStdString(enc.encode(core::EventType::Memory, mem));
+  client.feed(stream);
+  ASSERT_EQ(run.distillCe().size(), 4u);
+  ASSERT_EQ(run.distillKl().size(), 4u);
+  EXPECT_DOUBLE_EQ(run.distillCe().lastY(), 1.6);
+  EXPECT_DOUBLE_EQ(run.distillKl().lastY(), 0.3);
+  ASSERT_TRUE(run.parameterCounts().is_object());
+  EXPECT_EQ(run.parameterCounts()["trainable"], 40);
+  EXPECT_EQ(run.parameterCounts()["frozen"], 960);
+  EXPECT_EQ(run.parameterCounts()["teacher"], 4000);
+}

@@ -6,6 +6,7 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QGroupBox>
+#include <QLabel>
 #include <QListWidget>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -251,4 +252,27 @@ TEST_F(WizardTest, LoraTargetsAreTheModelsModules) {
   boxFor("v_proj")->click();
   EXPECT_EQ(wiz->document()->value("finetune.lora.targets"), nlohmann::json({"q_proj", "v_proj"}));
   EXPECT_TRUE(wiz->document()->isValid());
+}
+
+// The fine-tuning page takes a Hugging Face folder or a checkpoint as the base and says which it
+// is (or that the path holds no model) before launch; the teacher's storage is a choice.
+TEST_F(WizardTest, BaseIsAFolderOrACheckpointAndTheWizardSaysWhich) {
+  RunWizard* wiz = win->wizard();
+  int page = -1;
+  for (int i = 0; i < wiz->pageCount(); ++i)
+    if (wiz->pageTitle(i).contains("Fine-tuning")) page = i;
+  ASSERT_GE(page, 0);
+  wiz->goToPage(page);
+  auto* kind = wiz->findChild<QLabel*>("BaseKind");
+  ASSERT_TRUE(kind);
+  ASSERT_TRUE(wiz->findChild<QPushButton*>("BaseFolder"));
+  const std::string hf = std::string(TRAINSCOPE_TEST_DATA) + "/lora_tiny/gpt2_base";
+  wiz->document()->setValue("finetune.base_checkpoint", hf);
+  EXPECT_TRUE(kind->text().startsWith("Hugging Face model folder")) << kind->text().toStdString();
+  wiz->document()->setValue("finetune.base_checkpoint", std::string("/nonexistent/base"));
+  EXPECT_TRUE(kind->text().startsWith("Not found")) << kind->text().toStdString();
+  wiz->document()->setValue("finetune.base_checkpoint", std::string());
+  EXPECT_TRUE(kind->text().contains("scratch"));
+  wiz->document()->setValue("distill.teacher_dtype", std::string("nf4"));
+  EXPECT_EQ(wiz->document()->value("distill.teacher_dtype"), "nf4");
 }

@@ -36,7 +36,9 @@ LiveRun::LiveRun(QString name, QObject* parent)
       evalLoss_(kCurveCapacity),
       lr_(kCurveCapacity),
       tps_(kCurveCapacity),
-      lossScale_(kCurveCapacity) {}
+      lossScale_(kCurveCapacity),
+      distillCe_(kCurveCapacity),
+      distillKl_(kCurveCapacity) {}
 
 bool LiveRun::isActive() const {
   return state_ == RunState::Starting || state_ == RunState::Running ||
@@ -110,11 +112,18 @@ void LiveRun::apply(const core::Event& e) {
       case EventType::MemoryPlan:
         predicted_ = core::memoryReportFromJson(e.body);
         break;
-      case EventType::Step:
+      case EventType::Step: {
         applyStep(core::stepEventFromJson(e.body), e.time);
+        const double x = static_cast<double>(lastStep_);
+        if (e.body.contains("distill_ce") && e.body["distill_ce"].is_number())
+          distillCe_.append(x, e.body["distill_ce"].get<double>());
+        if (e.body.contains("distill_kl") && e.body["distill_kl"].is_number())
+          distillKl_.append(x, e.body["distill_kl"].get<double>());
         break;
+      }
       case EventType::Memory: {
         measured_ = core::memoryReportFromJson(e.body);
+        if (e.body.contains("params") && e.body["params"].is_object()) params_ = e.body["params"];
         if (memTime_.size() < measured_->ranks.size())
           memTime_.resize(measured_->ranks.size(), SeriesBuffer(1 << 16));
         for (size_t r = 0; r < measured_->ranks.size(); ++r) {

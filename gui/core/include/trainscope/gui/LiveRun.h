@@ -72,6 +72,12 @@ class LiveRun : public QObject {
   const SeriesBuffer& loss() const { return loss_; }
   const SeriesBuffer& lossSmoothed() const { return lossEma_; }
   const SeriesBuffer& evalLoss() const { return evalLoss_; }
+  // Distillation: the two terms of the objective per step (step events' distill_ce / _kl).
+  const SeriesBuffer& distillCe() const { return distillCe_; }
+  const SeriesBuffer& distillKl() const { return distillKl_; }
+  // The model's parameter counts from memory events ({total, trainable, frozen, nf4_bytes,
+  // teacher}), null until one arrives.
+  const nlohmann::json& parameterCounts() const { return params_; }
   const SeriesBuffer& lr() const { return lr_; }
   const SeriesBuffer& tokensPerS() const { return tps_; }
   const SeriesBuffer& lossScale() const { return lossScale_; }
@@ -106,7 +112,8 @@ class LiveRun : public QObject {
   bool usesLossScale_ = false;
   bool dirty_ = true;
   DebiasedEma ema_{0.9};
-  SeriesBuffer loss_, lossEma_, evalLoss_, lr_, tps_, lossScale_;
+  SeriesBuffer loss_, lossEma_, evalLoss_, lr_, tps_, lossScale_, distillCe_, distillKl_;
+  nlohmann::json params_;
   std::vector<SeriesBuffer> memTime_;
   std::optional<core::MemoryReport> measured_, predicted_;
   nlohmann::json hello_, config_;
