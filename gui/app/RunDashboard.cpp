@@ -308,8 +308,9 @@ void RunDashboard::refresh() {
                     .arg(count(trainable))
                     .arg(total > 0 ? 100.0 * trainable / total : 0.0, 0, 'f', 2)
                     .arg(count(pc.value("frozen", 0.0)));
-    if (pc.value("nf4_bytes", 0.0) > 0)
-      t += QStringLiteral(" (NF4, %1 MiB)").arg(pc.value("nf4_bytes", 0.0) / 1048576.0, 0, 'f', 1);
+    if (const double b = pc.value("nf4_bytes", 0.0); b > 0)
+      t += b >= 1048576.0 ? QStringLiteral(" (NF4, %1 MiB)").arg(b / 1048576.0, 0, 'f', 1)
+                          : QStringLiteral(" (NF4, %1 KiB)").arg(b / 1024.0, 0, 'f', 1);
     if (pc.value("teacher", 0.0) > 0)
       t += QStringLiteral(" · teacher %1").arg(count(pc.value("teacher", 0.0)));
     params_->setText(t);
