@@ -54,6 +54,24 @@ GptConfig inferenceConfig(const core::RunConfig& rc, int64_t vocab) {
   return g;
 }
 
+// A checkpoint directory (or its state.json): the directory, its state and its run config.
+struct CheckpointConfig {
+  fs::path dir;
+  nlohmann::json state;
+  core::RunConfig config;
+};
+CheckpointConfig readCheckpointConfig(const std::string& path) {
+  CheckpointConfig c{fs::path(path), {}, {}};
+  std::error_code ec;
+  if (fs::is_regular_file(c.dir, ec)) c.dir = c.dir.parent_path();
+  c.state = readJson(c.dir / "state.json");
+  const auto parsed = core::parseConfigJson(c.state.value("config", nlohmann::json::object()));
+  if (!parsed.ok() || !parsed.config)
+    throw CheckpointError((c.dir / "state.json").string() + ": its run config does not parse");
+  c.config = *parsed.config;
+  return c;
+}
+
 }  // namespace
 
 BaseWeights loadBase(const std::string& path, ParamArena& arena, const core::ModelConfig* run,
@@ -84,17 +102,11 @@ BaseWeights loadBase(const std::string& path, ParamArena& arena, const core::Mod
 
 core::ModelConfig modelConfigAt(const std::string& path) {
   if (isHfModelFolder(path)) return openHfModel(path).model;
-  fs::path dir(path);
-  std::error_code ec;
-  if (fs::is_regular_file(dir, ec)) dir = dir.parent_path();
-  const nlohmann::json state = readJson(dir / "state.json");
-  const auto parsed = core::parseConfigJson(state.value("config", nlohmann::json::object()));
-  if (!parsed.ok() || !parsed.config)
-    throw CheckpointError((dir / "state.json").string() + ": its run config does not parse");
-  core::ModelConfig m = parsed.config->model;
-  std::string base;
-  if (state.value("weights", "all") == "trainable") base = parsed.config->finetune.base_checkpoint;
-  m.vocab = static_cast<int>(vocabOf(*parsed.config, dir, base));
+  const CheckpointConfig c = readCheckpointConfig(path);
+  core::ModelConfig m = c.config.model;
+  const bool adapters = c.state.value("weights", "all") == "trainable";
+  m.vocab = static_cast<int>(
+      vocabOf(c.config, c.dir, adapters ? c.config.finetune.base_checkpoint : std::string()));
   return m;
 }
 
@@ -123,14 +135,10 @@ LoadedModel loadModelFrom(const std::string& path, kernels::Backend* backend,
     if (out.model->mixed()) out.model->roundWeights();
     return out;
   }
-  fs::path dir(path);
-  std::error_code ec;
-  if (fs::is_regular_file(dir, ec)) dir = dir.parent_path();
-  const nlohmann::json state = readJson(dir / "state.json");
-  const auto parsed = core::parseConfigJson(state.value("config", nlohmann::json::object()));
-  if (!parsed.ok() || !parsed.config)
-    throw CheckpointError((dir / "state.json").string() + ": its run config does not parse");
-  out.config = *parsed.config;
+  const CheckpointConfig cc = readCheckpointConfig(path);
+  const fs::path& dir = cc.dir;
+  const nlohmann::json& state = cc.state;
+  out.config = cc.config;
   out.adapterOnly = state.value("weights", "all") == "trainable";
   if (out.adapterOnly) {
     const auto extra = state.value("extra", nlohmann::json::object());

@@ -151,12 +151,6 @@ void ParamArena::dequantizeBf16(const ParamInfo& p, uint16_t* dst) const {
                               nf4Scales_.f32() + p.nf4.scales, nf4Map_.f32(), p.numel);
 }
 
-void ParamArena::dequantize(const ParamInfo& p, float* dst) const {
-  backend_->dequantizeNf4(dst, static_cast<const uint8_t*>(nf4Packed_.data()) + p.nf4.packed,
-                          static_cast<const uint8_t*>(nf4Codes_.data()) + p.nf4.codes,
-                          nf4Scales_.f32() + p.nf4.scales, nf4Map_.f32(), p.numel);
-}
-
 std::vector<float> ParamArena::hostValues(const ParamInfo& p) const {
   if (p.quantized()) return dequantizedToHost(p);
   std::vector<float> out(size_t(p.numel));

@@ -257,3 +257,18 @@ TEST(QloraTrainer, FineTunesAnNf4BaseAndResumesBitwise) {
     fs::remove_all(baseDir);
   }
 }
+
+// An NF4 base multiplies in bf16 GEMMs: fp8 is refused before a run starts, naming the key.
+TEST(QloraTrainer, Fp8WithAnNf4BaseIsRefusedNamingTheKey) {
+  auto c = ts::testsupport::tinyAdditionConfig();
+  c.finetune.base_quant = "nf4";
+  c.finetune.lora.r = 2;
+  c.precision.policy = "fp8";
+  const auto issues = unsupportedFeatures(c);
+  ASSERT_EQ(issues.size(), 1u);
+  EXPECT_EQ(issues[0].path, "finetune.base_quant");
+  EXPECT_NE(issues[0].message.find("use precision.policy bf16 or fp32"), std::string::npos)
+      << issues[0].message;
+  c.precision.policy = "bf16";
+  EXPECT_TRUE(unsupportedFeatures(c).empty());
+}

@@ -212,13 +212,19 @@ TEST_F(WizardTest, LlamaThroughTheModelPage) {
 // The fine-tuning page lists LoRA targets by the model's own module names (PEFT's target names),
 // follows the architecture, reads short names in the config as the modules they select, and
 // writes module names back.
+// Shows the wizard page whose title contains `title`; false when there is none.
+static bool goToPageTitled(RunWizard* wiz, const QString& title) {
+  for (int i = 0; i < wiz->pageCount(); ++i)
+    if (wiz->pageTitle(i).contains(title)) {
+      wiz->goToPage(i);
+      return true;
+    }
+  return false;
+}
+
 TEST_F(WizardTest, LoraTargetsAreTheModelsModules) {
   RunWizard* wiz = win->wizard();
-  int page = -1;
-  for (int i = 0; i < wiz->pageCount(); ++i)
-    if (wiz->pageTitle(i).contains("Fine-tuning")) page = i;
-  ASSERT_GE(page, 0);
-  wiz->goToPage(page);
+  ASSERT_TRUE(goToPageTitled(wiz, "Fine-tuning"));
   auto* box = wiz->findChild<QWidget*>("LoraTargets");
   ASSERT_TRUE(box);
   auto labels = [&] {
@@ -258,11 +264,7 @@ TEST_F(WizardTest, LoraTargetsAreTheModelsModules) {
 // is (or that the path holds no model) before launch; the teacher's storage is a choice.
 TEST_F(WizardTest, BaseIsAFolderOrACheckpointAndTheWizardSaysWhich) {
   RunWizard* wiz = win->wizard();
-  int page = -1;
-  for (int i = 0; i < wiz->pageCount(); ++i)
-    if (wiz->pageTitle(i).contains("Fine-tuning")) page = i;
-  ASSERT_GE(page, 0);
-  wiz->goToPage(page);
+  ASSERT_TRUE(goToPageTitled(wiz, "Fine-tuning"));
   auto* kind = wiz->findChild<QLabel*>("BaseKind");
   ASSERT_TRUE(kind);
   ASSERT_TRUE(wiz->findChild<QPushButton*>("BaseFolder"));

@@ -108,11 +108,10 @@ class ParamArena {
 
   // NF4 tensors: quantizes fp32 host values (p.numel) into p's storage (bit for bit as
   // bitsandbytes); host values of p dequantized (fp32); p dequantized into backend memory as bf16
-  // or fp32 (a GEMM operand). The buffers and the signed dynamic map the kernels read.
+  // (a GEMM operand).
   void setQuantized(const ParamInfo& p, const float* host);
   std::vector<float> dequantizedToHost(const ParamInfo& p) const;
   void dequantizeBf16(const ParamInfo& p, uint16_t* dst) const;
-  void dequantize(const ParamInfo& p, float* dst) const;
   int64_t nf4Bytes() const;  // all three NF4 buffers
   // Host copy of any tensor's fp32 values (dequantized when NF4).
   std::vector<float> hostValues(const ParamInfo& p) const;
