@@ -8,6 +8,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ccache # toolchain (ccache: faster rebuilds)
   nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3 # core: JSON, command line, run store
+  libicu-dev                                             # tokenizer.json: Unicode regex + normalization (ICU)
   libdnnl-dev ocl-icd-opencl-dev                         # CPU GEMM (oneDNN; its CMake config needs OpenCL)
   libopenmpi-dev openmpi-bin                             # distributed ranks
   libgtest-dev libgmock-dev googletest libbenchmark-dev  # tests and benchmarks
