@@ -13,7 +13,7 @@ namespace ts::app {
 
 void addEvaluateCommand(CLI::App& app, int& exitCode) {
   struct Options {
-    std::string model, text, tokens;
+    std::string model, text, tokens, tokenizer;
     int seq = 128;
     bool json = false;
   };
@@ -22,7 +22,10 @@ void addEvaluateCommand(CLI::App& app, int& exitCode) {
       "evaluate", "Mean cross-entropy and perplexity of a checkpoint or Hugging Face folder");
   cmd->add_option("MODEL", opts->model, "Checkpoint directory or Hugging Face model folder")
       ->required();
-  auto* text = cmd->add_option("--text", opts->text, "UTF-8 text (byte tokenizer)");
+  auto* text = cmd->add_option("--text", opts->text,
+                               "UTF-8 text, through the model's tokenizer (bytes when it has none)");
+  cmd->add_option("--tokenizer", opts->tokenizer,
+                  "For --text: a tokenizer.json (or a folder with one), or 'bytes'");
   auto* tok = cmd->add_option("--tokens", opts->tokens, "Little-endian uint16 token ids");
   text->excludes(tok);
   cmd->add_option("--seq", opts->seq, "Window length in tokens (default 128)")
@@ -35,8 +38,11 @@ void addEvaluateCommand(CLI::App& app, int& exitCode) {
       return;
     }
     try {
+      const std::string tokenizer = opts->tokenizer == "bytes" ? ""
+                                    : opts->tokenizer.empty()  ? engine::modelTokenizer(opts->model)
+                                                               : opts->tokenizer;
       const auto tokens = opts->text.empty() ? engine::readTokenFile(opts->tokens)
-                                             : engine::readTextTokens(opts->text);
+                                             : engine::readTextTokens(opts->text, tokenizer);
       auto backend = kernels::makeCpuBackend();
       const auto r = engine::evaluateModel(opts->model, tokens, opts->seq, backend.get());
       if (opts->json)

@@ -1,4 +1,4 @@
-// `trainscope-engine export-hf CHECKPOINT --out DIR [--merge] [--shard-size BYTES]`: a checkpoint
+// `trainscope-engine export-hf CHECKPOINT --out DIR [--merge] [--shard-size BYTES] [--dtype D]`: a checkpoint
 // as a Hugging Face folder (HfExport.h); a LoRA run's as PEFT adapter files, or merged.
 #include <cstdio>
 #include <memory>
@@ -15,6 +15,7 @@ void addExportHfCommand(CLI::App& app, int& exitCode) {
     std::string checkpoint, out;
     bool merge = false;
     int64_t shardBytes = int64_t(5) << 30;
+    std::string dtype = "fp32";
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
@@ -28,11 +29,15 @@ void addExportHfCommand(CLI::App& app, int& exitCode) {
                   "Largest model.safetensors shard in bytes (default 5 GiB; above it: shards "
                   "and model.safetensors.index.json)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--dtype", opts->dtype,
+                  "Tensor storage: fp32 (default), bf16 or fp16 (rounded to nearest even)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd->callback([opts, &exitCode] {
     try {
       engine::HfExportOptions o;
       o.merge = opts->merge;
       o.shardBytes = opts->shardBytes;
+      o.dtype = opts->dtype;
       const auto r = engine::exportHf(opts->checkpoint, opts->out, o);
       std::printf("exported %lld tensors (%s) to %s:", static_cast<long long>(r.tensors),
                   r.adapter ? "PEFT LoRA adapter" : "model", opts->out.c_str());

@@ -113,10 +113,12 @@ CheckpointInfo saveCheckpoint(const std::string& parentDir, ParamArena& model, O
 }
 
 CheckpointInfo saveWeightsCheckpoint(const std::string& dir, ParamArena& arena,
-                                     const nlohmann::json& config, const nlohmann::json& extra) {
+                                     const nlohmann::json& config, const nlohmann::json& extra,
+                                     const std::vector<std::string>& attachments) {
   NoOptimizer none;
   TrainingState st;
   st.extra = extra;
+  st.attachments = attachments;
   return saveTo(fs::path(dir), arena, none, config, st);
 }
 
@@ -174,6 +176,14 @@ CheckpointInfo saveTo(const fs::path& final, ParamArena& model, Optimizer& optim
                    {{"bytes", modelBytes.size()}, {"fnv1a64", hex64(fnv1a64(modelBytes))}}},
                   {"optimizer.safetensors",
                    {{"bytes", optBytes.size()}, {"fnv1a64", hex64(fnv1a64(optBytes))}}}};
+    for (const std::string& src : state.attachments) {
+      const std::string name = fs::path(src).filename().string();
+      if (s["files"].contains(name) || name == "state.json")
+        throw CheckpointError("cannot attach " + src + ": the checkpoint has its own " + name);
+      const std::string bytes = readFile(src);
+      writeFileDurable(tmp / name, bytes);
+      s["files"][name] = {{"bytes", bytes.size()}, {"fnv1a64", hex64(fnv1a64(bytes))}};
+    }
     const std::string checksum = stateChecksum(s);
     s["checksum"] = checksum;
     const std::string stateBytes = s.dump(1);
@@ -203,7 +213,8 @@ CheckpointInfo saveTo(const fs::path& final, ParamArena& model, Optimizer& optim
     info.path = final.string();
     info.checksum = checksum;
     info.step = state.step;
-    info.bytes = static_cast<int64_t>(modelBytes.size() + optBytes.size() + stateBytes.size());
+    info.bytes = static_cast<int64_t>(stateBytes.size());
+    for (const auto& [name, f] : s["files"].items()) info.bytes += f["bytes"].get<int64_t>();
     return info;
   } catch (const std::filesystem::filesystem_error& e) {
     std::error_code ec2;
@@ -239,9 +250,8 @@ nlohmann::json readVerifiedState(const fs::path& dir) {
   return s;
 }
 
-// One of the files the sidecar lists, its size and checksum verified, parsed.
-SafetensorsFile readVerifiedFile(const fs::path& dir, const nlohmann::json& s,
-                                 const std::string& name) {
+// One of the files the sidecar lists, its size and checksum verified.
+std::string readListedFile(const fs::path& dir, const nlohmann::json& s, const std::string& name) {
   const fs::path p = dir / name;
   std::string bytes = readFile(p);
   try {
@@ -256,8 +266,14 @@ SafetensorsFile readVerifiedFile(const fs::path& dir, const nlohmann::json& s,
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError((dir / "state.json").string() + " is malformed: " + e.what());
   }
+  return bytes;
+}
+
+SafetensorsFile readVerifiedFile(const fs::path& dir, const nlohmann::json& s,
+                                 const std::string& name) {
+  std::string bytes = readListedFile(dir, s, name);
   try {
-    return SafetensorsFile::parse(std::move(bytes), p.string());
+    return SafetensorsFile::parse(std::move(bytes), (dir / name).string());
   } catch (const FormatError& e) {
     throw CheckpointError(e.what());
   }
@@ -414,6 +430,23 @@ void pruneCheckpoints(const std::string& parentDir, int keep) {
   }
   std::sort(dirs.begin(), dirs.end());
   for (size_t i = 0; i + keep < dirs.size(); ++i) fs::remove_all(dirs[i], ec);
+}
+
+std::vector<std::string> checkpointAttachments(const std::string& path) {
+  fs::path dir(path);
+  std::error_code ec;
+  if (fs::is_regular_file(dir, ec)) dir = dir.parent_path();
+  const nlohmann::json s = readVerifiedState(dir);
+  std::vector<std::string> out;
+  if (!s.contains("files") || !s["files"].is_object()) return out;
+  for (const auto& [name, f] : s["files"].items()) {
+    if (name == "model.safetensors" || name == "optimizer.safetensors") continue;
+    if (name.find('/') != std::string::npos || name == ".." || name.empty())
+      throw CheckpointError((dir / "state.json").string() + " lists a file outside it: " + name);
+    readListedFile(dir, s, name);
+    out.push_back((dir / name).string());
+  }
+  return out;
 }
 
 }  // namespace ts::engine

@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <string>
+
+#include "trainscope/engine/ByteTokenizer.h"
+#include "trainscope/engine/HfTokenizer.h"
 
 namespace ts::engine {
 
@@ -89,6 +93,42 @@ void Rng::restore(const nlohmann::json& state) {
   std::copy(s, s + 4, s_);
 }
 
+TextTokenizer TextTokenizer::forRun(const core::RunConfig& config) {
+  TextTokenizer t;
+  const std::string path = resolveTokenizerPath(config);
+  if (path.empty()) return t;
+  try {
+    t.hf_ = std::make_shared<HfTokenizer>(HfTokenizer::load(path));
+  } catch (const TokenizerError& e) {
+    throw DatasetError(std::string(e.what()) + " (data.tokenizer" +
+                       (config.data.tokenizer.empty() ? ": the base model's" : "") + ")");
+  }
+  return t;
+}
+
+std::vector<int32_t> TextTokenizer::encode(std::string_view text, bool addSpecialTokens) const {
+  return hf_ ? hf_->encode(text, addSpecialTokens) : ByteTokenizer::encode(text);
+}
+std::string TextTokenizer::decode(const std::vector<int32_t>& tokens) const {
+  return hf_ ? hf_->decode(tokens) : ByteTokenizer::decode(tokens);
+}
+int TextTokenizer::vocabSize() const {
+  return hf_ ? hf_->vocabSize() : ByteTokenizer::kVocabSize;
+}
+int32_t TextTokenizer::bosId() const {
+  return hf_ ? hf_->bosId() : -1;
+}
+int32_t TextTokenizer::eosId() const {
+  return hf_ ? hf_->eosId() : -1;
+}
+std::string TextTokenizer::describe() const {
+  return hf_ ? "tokenizer '" + hf_->path() + "' (" + hf_->describe() + ")"
+             : "byte tokenizer, vocab 256";
+}
+std::vector<std::string> TextTokenizer::files() const {
+  return hf_ ? HfTokenizer::filesOf(hf_->path()) : std::vector<std::string>{};
+}
+
 int curriculumLength(double fraction, int T) {
   const int minLen = std::min(T, 8);
   const int len = static_cast<int>(std::ceil(std::clamp(fraction, 0.0, 1.0) * T - 1e-9));
@@ -96,6 +136,21 @@ int curriculumLength(double fraction, int T) {
 }
 
 }  // namespace detail
+
+std::string resolveTokenizerPath(const core::RunConfig& config) {
+  const std::string& t = config.data.tokenizer;
+  if (t == "bytes") return "";
+  if (!t.empty()) {
+    const std::string file = HfTokenizer::findIn(t);
+    std::error_code ec;
+    if (file.empty() && !std::filesystem::is_regular_file(t, ec))
+      throw DatasetError("data.tokenizer '" + t +
+                         "' is neither a tokenizer.json nor a folder holding one: allowed \"\" "
+                         "(the base model's), \"bytes\", or a tokenizer.json path");
+    return file.empty() ? t : file;
+  }
+  return HfTokenizer::findIn(config.finetune.base_checkpoint);
+}
 
 std::unique_ptr<Dataset> makeDataset(const core::RunConfig& config) {
   const core::DataConfig& d = config.data;
@@ -114,9 +169,11 @@ std::unique_ptr<Dataset> makeDataset(const core::RunConfig& config) {
     ds = detail::makeTextDataset(config);
   } else if (d.source == "tokens") {
     ds = detail::makeTokenDataset(config);
+  } else if (d.source == "jsonl") {
+    ds = detail::makeJsonlDataset(config);
   } else {
     throw DatasetError("data.source '" + d.source +
-                       "' is unknown: allowed synthetic | text | tokens");
+                       "' is unknown: allowed synthetic | text | tokens | jsonl");
   }
   if (config.model.vocab != 0 && config.model.vocab < ds->vocabSize())
     throw DatasetError("model.vocab " + std::to_string(config.model.vocab) +

@@ -13,6 +13,9 @@
 #include "trainscope/engine/HfModel.h"
 #include "trainscope/engine/ModelSource.h"
 #include "trainscope/engine/Safetensors.h"
+#include "trainscope/engine/Evaluate.h"
+#include "trainscope/engine/HfTokenizer.h"
+#include "trainscope/kernels/Numeric.h"
 #include "trainscope/profiler/Tracer.h"
 
 namespace ts::engine {
@@ -35,7 +38,7 @@ std::pair<std::string, bool> hfName(const core::TensorSpec& t, const std::string
   return {"transformer." + base, t.role == core::TensorRole::LinearWeight};
 }
 
-nlohmann::json hfConfig(const GptConfig& g, const core::RunConfig& c) {
+nlohmann::json hfConfigFp32(const GptConfig& g, const core::RunConfig& c) {
   if (g.architecture == "llama") {
     const auto a = g.arch();
     return {{"architectures", {"LlamaForCausalLM"}},
@@ -75,6 +78,29 @@ nlohmann::json hfConfig(const GptConfig& g, const core::RunConfig& c) {
           {"torch_dtype", "float32"}};
 }
 
+nlohmann::json hfConfig(const GptConfig& g, const core::RunConfig& c, const std::string& torchDtype) {
+  nlohmann::json j = hfConfigFp32(g, c);
+  j["torch_dtype"] = torchDtype;  // transformers 4.x reads torch_dtype, 5.x dtype
+  j["dtype"] = torchDtype;
+  return j;
+}
+
+// Tensor bytes in the export's dtype and its safetensors name.
+std::pair<std::string, std::string> encodeTensor(const std::vector<float>& v,
+                                                 const std::string& dtype) {
+  if (dtype == "fp32")
+    return {"F32", std::string(reinterpret_cast<const char*>(v.data()), 4 * v.size())};
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    h[i] = dtype == "bf16" ? kernels::floatToBf16(v[i]) : kernels::floatToFp16(v[i]);
+  return {dtype == "bf16" ? "BF16" : "F16",
+          std::string(reinterpret_cast<const char*>(h.data()), 2 * h.size())};
+}
+
+int dtypeBytes(const std::string& dtype) {
+  return dtype == "fp32" ? 4 : 2;
+}
+
 }  // namespace
 
 HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
@@ -82,7 +108,10 @@ HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
   profiler::ScopedRange range("export_hf", profiler::SpanCategory::IO);
   std::error_code ec;
   auto backend = kernels::makeCpuBackend();
+  if (options.dtype != "fp32" && options.dtype != "bf16" && options.dtype != "fp16")
+    throw std::invalid_argument("--dtype '" + options.dtype + "' is unknown: allowed fp32 | bf16 | fp16");
   LoadedModel lm = loadModelFrom(checkpoint, backend.get(), nullptr);
+  checkpointAttachments(checkpoint);  // a damaged tokenizer file stops the export here
   if (lm.hfFolder) throw std::invalid_argument(checkpoint + " is already a Hugging Face folder");
   Gpt& model = *lm.model;
   const core::RunConfig& rc = lm.config;
@@ -158,7 +187,7 @@ HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
           it.data = std::move(t);
           it.shape = {i, o};
         }
-        total += 4 * p.numel;
+        total += dtypeBytes(options.dtype) * p.numel;
         items.push_back(std::move(it));
         ++result.tensors;
       }
@@ -166,7 +195,7 @@ HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
       std::vector<std::vector<const Item*>> shards(1);
       int64_t inShard = 0;
       for (const auto& it : items) {
-        const int64_t b = 4 * int64_t(it.data.size());
+        const int64_t b = dtypeBytes(options.dtype) * int64_t(it.data.size());
         if (inShard > 0 && inShard + b > options.shardBytes) {
           shards.emplace_back();
           inShard = 0;
@@ -184,7 +213,8 @@ HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
         SafetensorsWriter w;
         w.setMetadata("format", "pt");
         for (const Item* it : shards[s]) {
-          w.add(it->name, "F32", it->shape, it->data.data(), 4 * it->data.size());
+          const auto [dt, bytes] = encodeTensor(it->data, options.dtype);
+          w.add(it->name, dt, it->shape, bytes.data(), bytes.size());
           weightMap[it->name] = fn;
         }
         writeFile(tmp / fn, w.serialize());
@@ -196,8 +226,18 @@ HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
                       .dump(2));
         result.files.push_back("model.safetensors.index.json");
       }
-      writeFile(tmp / "config.json", hfConfig(g, rc).dump(2));
+      const char* torchDtype = options.dtype == "bf16"   ? "bfloat16"
+                               : options.dtype == "fp16" ? "float16"
+                                                         : "float32";
+      writeFile(tmp / "config.json", hfConfig(g, rc, torchDtype).dump(2));
       result.files.push_back("config.json");
+    }
+    // The run's tokenizer, so the folder is complete for transformers' AutoTokenizer.
+    for (const std::string& f : HfTokenizer::filesOf(modelTokenizer(checkpoint))) {
+      const fs::path name = fs::path(f).filename();
+      fs::copy_file(f, tmp / name, fs::copy_options::overwrite_existing, ec);
+      if (ec) throw CheckpointError("cannot copy " + f + ": " + ec.message());
+      result.files.push_back(name.string());
     }
     fs::remove_all(target, ec);
     fs::rename(tmp, target, ec);

@@ -7,6 +7,7 @@
 
 #include "trainscope/core/ModelSpec.h"
 #include "trainscope/engine/Checkpoint.h"
+#include "trainscope/engine/HfTokenizer.h"
 #include "trainscope/profiler/Tracer.h"
 
 namespace ts::engine {
@@ -235,7 +236,8 @@ size_t importHfModel(const std::string& dir, const std::string& out) {
   const nlohmann::json extra = {
       {"imported_from",
        {{"path", dir}, {"architecture", hf.architecture}, {"fingerprint", hfFingerprint(hf)}}}};
-  saveWeightsCheckpoint(out, arena, core::toJson(rc), extra);
+  saveWeightsCheckpoint(out, arena, core::toJson(rc), extra,
+                        HfTokenizer::filesOf(HfTokenizer::findIn(dir)));
   return n;
 }
 
@@ -302,7 +304,11 @@ std::vector<std::string> loadHfWeights(const HfModel& hf, ParamArena& arena) {
     const auto& e = file.entry(src.name);
     std::vector<int64_t> want = p.shape;
     if (src.transpose && want.size() == 2) std::swap(want[0], want[1]);
-    if (e.shape != want)
+    // GPT-2 trained or evaluated on windows shorter than n_positions: the first seq_len rows
+    // of the position table are the positions used.
+    const bool positionPrefix = p.name == "wpe" && e.shape.size() == 2 && want.size() == 2 &&
+                                e.shape[1] == want[1] && e.shape[0] > want[0];
+    if (e.shape != want && !positionPrefix)
       throw FormatError(file.origin() + ": tensor '" + src.name + "' has shape " +
                         nlohmann::json(e.shape).dump() + ", the run's model needs " +
                         nlohmann::json(want).dump());
@@ -319,7 +325,17 @@ std::vector<std::string> loadHfWeights(const HfModel& hf, ParamArena& arena) {
     const auto& src = hf.tensors.at(p.name);
     if (p.quantized()) tmp2.resize(size_t(p.numel));
     float* dst = p.quantized() ? tmp2.data() : host.data() + p.offset;
-    if (!src.transpose) {
+    const auto& e = hf.files[src.file].entry(src.name);
+    const int64_t stored = e.shape.empty() ? 1 : [&] {
+      int64_t n = 1;
+      for (int64_t d : e.shape) n *= d;
+      return n;
+    }();
+    if (stored > p.numel) {  // the position table's first rows (checked above)
+      tmp.resize(static_cast<size_t>(stored));
+      hf.files[src.file].readAsF32(src.name, tmp.data(), stored);
+      std::copy(tmp.begin(), tmp.begin() + p.numel, dst);
+    } else if (!src.transpose) {
       hf.files[src.file].readAsF32(src.name, dst, p.numel);
     } else {
       tmp.resize(static_cast<size_t>(p.numel));

@@ -794,6 +794,18 @@ std::string HfTokenizer::findIn(const std::string& folder) {
   return fs::is_regular_file(p, ec) ? p.string() : "";
 }
 
+std::vector<std::string> HfTokenizer::filesOf(const std::string& tokenizerJson) {
+  namespace fs = std::filesystem;
+  if (tokenizerJson.empty()) return {};
+  std::vector<std::string> out = {tokenizerJson};
+  std::error_code ec;
+  for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
+    const fs::path p = fs::path(tokenizerJson).parent_path() / name;
+    if (fs::is_regular_file(p, ec)) out.push_back(p.string());
+  }
+  return out;
+}
+
 HfTokenizer HfTokenizer::load(const std::string& path) {
   namespace fs = std::filesystem;
   std::string file = findIn(path);

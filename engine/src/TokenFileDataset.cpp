@@ -1,5 +1,6 @@
-// File-backed corpora: a UTF-8 text file through the byte tokenizer (vocab 256), or a
-// pre-tokenized file of little-endian uint16 ids (vocab = model.vocab).
+// File-backed corpora: a UTF-8 text file through the run's tokenizer (the model's
+// tokenizer.json, else bytes: vocab 256), or a pre-tokenized file of little-endian uint16 ids
+// (vocab = model.vocab).
 // The last val_fraction of the tokens is the validation part, the rest the training part, so
 // the two never overlap. Training rows are windows of T+1 tokens at stride T, visited in a
 // seeded random order that is reshuffled every epoch; validation rows are the same windows
@@ -37,9 +38,10 @@ std::string readWholeFile(const std::string& path, const char* what) {
 
 class TokenFileDataset final : public Dataset {
  public:
-  TokenFileDataset(const core::RunConfig& config, std::string kind, std::vector<uint16_t> tokens,
-                   int vocab)
+  TokenFileDataset(const core::RunConfig& config, std::string kind, std::vector<int32_t> tokens,
+                   int vocab, TextTokenizer tokenizer = {})
       : kind_(std::move(kind)),
+        tokenizer_(std::move(tokenizer)),
         path_(config.data.path),
         vocab_(vocab),
         seed_(config.train.seed),
@@ -47,7 +49,7 @@ class TokenFileDataset final : public Dataset {
         tokens_(std::move(tokens)) {
     const int64_t n = static_cast<int64_t>(tokens_.size());
     const int64_t seq = config.model.seq_len + 1;
-    const std::string unit = kind_ == "text" ? " tokens (bytes)" : " tokens";
+    const std::string unit = kind_ == "text" && tokenizer_.bytes() ? " tokens (bytes)" : " tokens";
     if (n < seq)
       throw DatasetError(fileWord() + " '" + path_ + "' has " + std::to_string(n) + unit +
                          ", fewer than one sequence (model.seq_len + 1 = " + std::to_string(seq) +
@@ -70,8 +72,8 @@ class TokenFileDataset final : public Dataset {
   int vocabSize() const override { return vocab_; }
 
   std::string describe() const override {
-    const std::string how = kind_ == "text" ? "byte tokenizer, vocab 256"
-                                            : "uint16 ids, vocab " + std::to_string(vocab_);
+    const std::string how =
+        kind_ == "text" ? tokenizer_.describe() : "uint16 ids, vocab " + std::to_string(vocab_);
     return fileWord() + " '" + path_ + "' (" + how + "): " + std::to_string(tokens_.size()) +
            " tokens, " + std::to_string(trainCount_) + " train / " + std::to_string(valCount_) +
            " val";
@@ -135,7 +137,7 @@ class TokenFileDataset final : public Dataset {
   void setDifficulty(double fraction) override { fraction_ = std::clamp(fraction, 0.0, 1.0); }
 
   std::string decode(const std::vector<int32_t>& tokens) const override {
-    if (kind_ == "text") return ByteTokenizer::decode(tokens);
+    if (kind_ == "text") return tokenizer_.decode(tokens);
     std::string s;
     for (int32_t t : tokens) {
       if (!s.empty()) s.push_back(' ');
@@ -143,6 +145,8 @@ class TokenFileDataset final : public Dataset {
     }
     return s;
   }
+
+  std::vector<std::string> tokenizerFiles() const override { return tokenizer_.files(); }
 
   nlohmann::json state() const override {
     return {{"kind", kind_}, {"epoch", epoch_},       {"cursor", cursor_},
@@ -189,11 +193,13 @@ class TokenFileDataset final : public Dataset {
       std::swap(perm_[i - 1], perm_[rng.below(static_cast<uint64_t>(i))]);
   }
 
-  std::string kind_, path_;
+  std::string kind_;
+  TextTokenizer tokenizer_;
+  std::string path_;
   int vocab_;
   uint64_t seed_;
   std::string curriculum_;
-  std::vector<uint16_t> tokens_;
+  std::vector<int32_t> tokens_;
   int64_t trainCount_ = 0, valCount_ = 0;
   int64_t epoch_ = 0, cursor_ = 0;
   int permT_ = 0;
@@ -204,11 +210,12 @@ class TokenFileDataset final : public Dataset {
 }  // namespace
 
 std::unique_ptr<Dataset> makeTextDataset(const core::RunConfig& config) {
+  TextTokenizer tokenizer = TextTokenizer::forRun(config);
   const std::string bytes = readWholeFile(config.data.path, "text");
-  std::vector<uint16_t> tokens(bytes.size());
-  for (size_t i = 0; i < bytes.size(); ++i) tokens[i] = static_cast<unsigned char>(bytes[i]);
-  return std::make_unique<TokenFileDataset>(config, "text", std::move(tokens),
-                                            ByteTokenizer::kVocabSize);
+  std::vector<int32_t> tokens = tokenizer.encode(bytes);
+  const int vocab = tokenizer.vocabSize();
+  return std::make_unique<TokenFileDataset>(config, "text", std::move(tokens), vocab,
+                                            std::move(tokenizer));
 }
 
 std::unique_ptr<Dataset> makeTokenDataset(const core::RunConfig& config) {
@@ -224,11 +231,11 @@ std::unique_ptr<Dataset> makeTokenDataset(const core::RunConfig& config) {
     throw DatasetError("token file '" + path + "' has an odd length (" +
                        std::to_string(bytes.size()) +
                        " bytes); expected little-endian uint16 ids, 2 bytes each");
-  std::vector<uint16_t> tokens(bytes.size() / 2);
+  std::vector<int32_t> tokens(bytes.size() / 2);
   for (size_t i = 0; i < tokens.size(); ++i) {
     const auto lo = static_cast<unsigned char>(bytes[2 * i]);
     const auto hi = static_cast<unsigned char>(bytes[2 * i + 1]);
-    tokens[i] = static_cast<uint16_t>(lo | (hi << 8));
+    tokens[i] = lo | (hi << 8);
     if (tokens[i] >= vocab)
       throw DatasetError("token file '" + path + "': token " + std::to_string(i) +
                          " at byte offset " + std::to_string(2 * i) + " has id " +

@@ -364,6 +364,7 @@ TrainResult Trainer::run() {
     st.step = step;
     st.tokens = tokens;
     st.data = data->state();
+    st.attachments = data->tokenizerFiles();
     st.extra = {
         {"best_val_loss", std::isfinite(bestVal) ? nlohmann::json(bestVal) : nlohmann::json()},
         {"reason", why}};

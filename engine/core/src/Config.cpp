@@ -431,9 +431,10 @@ void visitSchema(C& c, V& v) {
   });
   v.section("data", [&] {
     auto& d = c.data;
-    v.field("source", d.source, oneOf({"synthetic", "text", "tokens"}));
+    v.field("source", d.source, oneOf({"synthetic", "text", "tokens", "jsonl"}));
     v.field("task", d.task, oneOf({"addition", "grammar", ""}));
     v.field("path", d.path, any());
+    v.field("tokenizer", d.tokenizer, any());
     v.field("digits", d.digits, closed(1, 18));
     v.field("val_fraction", d.val_fraction, halfOpen(0, 1));
   });

@@ -389,7 +389,9 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
     est.vocab = cfg.model.vocab;
   } else if (source == "synthetic" && lower(cfg.data.task) == "addition") {
     est.vocab = 14;
-  } else if (source == "text") {
+  } else if ((source == "text" || source == "jsonl") &&
+             (cfg.data.tokenizer.empty() || lower(cfg.data.tokenizer) == "bytes") &&
+             cfg.finetune.base_checkpoint.empty()) {
     est.vocab = 256;
   } else {
     est.vocab = std::max<int64_t>(1, opt.default_vocab);

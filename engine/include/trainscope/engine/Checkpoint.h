@@ -3,6 +3,7 @@
 //   model.safetensors      the weights under their names (wte, h.0.attn.c_attn.weight, ...); with
 //                          frozen tensors (LoRA) only the trainable ones ("weights": "trainable")
 //   optimizer.safetensors  optimizer state, one flat tensor per state (exp_avg, exp_avg_sq, ...)
+//   tokenizer.json, ...    the run's tokenizer files when it had them (TrainingState::attachments)
 //   state.json             the sidecar: step, tokens, optimizer step count, data position (the
 //                          Dataset state with its RNG), resolved config, each file's size and
 //                          FNV-1a 64 checksum, and a checksum of the sidecar itself.
@@ -31,6 +32,9 @@ struct TrainingState {
   int64_t tokens = 0;                               // training tokens seen
   nlohmann::json data = nlohmann::json::object();   // Dataset::state()
   nlohmann::json extra = nlohmann::json::object();  // best val loss, ...
+  // Files copied into the checkpoint as they are (the run's tokenizer.json and
+  // tokenizer_config.json), listed and verified like the others; export-hf passes them on.
+  std::vector<std::string> attachments;
 };
 
 struct CheckpointInfo {
@@ -64,7 +68,12 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& arena, Opti
 // resume) and state.json with `config`.
 CheckpointInfo saveWeightsCheckpoint(const std::string& dir, ParamArena& arena,
                                      const nlohmann::json& config,
-                                     const nlohmann::json& extra = nlohmann::json::object());
+                                     const nlohmann::json& extra = nlohmann::json::object(),
+                                     const std::vector<std::string>& attachments = {});
+
+// The files a checkpoint carries besides weights and state (tokenizer.json, ...), each verified
+// against the sidecar: full paths. Throws CheckpointError on a damaged one.
+std::vector<std::string> checkpointAttachments(const std::string& path);
 
 // A fine-tuning base (finetune.base_checkpoint): the full weights of a trainscope checkpoint
 // (verified as loadCheckpoint does) into the arena's fp32 values by name; every tensor of the

@@ -1,10 +1,12 @@
 #pragma once
-// Training data sources (issue 3, "Data"): built-in synthetic corpora (addition, a tiny
-// grammar), UTF-8 text files with a byte-level tokenizer, and pre-tokenized uint16 files.
+// Training data sources: built-in synthetic corpora (addition, a tiny grammar), UTF-8 text files
+// (the model's own tokenizer, else bytes), pre-tokenized uint16 files, and instruction data
+// (jsonl: prompt/completion or text per line, one padded sample per row).
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -13,6 +15,8 @@
 #include "trainscope/core/Config.h"
 
 namespace ts::engine {
+
+class HfTokenizer;
 
 // Bad data input (missing/empty/short file, bad token ids, config that cannot fit the data).
 // The message names the file (or config field) and the problem.
@@ -49,6 +53,9 @@ class Dataset {
   // "length" (shorter sequences, rest of the row ignored). No-op when type is "none".
   virtual void setDifficulty(double fraction) { (void)fraction; }
   virtual std::string decode(const std::vector<int32_t>& tokens) const = 0;  // valid UTF-8
+  // The tokenizer files the data was tokenized with (tokenizer.json, tokenizer_config.json):
+  // checkpoints carry them so export-hf can pass them on. Empty for bytes and token files.
+  virtual std::vector<std::string> tokenizerFiles() const { return {}; }
   virtual nlohmann::json state() const = 0;               // data position + RNG, for checkpoints
   virtual void restore(const nlohmann::json& state) = 0;  // resume reproduces the same batches;
                                                           // throws DatasetError on a bad state
@@ -58,6 +65,12 @@ class Dataset {
 // seeded by config.train.seed. Throws DatasetError with a message naming the file and the
 // problem. model.vocab: 0 = take the data's vocab; for source "tokens" it is required.
 std::unique_ptr<Dataset> makeDataset(const core::RunConfig& config);
+
+// The tokenizer.json text and jsonl data go through: data.tokenizer when it names one, else the
+// fine-tuning base's own (finetune.base_checkpoint: a Hugging Face folder or a checkpoint that
+// carries one); "" = the byte tokenizer. Throws DatasetError when data.tokenizer names a path
+// without one.
+std::string resolveTokenizerPath(const core::RunConfig& config);
 
 namespace detail {
 
@@ -76,6 +89,23 @@ class Rng {
   uint64_t s_[4];
 };
 
+// Text through the run's tokenizer (resolveTokenizerPath): a tokenizer.json, or bytes.
+class TextTokenizer {
+ public:
+  static TextTokenizer forRun(const core::RunConfig& config);  // throws DatasetError
+  std::vector<int32_t> encode(std::string_view text, bool addSpecialTokens = false) const;
+  std::string decode(const std::vector<int32_t>& tokens) const;  // valid UTF-8
+  int vocabSize() const;
+  int32_t bosId() const;  // -1: none (bytes)
+  int32_t eosId() const;
+  std::string describe() const;  // "byte tokenizer, vocab 256" / "tokenizer.json '...' (...)"
+  std::vector<std::string> files() const;  // tokenizer.json and its tokenizer_config.json
+  bool bytes() const { return !hf_; }
+
+ private:
+  std::shared_ptr<const HfTokenizer> hf_;
+};
+
 uint64_t mix64(uint64_t x);       // SplitMix64 finalizer: a good 64-bit hash
 double unitFromHash(uint64_t h);  // top 53 bits as a double in [0, 1)
 // Length curriculum: tokens used per row at `fraction` (at least min(T, 8), at most T).
@@ -86,6 +116,7 @@ std::unique_ptr<Dataset> makeAdditionDataset(const core::RunConfig& config);
 std::unique_ptr<Dataset> makeGrammarDataset(const core::RunConfig& config);
 std::unique_ptr<Dataset> makeTextDataset(const core::RunConfig& config);
 std::unique_ptr<Dataset> makeTokenDataset(const core::RunConfig& config);
+std::unique_ptr<Dataset> makeJsonlDataset(const core::RunConfig& config);
 
 }  // namespace detail
 

@@ -5,7 +5,8 @@
 // model.safetensors.index.json above `shardBytes`. A LoRA run's checkpoint becomes PEFT's
 // adapter_model.safetensors (keys base_model.model.<module path>.lora_A.weight / .lora_B.weight)
 // and adapter_config.json; with `merge` the merged model instead (W + scaling B A), its base
-// read from where the run's checkpoint says it came from.
+// read from where the run's checkpoint says it came from. The tokenizer files the run had
+// (kept with its checkpoint, or its base's) are copied alongside.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@ namespace ts::engine {
 struct HfExportOptions {
   bool merge = false;
   int64_t shardBytes = int64_t(5) << 30;  // transformers' default max_shard_size is 5 GB
+  std::string dtype = "fp32";              // fp32 | bf16 | fp16: the tensors' storage (RNE)
 };
 
 struct HfExportResult {

@@ -41,8 +41,9 @@ bool isHfModelFolder(const std::string& path);
 // missing from the index's file.
 HfModel openHfModel(const std::string& dir);
 // Every tensor of `arena` from the model (converted to fp32; LoRA adapters, which a base does
-// not have, are skipped): shapes checked first, so the arena is untouched on any error. Returns
-// the names loaded.
+// not have, are skipped): shapes checked first, so the arena is untouched on any error. A GPT-2
+// position table longer than the run's model.seq_len gives its first seq_len rows (an export
+// of such a run has n_positions = seq_len). Returns the names loaded.
 std::vector<std::string> loadHfWeights(const HfModel& hf, ParamArena& arena);
 
 // The model.* keys of the folder's shape differing from `run` (the run must describe the

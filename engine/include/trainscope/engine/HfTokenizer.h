@@ -34,6 +34,9 @@ class HfTokenizer {
   static HfTokenizer load(const std::string& path);
   // The folder's (or checkpoint's) tokenizer.json, or "" when it has none.
   static std::string findIn(const std::string& folder);
+  // A tokenizer.json and the files of the same tokenizer next to it (tokenizer_config.json,
+  // special_tokens_map.json): what a checkpoint and an exported folder carry.
+  static std::vector<std::string> filesOf(const std::string& tokenizerJson);
 
   // `addSpecialTokens`: apply the post-processor (LLaMA's leading <s>), as the library's
   // encode(text, add_special_tokens=True). Invalid UTF-8 is read as U+FFFD.

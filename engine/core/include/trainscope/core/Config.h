@@ -28,9 +28,12 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string source = "synthetic";  // synthetic | text | tokens
+  std::string source = "synthetic";  // synthetic | text | tokens | jsonl
   std::string task = "addition";     // addition | grammar (synthetic only)
-  std::string path;                  // text or tokens file
+  std::string path;                  // text, tokens or jsonl file
+  // text/jsonl: "" = the fine-tuning base's tokenizer.json when it has one, else bytes;
+  // "bytes"; or a tokenizer.json (or a folder holding one).
+  std::string tokenizer;
   int digits = 3;                    // addition difficulty
   double val_fraction = 0.1;
 };
