@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -229,7 +230,16 @@ HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
       const char* torchDtype = options.dtype == "bf16"   ? "bfloat16"
                                : options.dtype == "fp16" ? "float16"
                                                          : "float32";
-      writeFile(tmp / "config.json", hfConfig(g, rc, torchDtype).dump(2));
+      nlohmann::json cfg = hfConfig(g, rc, torchDtype);
+      // Special-token ids from the run's tokenizer (GPT2Config's default, 50256, would point
+      // outside a smaller vocabulary).
+      const std::string tokFile = modelTokenizer(checkpoint);
+      std::optional<HfTokenizer> tok;
+      if (!tokFile.empty()) tok = HfTokenizer::load(tokFile);
+      auto idOrNull = [](int32_t id) { return id >= 0 ? nlohmann::json(id) : nlohmann::json(); };
+      cfg["bos_token_id"] = tok ? idOrNull(tok->bosId()) : nlohmann::json();
+      cfg["eos_token_id"] = tok ? idOrNull(tok->eosId()) : nlohmann::json();
+      writeFile(tmp / "config.json", cfg.dump(2));
       result.files.push_back("config.json");
     }
     // The run's tokenizer, so the folder is complete for transformers' AutoTokenizer.

@@ -368,6 +368,7 @@ TEST(HfTiny, ImportTrainExportKeepsTheTokenizerAndBf16LoadsBack) {
     EXPECT_EQ(readFile(out / "tokenizer.json"), readFile(kTiny / "gpt2" / "tokenizer.json"));
     const json cfg = json::parse(std::ifstream(out / "config.json"));
     EXPECT_EQ(cfg["torch_dtype"], std::string(dtype) == "bf16" ? "bfloat16" : "float32");
+    EXPECT_EQ(cfg["eos_token_id"], 0);  // <|endoftext|> of the tiny tokenizer, not GPT-2's 50256
     const HfModel hf = openHfModel(out.string());
     EXPECT_EQ(hf.files[0].entry("transformer.wte.weight").dtype,
               std::string(dtype) == "bf16" ? "BF16" : "F32");
