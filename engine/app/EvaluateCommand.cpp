@@ -8,6 +8,7 @@
 
 #include "Commands.h"
 #include "trainscope/engine/Evaluate.h"
+#include "trainscope/engine/ModelSource.h"
 
 namespace ts::app {
 
@@ -22,8 +23,8 @@ void addEvaluateCommand(CLI::App& app, int& exitCode) {
       "evaluate", "Mean cross-entropy and perplexity of a checkpoint or Hugging Face folder");
   cmd->add_option("MODEL", opts->model, "Checkpoint directory or Hugging Face model folder")
       ->required();
-  auto* text = cmd->add_option("--text", opts->text,
-                               "UTF-8 text, through the model's tokenizer (bytes when it has none)");
+  auto* text = cmd->add_option(
+      "--text", opts->text, "UTF-8 text, through the model's tokenizer (bytes when it has none)");
   cmd->add_option("--tokenizer", opts->tokenizer,
                   "For --text: a tokenizer.json (or a folder with one), or 'bytes'");
   auto* tok = cmd->add_option("--tokens", opts->tokens, "Little-endian uint16 token ids");

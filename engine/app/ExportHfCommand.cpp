@@ -1,5 +1,5 @@
-// `trainscope-engine export-hf CHECKPOINT --out DIR [--merge] [--shard-size BYTES] [--dtype D]`: a checkpoint
-// as a Hugging Face folder (HfExport.h); a LoRA run's as PEFT adapter files, or merged.
+// `trainscope-engine export-hf CHECKPOINT --out DIR [--merge] [--shard-size BYTES] [--dtype D]`: a
+// checkpoint as a Hugging Face folder (HfExport.h); a LoRA run's as PEFT adapter files, or merged.
 #include <cstdio>
 #include <memory>
 #include <string>

@@ -1,15 +1,11 @@
 #include "trainscope/engine/Evaluate.h"
 
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
 
-#include <nlohmann/json.hpp>
-
 #include "trainscope/engine/ByteTokenizer.h"
-#include "trainscope/engine/HfModel.h"
 #include "trainscope/engine/HfTokenizer.h"
 #include "trainscope/engine/ModelSource.h"
 #include "trainscope/profiler/Tracer.h"
@@ -23,24 +19,6 @@ std::string readAll(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 }  // namespace
-
-std::string modelTokenizer(const std::string& model) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const std::string dir =
-      fs::is_regular_file(model, ec) ? fs::path(model).parent_path().string() : model;
-  if (std::string own = HfTokenizer::findIn(dir); !own.empty()) return own;
-  if (isHfModelFolder(dir)) return "";
-  // A checkpoint without one (an older LoRA run): its base's.
-  try {
-    std::ifstream in(fs::path(dir) / "state.json");
-    const nlohmann::json s = nlohmann::json::parse(in, nullptr, false);
-    if (s.is_object() && s.contains("config") && s["config"].contains("finetune"))
-      return HfTokenizer::findIn(s["config"]["finetune"].value("base_checkpoint", ""));
-  } catch (const std::exception&) {
-  }
-  return "";
-}
 
 std::vector<int32_t> readTextTokens(const std::string& path, const std::string& tokenizer) {
   const std::string text = readAll(path);

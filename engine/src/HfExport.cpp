@@ -12,10 +12,9 @@
 #include "trainscope/engine/Checkpoint.h"
 #include "trainscope/engine/Gpt.h"
 #include "trainscope/engine/HfModel.h"
+#include "trainscope/engine/HfTokenizer.h"
 #include "trainscope/engine/ModelSource.h"
 #include "trainscope/engine/Safetensors.h"
-#include "trainscope/engine/Evaluate.h"
-#include "trainscope/engine/HfTokenizer.h"
 #include "trainscope/kernels/Numeric.h"
 #include "trainscope/profiler/Tracer.h"
 
@@ -39,49 +38,48 @@ std::pair<std::string, bool> hfName(const core::TensorSpec& t, const std::string
   return {"transformer." + base, t.role == core::TensorRole::LinearWeight};
 }
 
-nlohmann::json hfConfigFp32(const GptConfig& g, const core::RunConfig& c) {
+// config.json; `torchDtype` names the tensors' storage (transformers 4.x reads torch_dtype,
+// 5.x dtype).
+nlohmann::json hfConfig(const GptConfig& g, const core::RunConfig& c,
+                        const std::string& torchDtype) {
+  nlohmann::json j;
   if (g.architecture == "llama") {
     const auto a = g.arch();
-    return {{"architectures", {"LlamaForCausalLM"}},
-            {"model_type", "llama"},
-            {"hidden_size", g.d_model},
-            {"intermediate_size", a.dFf},
-            {"num_hidden_layers", g.layers},
-            {"num_attention_heads", g.heads},
-            {"num_key_value_heads", a.kvHeads},
-            {"head_dim", a.headDim()},
-            {"vocab_size", g.vocab},
-            {"max_position_embeddings", g.seq_len},
-            {"rms_norm_eps", 1e-5},
-            {"rope_theta", g.ropeTheta},
-            {"hidden_act", "silu"},
-            {"attention_bias", false},
-            {"mlp_bias", false},
-            {"attention_dropout", c.model.dropout},
-            {"tie_word_embeddings", false},
-            {"torch_dtype", "float32"}};
+    j = {{"architectures", {"LlamaForCausalLM"}},
+         {"model_type", "llama"},
+         {"hidden_size", g.d_model},
+         {"intermediate_size", a.dFf},
+         {"num_hidden_layers", g.layers},
+         {"num_attention_heads", g.heads},
+         {"num_key_value_heads", a.kvHeads},
+         {"head_dim", a.headDim()},
+         {"vocab_size", g.vocab},
+         {"max_position_embeddings", g.seq_len},
+         {"rms_norm_eps", 1e-5},
+         {"rope_theta", g.ropeTheta},
+         {"hidden_act", "silu"},
+         {"attention_bias", false},
+         {"mlp_bias", false},
+         {"attention_dropout", c.model.dropout},
+         {"tie_word_embeddings", false}};
+  } else {
+    j = {{"architectures", {"GPT2LMHeadModel"}},
+         {"model_type", "gpt2"},
+         {"n_layer", g.layers},
+         {"n_head", g.heads},
+         {"n_embd", g.d_model},
+         {"n_positions", g.seq_len},
+         {"n_ctx", g.seq_len},
+         {"n_inner", nullptr},
+         {"vocab_size", g.vocab},
+         {"activation_function", g.relu ? "relu" : "gelu_new"},
+         {"layer_norm_epsilon", 1e-5},
+         {"resid_pdrop", c.model.dropout},
+         {"embd_pdrop", c.model.dropout},
+         {"attn_pdrop", 0.0},
+         {"tie_word_embeddings", true}};
   }
-  return {{"architectures", {"GPT2LMHeadModel"}},
-          {"model_type", "gpt2"},
-          {"n_layer", g.layers},
-          {"n_head", g.heads},
-          {"n_embd", g.d_model},
-          {"n_positions", g.seq_len},
-          {"n_ctx", g.seq_len},
-          {"n_inner", nullptr},
-          {"vocab_size", g.vocab},
-          {"activation_function", g.relu ? "relu" : "gelu_new"},
-          {"layer_norm_epsilon", 1e-5},
-          {"resid_pdrop", c.model.dropout},
-          {"embd_pdrop", c.model.dropout},
-          {"attn_pdrop", 0.0},
-          {"tie_word_embeddings", true},
-          {"torch_dtype", "float32"}};
-}
-
-nlohmann::json hfConfig(const GptConfig& g, const core::RunConfig& c, const std::string& torchDtype) {
-  nlohmann::json j = hfConfigFp32(g, c);
-  j["torch_dtype"] = torchDtype;  // transformers 4.x reads torch_dtype, 5.x dtype
+  j["torch_dtype"] = torchDtype;
   j["dtype"] = torchDtype;
   return j;
 }
@@ -110,9 +108,11 @@ HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
   std::error_code ec;
   auto backend = kernels::makeCpuBackend();
   if (options.dtype != "fp32" && options.dtype != "bf16" && options.dtype != "fp16")
-    throw std::invalid_argument("--dtype '" + options.dtype + "' is unknown: allowed fp32 | bf16 | fp16");
+    throw std::invalid_argument("--dtype '" + options.dtype +
+                                "' is unknown: allowed fp32 | bf16 | fp16");
   LoadedModel lm = loadModelFrom(checkpoint, backend.get(), nullptr);
   checkpointAttachments(checkpoint);  // a damaged tokenizer file stops the export here
+  const std::string tokenizerFile = modelTokenizer(checkpoint);
   if (lm.hfFolder) throw std::invalid_argument(checkpoint + " is already a Hugging Face folder");
   Gpt& model = *lm.model;
   const core::RunConfig& rc = lm.config;
@@ -233,9 +233,8 @@ HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
       nlohmann::json cfg = hfConfig(g, rc, torchDtype);
       // Special-token ids from the run's tokenizer (GPT2Config's default, 50256, would point
       // outside a smaller vocabulary).
-      const std::string tokFile = modelTokenizer(checkpoint);
       std::optional<HfTokenizer> tok;
-      if (!tokFile.empty()) tok = HfTokenizer::load(tokFile);
+      if (!tokenizerFile.empty()) tok = HfTokenizer::load(tokenizerFile);
       auto idOrNull = [](int32_t id) { return id >= 0 ? nlohmann::json(id) : nlohmann::json(); };
       cfg["bos_token_id"] = tok ? idOrNull(tok->bosId()) : nlohmann::json();
       cfg["eos_token_id"] = tok ? idOrNull(tok->eosId()) : nlohmann::json();
@@ -243,7 +242,7 @@ HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
       result.files.push_back("config.json");
     }
     // The run's tokenizer, so the folder is complete for transformers' AutoTokenizer.
-    for (const std::string& f : HfTokenizer::filesOf(modelTokenizer(checkpoint))) {
+    for (const std::string& f : HfTokenizer::filesOf(tokenizerFile)) {
       const fs::path name = fs::path(f).filename();
       fs::copy_file(f, tmp / name, fs::copy_options::overwrite_existing, ec);
       if (ec) throw CheckpointError("cannot copy " + f + ": " + ec.message());

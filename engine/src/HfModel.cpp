@@ -3,6 +3,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <numeric>
 #include <set>
 
 #include "trainscope/core/ModelSpec.h"
@@ -146,9 +148,13 @@ HfModel openHfModel(const std::string& dir) {
       f.refuse("rms_norm_eps", "must be 1e-5 (the engine's RMSNorm epsilon)");
     hf.tiedHead = f.flag("tie_word_embeddings", false);
   } else {
-    throw FormatError(cfgPath + ": architecture '" + hf.architecture +
-                      "' is not supported (GPT2LMHeadModel, LlamaForCausalLM, "
-                      "MistralForCausalLM)");
+    // Qwen2 is llama-shaped but its q/k/v projections always have biases.
+    const std::string why = hf.architecture == "Qwen2ForCausalLM"
+                                ? " (its q/k/v projections have biases, which the llama "
+                                  "description does not have)"
+                                : "";
+    throw FormatError(cfgPath + ": architecture '" + hf.architecture + "' is not supported" + why +
+                      ": allowed GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM");
   }
   // The weights: one file, or the shards an index names.
   std::map<std::string, size_t> where;  // name in the files -> file index
@@ -326,11 +332,8 @@ std::vector<std::string> loadHfWeights(const HfModel& hf, ParamArena& arena) {
     if (p.quantized()) tmp2.resize(size_t(p.numel));
     float* dst = p.quantized() ? tmp2.data() : host.data() + p.offset;
     const auto& e = hf.files[src.file].entry(src.name);
-    const int64_t stored = e.shape.empty() ? 1 : [&] {
-      int64_t n = 1;
-      for (int64_t d : e.shape) n *= d;
-      return n;
-    }();
+    const int64_t stored =
+        std::accumulate(e.shape.begin(), e.shape.end(), int64_t(1), std::multiplies<>());
     if (stored > p.numel) {  // the position table's first rows (checked above)
       tmp.resize(static_cast<size_t>(stored));
       hf.files[src.file].readAsF32(src.name, tmp.data(), stored);

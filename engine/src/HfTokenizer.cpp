@@ -142,8 +142,7 @@ class Regex {
     uregex_close(re);
     utext_close(text);
     if (U_FAILURE(st))
-      throw TokenizerError(std::string("tokenizer: regular expression failed: ") +
-                           u_errorName(st));
+      throw TokenizerError(std::string("tokenizer: regular expression failed: ") + u_errorName(st));
     return out;
   }
 
@@ -289,6 +288,13 @@ struct HfTokenizer::Impl {
   int32_t vocabSize = 0;
   int32_t bos = -1, eos = -1;
 
+  int32_t tokenId(std::string_view token) const {
+    for (const AddedToken& a : added)
+      if (a.content == token) return a.id;
+    const auto it = vocab.find(std::string(token));
+    return it == vocab.end() ? -1 : it->second;
+  }
+
   [[noreturn]] void fail(const std::string& msg) const {
     throw TokenizerError("tokenizer '" + file + "': " + msg);
   }
@@ -317,6 +323,21 @@ template <class T>
 T getOr(const json& j, const char* key, T fallback) {
   if (!j.is_object() || !j.contains(key) || j[key].is_null()) return fallback;
   return j[key].get<T>();
+}
+
+// A Sequence's children (j[key]), each with its field path for messages.
+void eachChild(const json& j, const char* key, const std::string& field,
+               const std::function<void(const json&, const std::string&)>& parse) {
+  const json& list = j.value(key, json::array());
+  for (size_t i = 0; i < list.size(); ++i)
+    parse(list[i], field + "." + key + "[" + std::to_string(i) + "]");
+}
+
+// Metaspace's prepend_scheme (always | first | never), or the older add_prefix_space flag.
+std::string metaspaceScheme(const json& j) {
+  const std::string scheme = getOr<std::string>(j, "prepend_scheme", "");
+  if (!scheme.empty()) return scheme;
+  return getOr(j, "add_prefix_space", true) ? "always" : "never";
 }
 
 }  // namespace
@@ -349,9 +370,8 @@ void HfTokenizer::Impl::parseNormalizer(const json& n, const std::string& field)
     });
   };
   if (type == "Sequence") {
-    const json& list = n.value("normalizers", json::array());
-    for (size_t i = 0; i < list.size(); ++i)
-      parseNormalizer(list[i], field + ".normalizers[" + std::to_string(i) + "]");
+    eachChild(n, "normalizers", field,
+              [&](const json& c, const std::string& f) { parseNormalizer(c, f); });
   } else if (type == "Prepend") {
     const std::string pre = n.value("prepend", "");
     normalizer.push_back([pre](std::string& s) {
@@ -395,9 +415,8 @@ void HfTokenizer::Impl::parsePreTokenizer(const json& p, const std::string& fiel
   if (p.is_null()) return;
   const std::string type = typeOf(p);
   if (type == "Sequence") {
-    const json& list = p.value("pretokenizers", json::array());
-    for (size_t i = 0; i < list.size(); ++i)
-      parsePreTokenizer(list[i], field + ".pretokenizers[" + std::to_string(i) + "]");
+    eachChild(p, "pretokenizers", field,
+              [&](const json& c, const std::string& f) { parsePreTokenizer(c, f); });
   } else if (type == "ByteLevel") {
     byteLevel = true;
     const bool prefixSpace = getOr(p, "add_prefix_space", false);
@@ -439,8 +458,7 @@ void HfTokenizer::Impl::parsePreTokenizer(const json& p, const std::string& fiel
     });
   } else if (type == "Metaspace") {
     const std::string rep = p.value("replacement", "\xE2\x96\x81");
-    std::string scheme = getOr<std::string>(p, "prepend_scheme", "");
-    if (scheme.empty()) scheme = getOr(p, "add_prefix_space", true) ? "always" : "never";
+    const std::string scheme = metaspaceScheme(p);
     if (scheme != "always" && scheme != "first" && scheme != "never")
       fail(field + ".prepend_scheme '" + scheme + "' is unknown: allowed always | first | never");
     const bool split = getOr(p, "split", true);
@@ -475,9 +493,8 @@ void HfTokenizer::Impl::parseDecoder(const json& d, const std::string& field) {
   using Tokens = std::vector<std::string>;
   const std::string type = typeOf(d);
   if (type == "Sequence") {
-    const json& list = d.value("decoders", json::array());
-    for (size_t i = 0; i < list.size(); ++i)
-      parseDecoder(list[i], field + ".decoders[" + std::to_string(i) + "]");
+    eachChild(d, "decoders", field,
+              [&](const json& c, const std::string& f) { parseDecoder(c, f); });
   } else if (type == "ByteLevel") {
     decoder.push_back([](Tokens tokens) {
       std::string bytes;
@@ -554,8 +571,7 @@ void HfTokenizer::Impl::parseDecoder(const json& d, const std::string& field) {
     });
   } else if (type == "Metaspace") {
     const std::string rep = d.value("replacement", "\xE2\x96\x81");
-    std::string scheme = getOr<std::string>(d, "prepend_scheme", "");
-    if (scheme.empty()) scheme = getOr(d, "add_prefix_space", true) ? "always" : "never";
+    const std::string scheme = metaspaceScheme(d);
     decoder.push_back([rep, scheme](Tokens tokens) {
       for (size_t i = 0; i < tokens.size(); ++i) {
         replaceAllLiteral(tokens[i], rep, " ");
@@ -575,9 +591,8 @@ void HfTokenizer::Impl::parsePostProcessor(const json& p, const std::string& fie
   if (p.is_null()) return;
   const std::string type = typeOf(p);
   if (type == "Sequence") {
-    const json& list = p.value("processors", json::array());
-    for (size_t i = 0; i < list.size(); ++i)
-      parsePostProcessor(list[i], field + ".processors[" + std::to_string(i) + "]");
+    eachChild(p, "processors", field,
+              [&](const json& c, const std::string& f) { parsePostProcessor(c, f); });
   } else if (type == "ByteLevel") {
     // Only trims offsets: no tokens added.
   } else if (type == "TemplateProcessing") {
@@ -649,12 +664,14 @@ void HfTokenizer::Impl::parseModel(const json& m) {
       fail("model.merges[" + std::to_string(i) + "] must be \"a b\" or [\"a\", \"b\"]");
     }
     const auto ia = vocab.find(a), ib = vocab.find(b);
-    std::string merged = a + (prefix.empty() || b.rfind(prefix, 0) != 0 ? b : b.substr(prefix.size()));
+    std::string merged =
+        a + (prefix.empty() || b.rfind(prefix, 0) != 0 ? b : b.substr(prefix.size()));
     const auto im = vocab.find(merged);
     if (ia == vocab.end() || ib == vocab.end() || im == vocab.end())
       fail("model.merges[" + std::to_string(i) + "] ('" + a + "', '" + b +
            "'): a token or their merge is not in model.vocab");
-    const uint64_t key = (static_cast<uint64_t>(ia->second) << 32) | static_cast<uint32_t>(ib->second);
+    const uint64_t key =
+        (static_cast<uint64_t>(ia->second) << 32) | static_cast<uint32_t>(ib->second);
     merges.emplace(key, Merge{static_cast<int32_t>(i), im->second});
   }
   if (byteFallback) {
@@ -679,11 +696,12 @@ void HfTokenizer::Impl::parse(const json& j) {
       if (!t.is_object() || !t.contains("id") || !t.contains("content") ||
           !t["id"].is_number_integer() || !t["content"].is_string() ||
           t["content"].get<std::string>().empty())
-        fail("added_tokens[" + std::to_string(i) + "] needs an integer 'id' and a non-empty "
+        fail("added_tokens[" + std::to_string(i) +
+             "] needs an integer 'id' and a non-empty "
              "'content'");
-      AddedToken a{t["id"].get<int32_t>(), t["content"].get<std::string>(),
-                   getOr(t, "special", false),   getOr(t, "lstrip", false),
-                   getOr(t, "rstrip", false),    getOr(t, "single_word", false)};
+      AddedToken a{t["id"].get<int32_t>(),     t["content"].get<std::string>(),
+                   getOr(t, "special", false), getOr(t, "lstrip", false),
+                   getOr(t, "rstrip", false),  getOr(t, "single_word", false)};
       addedById[a.id] = added.size();
       addedByFirstByte[static_cast<unsigned char>(a.content[0])].push_back(added.size());
       added.push_back(std::move(a));
@@ -814,7 +832,8 @@ HfTokenizer HfTokenizer::load(const std::string& path) {
     if (fs::is_regular_file(path, ec))
       file = path;
     else
-      throw TokenizerError("tokenizer: '" + path + "' is neither a tokenizer.json nor a folder "
+      throw TokenizerError("tokenizer: '" + path +
+                           "' is neither a tokenizer.json nor a folder "
                            "holding one");
   }
   auto impl = std::make_shared<Impl>();
@@ -839,9 +858,7 @@ HfTokenizer HfTokenizer::load(const std::string& path) {
     if (e.is_string()) name = e.get<std::string>();
     if (e.is_object() && e.contains("content") && e["content"].is_string())
       name = e["content"].get<std::string>();
-    HfTokenizer t;
-    t.impl_ = impl;
-    return name.empty() ? -1 : t.tokenId(name);
+    return name.empty() ? -1 : impl->tokenId(name);
   };
   const fs::path cfgPath = fs::path(file).parent_path() / "tokenizer_config.json";
   std::error_code ec;
@@ -853,12 +870,12 @@ HfTokenizer HfTokenizer::load(const std::string& path) {
       if (cfg.contains("eos_token")) impl->eos = idOfEntry(cfg["eos_token"]);
     }
   }
-  HfTokenizer t;
-  t.impl_ = impl;
   if (impl->bos < 0 && !impl->templateBefore.empty()) impl->bos = impl->templateBefore.front();
   if (impl->eos < 0)
     for (const char* name : {"</s>", "<|endoftext|>", "<|end_of_text|>", "<|im_end|>"})
-      if ((impl->eos = t.tokenId(name)) >= 0) break;
+      if ((impl->eos = impl->tokenId(name)) >= 0) break;
+  HfTokenizer t;
+  t.impl_ = impl;
   return t;
 }
 
@@ -871,9 +888,8 @@ std::vector<int32_t> HfTokenizer::encode(std::string_view raw, bool addSpecialTo
   // Added tokens are split out of the raw text first, leftmost-longest.
   size_t segStart = 0, pos = 0;
   auto isWordChar = [&](size_t i) {
-    return i < text.size() &&
-           (std::isalnum(static_cast<unsigned char>(text[i])) || text[i] == '_' ||
-            static_cast<unsigned char>(text[i]) >= 0x80);
+    return i < text.size() && (std::isalnum(static_cast<unsigned char>(text[i])) ||
+                               text[i] == '_' || static_cast<unsigned char>(text[i]) >= 0x80);
   };
   while (pos < text.size()) {
     const Impl::AddedToken* best = nullptr;
@@ -934,10 +950,7 @@ int32_t HfTokenizer::vocabSize() const {
 }
 
 int32_t HfTokenizer::tokenId(std::string_view token) const {
-  for (const Impl::AddedToken& a : impl_->added)
-    if (a.content == token) return a.id;
-  const auto it = impl_->vocab.find(std::string(token));
-  return it == impl_->vocab.end() ? -1 : it->second;
+  return impl_->tokenId(token);
 }
 
 int32_t HfTokenizer::bosId() const {

@@ -54,18 +54,19 @@ class JsonlDataset final : public Dataset {
     }
     if (untrained_ == n)
       throw DatasetError("jsonl file '" + path_ + "': every sample's prompt fills model.seq_len (" +
-                         std::to_string(T) + ") tokens, so no completion token is trained; "
+                         std::to_string(T) +
+                         ") tokens, so no completion token is trained; "
                          "use a longer model.seq_len or shorter prompts");
   }
 
   int vocabSize() const override { return tokenizer_.vocabSize(); }
 
   std::string describe() const override {
-    std::string s = "jsonl file '" + path_ + "' (" + tokenizer_.describe() + "): " +
-                    std::to_string(samples_.size()) + " samples (" + std::to_string(prompts_) +
-                    " prompt/completion, " + std::to_string(texts_) + " text), " +
-                    std::to_string(trainCount_) + " train / " + std::to_string(valCount_) +
-                    " val, one padded sample per row";
+    std::string s = "jsonl file '" + path_ + "' (" + tokenizer_.describe() +
+                    "): " + std::to_string(samples_.size()) + " samples (" +
+                    std::to_string(prompts_) + " prompt/completion, " + std::to_string(texts_) +
+                    " text), " + std::to_string(trainCount_) + " train / " +
+                    std::to_string(valCount_) + " val, one padded sample per row";
     if (truncated_ > 0) s += ", " + std::to_string(truncated_) + " cut at model.seq_len";
     if (untrained_ > 0)
       s += ", " + std::to_string(untrained_) + " whose prompt fills the row (nothing trained)";
@@ -131,8 +132,7 @@ class JsonlDataset final : public Dataset {
     try {
       if (st.at("samples").get<uint64_t>() != samples_.size())
         throw DatasetError("data state was saved for a jsonl file of " + st.at("samples").dump() +
-                           " samples, but '" + path_ + "' has " +
-                           std::to_string(samples_.size()));
+                           " samples, but '" + path_ + "' has " + std::to_string(samples_.size()));
       const int64_t epoch = st.at("epoch").get<int64_t>();
       const int64_t cursor = st.at("cursor").get<int64_t>();
       if (epoch < 0 || cursor < 0 || cursor > trainCount_)
@@ -214,7 +214,8 @@ std::unique_ptr<Dataset> makeJsonlDataset(const core::RunConfig& config) {
       continue;
     }
     if (!j.is_object()) {
-      bad(lineNo, "must be a JSON object: {\"prompt\": ..., \"completion\": ...} or {\"text\": ...}");
+      bad(lineNo,
+          "must be a JSON object: {\"prompt\": ..., \"completion\": ...} or {\"text\": ...}");
       continue;
     }
     const bool hasPrompt = j.contains("prompt"), hasCompletion = j.contains("completion"),
@@ -237,8 +238,8 @@ std::unique_ptr<Dataset> makeJsonlDataset(const core::RunConfig& config) {
       const std::string* p = stringField(j, "prompt");
       const std::string* c = stringField(j, "completion");
       if (!hasPrompt || !hasCompletion) {
-        bad(lineNo, std::string("has \"") + (hasPrompt ? "prompt" : "completion") +
-                        "\" but no \"" + (hasPrompt ? "completion" : "prompt") + "\"");
+        bad(lineNo, std::string("has \"") + (hasPrompt ? "prompt" : "completion") + "\" but no \"" +
+                        (hasPrompt ? "completion" : "prompt") + "\"");
         continue;
       }
       if (!p) {

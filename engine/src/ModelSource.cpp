@@ -7,6 +7,7 @@
 
 #include "trainscope/engine/Checkpoint.h"
 #include "trainscope/engine/HfModel.h"
+#include "trainscope/engine/HfTokenizer.h"
 #include "trainscope/engine/Safetensors.h"
 
 namespace ts::engine {
@@ -108,6 +109,15 @@ core::ModelConfig modelConfigAt(const std::string& path) {
   m.vocab = static_cast<int>(
       vocabOf(c.config, c.dir, adapters ? c.config.finetune.base_checkpoint : std::string()));
   return m;
+}
+
+std::string modelTokenizer(const std::string& path) {
+  std::error_code ec;
+  const fs::path dir =
+      fs::is_regular_file(path, ec) ? fs::path(path).parent_path() : fs::path(path);
+  if (std::string own = HfTokenizer::findIn(dir.string()); !own.empty()) return own;
+  if (isHfModelFolder(dir.string())) return "";
+  return HfTokenizer::findIn(readCheckpointConfig(dir.string()).config.finetune.base_checkpoint);
 }
 
 LoadedModel loadModelFrom(const std::string& path, kernels::Backend* backend,

@@ -21,6 +21,8 @@
 
 using namespace ts::engine;
 namespace fs = std::filesystem;
+using ts::testsupport::errorOf;
+using ts::testsupport::scratchDir;
 
 namespace {
 
@@ -50,23 +52,6 @@ void expectLogits(Gpt& m, const SafetensorsFile& expected, const char* key = "lo
         ASSERT_NEAR(row[v], e, 1e-5 + 1e-4 * std::abs(e)) << b << "," << t << "," << v;
       }
     }
-}
-
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
-fs::path scratchDir(const std::string& name) {
-  const fs::path d =
-      fs::temp_directory_path() / ("ts_hf_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
 }
 
 // A LoRA run (r 4, lr 1e-2) on the committed Hugging Face llama, its model.* from the folder.
@@ -200,7 +185,8 @@ TEST(HfModel, BadFoldersAreRefusedNamingFileAndField) {
   {
     auto c = cfg;
     c["architectures"] = {"Qwen2ForCausalLM"};
-    cases.push_back({"arch", c, bytes, "'Qwen2ForCausalLM' is not supported"});
+    cases.push_back({"arch", c, bytes,
+                     "'Qwen2ForCausalLM' is not supported (its q/k/v projections have biases"});
   }
   {
     auto c = cfg;

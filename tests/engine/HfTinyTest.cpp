@@ -25,6 +25,8 @@
 
 using namespace ts::engine;
 namespace fs = std::filesystem;
+using ts::testsupport::errorOf;
+using ts::testsupport::scratchDir;
 using json = nlohmann::json;
 
 namespace {
@@ -41,23 +43,6 @@ std::string readFile(const fs::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-fs::path scratchDir(const std::string& name) {
-  const fs::path d =
-      fs::temp_directory_path() / ("ts_hftiny_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
@@ -136,8 +121,7 @@ TEST(HfTiny, TextDataUsesTheBaseModelsTokenizer) {
   c.finetune.base_checkpoint = (kTiny / "gpt2").string();
   auto ds = makeDataset(c);
   EXPECT_EQ(ds->vocabSize(), 384);
-  EXPECT_NE(ds->describe().find("byte-level BPE, 384 tokens"), std::string::npos)
-      << ds->describe();
+  EXPECT_NE(ds->describe().find("byte-level BPE, 384 tokens"), std::string::npos) << ds->describe();
   EXPECT_EQ(ds->tokenizerFiles().size(), 2u);  // tokenizer.json, tokenizer_config.json
   const auto ids = expected["gpt2"]["ids"].get<std::vector<int32_t>>();
   const int B = 4, T = 16;
@@ -154,19 +138,23 @@ TEST(HfTiny, TextDataUsesTheBaseModelsTokenizer) {
     }
   }
   EXPECT_EQ(ds->decode(std::vector<int32_t>(ids.begin(), ids.begin() + 12)),
-            readFile(kTiny / "eval.txt").substr(0, ds->decode(std::vector<int32_t>(
-                                                                  ids.begin(), ids.begin() + 12))
-                                                       .size()));
+            readFile(kTiny / "eval.txt")
+                .substr(0, ds->decode(std::vector<int32_t>(ids.begin(), ids.begin() + 12)).size()));
 
   c.data.tokenizer = "bytes";
   EXPECT_EQ(makeDataset(c)->vocabSize(), 256);
   c.data.tokenizer = (kData / "tokenizers" / "llama3").string();
   EXPECT_EQ(makeDataset(c)->vocabSize(), 400);
   c.data.tokenizer = (kData / "configs").string();
-  const std::string m = errorOf([&] { makeDataset(c); });
+  std::string m = errorOf([&] { makeDataset(c); });
   EXPECT_NE(m.find("data.tokenizer '" + c.data.tokenizer + "' is neither a tokenizer.json"),
             std::string::npos)
       << m;
+  // A tokenizer.json that does not parse: the data source says which file and which key.
+  c.data.tokenizer = (kData / "configs" / "malformed.json").string();
+  m = errorOf([&] { makeDataset(c); });
+  EXPECT_NE(m.find("malformed.json': is not valid JSON"), std::string::npos) << m;
+  EXPECT_NE(m.find("(data.tokenizer)"), std::string::npos) << m;
 }
 
 namespace {
@@ -191,10 +179,14 @@ TEST(Jsonl, PromptIsMaskedCompletionAndEosAreTrainedRowsPadded) {
   const fs::path file = dir / "data.jsonl";
   {
     std::ofstream f(file);
-    f << R"({"prompt": "Q: 2+2?", "completion": " A: 4", "id": 7})" << "\n\n";
-    f << R"({"text": "hello world"})" << "\r\n";
-    f << R"({"prompt": "Say hi", "completion": " hi"})" << "\n";
-    f << R"({"prompt": "", "completion": "free text"})" << "\n";
+    f << R"({"prompt": "Q: 2+2?", "completion": " A: 4", "id": 7})"
+      << "\n\n";
+    f << R"({"text": "hello world"})"
+      << "\r\n";
+    f << R"({"prompt": "Say hi", "completion": " hi"})"
+      << "\n";
+    f << R"({"prompt": "", "completion": "free text"})"
+      << "\n";
   }
   auto c = jsonlConfig(file);
   auto ds = makeDataset(c);
@@ -264,14 +256,22 @@ TEST(Jsonl, BadLinesAreReportedWithTheirNumbersAndTheRunDoesNotStart) {
   const fs::path file = dir / "bad.jsonl";
   {
     std::ofstream f(file);
-    f << R"({"prompt": "ok", "completion": "fine"})" << "\n";
-    f << R"({"prompt": "no completion"})" << "\n";
-    f << R"({"prompt": "a", "completion": "b")" << "\n";  // truncated
-    f << R"(["not", "an", "object"])" << "\n";
-    f << R"({"text": "x", "prompt": "y", "completion": "z"})" << "\n";
-    f << R"({"prompt": "p", "completion": 3})" << "\n";
-    f << R"({"other": 1})" << "\n";
-    f << R"({"text": ""})" << "\n";
+    f << R"({"prompt": "ok", "completion": "fine"})"
+      << "\n";
+    f << R"({"prompt": "no completion"})"
+      << "\n";
+    f << R"({"prompt": "a", "completion": "b")"
+      << "\n";  // truncated
+    f << R"(["not", "an", "object"])"
+      << "\n";
+    f << R"({"text": "x", "prompt": "y", "completion": "z"})"
+      << "\n";
+    f << R"({"prompt": "p", "completion": 3})"
+      << "\n";
+    f << R"({"other": 1})"
+      << "\n";
+    f << R"({"text": ""})"
+      << "\n";
   }
   auto c = jsonlConfig(file);
   const std::string m = errorOf([&] { makeDataset(c); });
@@ -289,6 +289,13 @@ TEST(Jsonl, BadLinesAreReportedWithTheirNumbersAndTheRunDoesNotStart) {
   ts::testsupport::Recorded rec;
   const auto r = ts::testsupport::runTrainer(c, rec, (dir / "run").string());
   EXPECT_EQ(r.status, "failed");
+  // Prompts that fill every row leave nothing to train.
+  std::ofstream(file) << json({{"prompt", std::string(200, 'x')}, {"completion", "y"}}).dump()
+                      << "\n";
+  c.data.val_fraction = 0;
+  const std::string full = errorOf([&] { makeDataset(c); });
+  EXPECT_NE(full.find("every sample's prompt fills model.seq_len (24) tokens"), std::string::npos)
+      << full;
   EXPECT_NE(r.reason.find("line 2:"), std::string::npos) << r.reason;
   EXPECT_TRUE(rec.of(ts::core::EventType::Step).empty());
   fs::remove_all(dir);
@@ -362,8 +369,8 @@ TEST(HfTiny, ImportTrainExportKeepsTheTokenizerAndBf16LoadsBack) {
     o.dtype = dtype;
     const fs::path out = dir / (std::string("hf_") + dtype);
     const auto res = exportHf(r.lastCheckpoint, out.string(), o);
-    for (const char* f : {"config.json", "model.safetensors", "tokenizer.json",
-                          "tokenizer_config.json"})
+    for (const char* f :
+         {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
       EXPECT_TRUE(fs::exists(out / f)) << f;
     EXPECT_EQ(readFile(out / "tokenizer.json"), readFile(kTiny / "gpt2" / "tokenizer.json"));
     const json cfg = json::parse(std::ifstream(out / "config.json"));
@@ -389,6 +396,11 @@ TEST(HfTiny, ImportTrainExportKeepsTheTokenizerAndBf16LoadsBack) {
     EXPECT_NEAR(loss, fp32Loss, std::string(dtype) == "bf16" ? 2e-2 : 1e-6);
   }
 
+  HfExportOptions int8;
+  int8.dtype = "int8";
+  const std::string bad = errorOf([&] { exportHf(r.lastCheckpoint, (dir / "x").string(), int8); });
+  EXPECT_NE(bad.find("--dtype 'int8' is unknown: allowed fp32 | bf16 | fp16"), std::string::npos)
+      << bad;
   // A damaged tokenizer.json in the checkpoint is caught by its checksum.
   std::ofstream(fs::path(r.lastCheckpoint) / "tokenizer.json", std::ios::app) << " ";
   const std::string m = errorOf([&] { exportHf(r.lastCheckpoint, (dir / "hf_bad").string()); });

@@ -82,7 +82,10 @@ TEST(Tokenizer, SpecialTokensComeFromTokenizerConfig) {
 
 TEST(Tokenizer, InvalidUtf8IsReadAsReplacementCharacters) {
   const HfTokenizer tok = HfTokenizer::load((kDir / "gpt2").string());
-  EXPECT_EQ(tok.encode("a\xff" "b"), tok.encode("a\xEF\xBF\xBD" "b"));
+  EXPECT_EQ(tok.encode("a\xff"
+                       "b"),
+            tok.encode("a\xEF\xBF\xBD"
+                       "b"));
 }
 
 class TokenizerErrors : public ::testing::Test {
@@ -123,9 +126,8 @@ TEST_F(TokenizerErrors, NameTheFileTheFieldAndWhatIsAllowed) {
   m = loadError([](json& j) { j["model"]["merges"][3] = json::array({"Ġ", "no-such-token"}); });
   EXPECT_NE(m.find("model.merges[3]"), std::string::npos) << m;
   m = loadError([](json& j) {
-    j["pre_tokenizer"] = {{"type", "Split"},
-                          {"pattern", {{"Regex", "(unclosed"}}},
-                          {"behavior", "Isolated"}};
+    j["pre_tokenizer"] = {
+        {"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
   });
   EXPECT_NE(m.find("pre_tokenizer.pattern: the regular expression '(unclosed' does not compile"),
             std::string::npos)

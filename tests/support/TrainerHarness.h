@@ -42,6 +42,25 @@ struct Recorded {
 
 // The tiny model and 2-digit addition task most trainer tests start from: 12 steps of 4×2
 // sequences, an eval every 5 steps, one thread, no periodic checkpoints.
+// The message of what `f` throws; "" when it throws nothing.
+inline std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// An empty scratch directory of this process under the temp dir: ts_<name>_<pid>.
+inline std::filesystem::path scratchDir(const std::string& name) {
+  const auto d =
+      std::filesystem::temp_directory_path() / ("ts_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
 inline core::RunConfig tinyAdditionConfig() {
   core::RunConfig c;
   c.model.layers = 2;

@@ -24,13 +24,10 @@ struct EvalResult {
 EvalResult evaluateModel(const std::string& model, const std::vector<int32_t>& tokens, int seq,
                          kernels::Backend* backend, int batch = 8);
 
-// The tokenizer.json a model carries: a Hugging Face folder's, a checkpoint's (the run's
-// tokenizer, kept with it), else a LoRA checkpoint's base's; "" when it has none.
-std::string modelTokenizer(const std::string& model);
-
 // Token ids of a file: UTF-8 text through `tokenizer` (a tokenizer.json, without special
-// tokens; "" = the byte tokenizer), or little-endian uint16 ids (the format of data.source
-// tokens). Throws std::invalid_argument naming the file.
+// tokens; "" = the byte tokenizer; ModelSource.h's modelTokenizer finds a model's), or
+// little-endian uint16 ids (the format of data.source tokens). Throws std::invalid_argument naming
+// the file.
 std::vector<int32_t> readTextTokens(const std::string& path, const std::string& tokenizer = "");
 std::vector<int32_t> readTokenFile(const std::string& path);
 

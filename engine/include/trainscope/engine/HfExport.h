@@ -16,7 +16,7 @@ namespace ts::engine {
 struct HfExportOptions {
   bool merge = false;
   int64_t shardBytes = int64_t(5) << 30;  // transformers' default max_shard_size is 5 GB
-  std::string dtype = "fp32";              // fp32 | bf16 | fp16: the tensors' storage (RNE)
+  std::string dtype = "fp32";             // fp32 | bf16 | fp16: the tensors' storage (RNE)
 };
 
 struct HfExportResult {

@@ -44,9 +44,9 @@ class HfTokenizer {
   // Ids outside the vocabulary are skipped; the result is valid UTF-8.
   std::string decode(const std::vector<int32_t>& ids, bool skipSpecialTokens = false) const;
 
-  int32_t vocabSize() const;  // highest id + 1, added tokens included
+  int32_t vocabSize() const;                      // highest id + 1, added tokens included
   int32_t tokenId(std::string_view token) const;  // -1 when absent
-  int32_t bosId() const;                           // -1 when the tokenizer has none
+  int32_t bosId() const;                          // -1 when the tokenizer has none
   int32_t eosId() const;
   const std::string& path() const;  // the tokenizer.json read
   // "byte-level BPE, 384 tokens" / "BPE with byte fallback, 512 tokens".

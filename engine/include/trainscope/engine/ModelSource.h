@@ -34,6 +34,10 @@ BaseWeights loadBase(const std::string& path, ParamArena& arena,
 // reading its weights: the distillation teacher's shape for the estimator.
 core::ModelConfig modelConfigAt(const std::string& path);
 
+// The tokenizer.json a model carries: a Hugging Face folder's, a checkpoint's (the run's
+// tokenizer, kept with it), else the base's of a checkpoint that has none; "" when none.
+std::string modelTokenizer(const std::string& path);
+
 // `seqLen` > 0 overrides model.seq_len where the architecture allows (llama: any; gpt2: at
 // most its position table). `adjust` may change the fp32 inference config before the model is
 // built (the distillation teacher: forward only, bf16 or NF4 storage). Throws CheckpointError or

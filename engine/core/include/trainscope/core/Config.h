@@ -34,7 +34,7 @@ struct DataConfig {
   // text/jsonl: "" = the fine-tuning base's tokenizer.json when it has one, else bytes;
   // "bytes"; or a tokenizer.json (or a folder holding one).
   std::string tokenizer;
-  int digits = 3;                    // addition difficulty
+  int digits = 3;  // addition difficulty
   double val_fraction = 0.1;
 };
 
