@@ -429,8 +429,9 @@ QWidget* RunWizard::buildModelPage() {
             binder_->choice(
                 "data.source",
                 {{"Synthetic (generated, no files)", "synthetic"},
-                 {"Text file (bytes)", "text"},
-                 {"Token file (uint16)", "tokens"}},
+                 {"Text file (the model's tokenizer, else bytes)", "text"},
+                 {"Token file (uint16)", "tokens"},
+                 {"Instruction data (jsonl: prompt/completion or text)", "jsonl"}},
                 "Synthetic tasks need no download and show learning within minutes; files train on "
                 "your own corpus."));
   f->addRow("Synthetic task",
@@ -444,9 +445,10 @@ QWidget* RunWizard::buildModelPage() {
                           "Addition difficulty: operand length. Longer needs longer sequences."));
   auto* pathRow = new QHBoxLayout;
   auto* pathEdit =
-      binder_->text("data.path", "path to a text or token file",
-                    "Text: UTF-8, byte-level tokens (vocab 256). Tokens: little-endian "
-                    "uint16 ids.");
+      binder_->text("data.path", "path to a text, token or jsonl file",
+                    "Text: UTF-8 through the tokenizer below. Tokens: little-endian uint16 ids. "
+                    "jsonl: one {\"prompt\", \"completion\"} (loss on the completion) or "
+                    "{\"text\"} object per line, one padded sample per row.");
   auto* browse = new QPushButton("Browse…");
   pathRow->addWidget(pathEdit, 1);
   pathRow->addWidget(browse);
@@ -455,6 +457,10 @@ QWidget* RunWizard::buildModelPage() {
     const QString fn = QFileDialog::getOpenFileName(this, "Training data");
     if (!fn.isEmpty()) doc_->setValue("data.path", fn.toStdString());
   });
+  f->addRow("Tokenizer",
+            binder_->text("data.tokenizer", "empty = the base model's tokenizer.json, else bytes",
+                          "Text and jsonl: \"bytes\", or a tokenizer.json (or a Hugging Face "
+                          "folder holding one). Empty takes the fine-tuning base's own."));
   f->addRow("Validation share",
             binder_->doubleSpin(
                 "data.val_fraction", 0.0, 0.5, 2,
@@ -525,7 +531,7 @@ void RunWizard::updateDataPreview() {
       text = "Pick a file to see its first samples.";
     } else if (!f.open(QIODevice::ReadOnly)) {
       text = QStringLiteral("Cannot open %1: %2").arg(path, f.errorString());
-    } else if (source == "text") {
+    } else if (source == "text" || source == "jsonl") {
       const QByteArray head = f.read(600);
       text = QStringLiteral("%1 · %2\n")
                  .arg(QFileInfo(path).fileName(), formatBytes(static_cast<double>(f.size()))) +
