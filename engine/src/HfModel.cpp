@@ -16,146 +16,16 @@ namespace ts::engine {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// config.json fields, each read with a message naming the file and field.
-struct Fields {
-  const nlohmann::json& j;
-  std::string file;
-  int integer(const char* key) const {
-    if (!j.contains(key) || !j[key].is_number_integer())
-      throw FormatError(file + ": field '" + key + "' is missing or not an integer");
-    return j[key].get<int>();
-  }
-  int integerOr(const char* key, int fallback) const {
-    if (!j.contains(key) || j[key].is_null()) return fallback;
-    return integer(key);
-  }
-  double number(const char* key, double fallback) const {
-    if (!j.contains(key) || j[key].is_null()) return fallback;
-    if (!j[key].is_number()) throw FormatError(file + ": field '" + key + "' is not a number");
-    return j[key].get<double>();
-  }
-  std::string string(const char* key, const std::string& fallback) const {
-    if (!j.contains(key) || j[key].is_null()) return fallback;
-    if (!j[key].is_string()) throw FormatError(file + ": field '" + key + "' is not a string");
-    return j[key].get<std::string>();
-  }
-  bool flag(const char* key, bool fallback) const {
-    if (!j.contains(key) || j[key].is_null()) return fallback;
-    if (!j[key].is_boolean()) throw FormatError(file + ": field '" + key + "' is not a boolean");
-    return j[key].get<bool>();
-  }
-  [[noreturn]] void refuse(const std::string& key, const std::string& why) const {
-    throw FormatError(file + ": " + key + " " + why);
-  }
-};
-
-constexpr double kNormEps = 1e-5;  // the engine's LayerNorm / RMSNorm epsilon
-
-}  // namespace
-
-bool isHfModelFolder(const std::string& path) {
-  std::error_code ec;
-  const fs::path d(path);
-  return fs::is_directory(d, ec) && fs::exists(d / "config.json", ec) &&
-         !fs::exists(d / "state.json", ec);
-}
-
 HfModel openHfModel(const std::string& dir) {
   profiler::ScopedRange range("hf_open", profiler::SpanCategory::IO);
   HfModel hf;
-  hf.dir = dir;
   const fs::path d(dir);
-  const std::string cfgPath = (d / "config.json").string();
-  {
-    std::ifstream in(cfgPath);
-    if (!in) throw FormatError(cfgPath + ": cannot open (not a Hugging Face model folder?)");
-    try {
-      hf.config = nlohmann::json::parse(in);
-    } catch (const std::exception& e) {
-      throw FormatError(cfgPath + ": not valid JSON: " + e.what());
-    }
+  try {
+    static_cast<core::HfModelInfo&>(hf) = core::readHfConfig(dir);
+  } catch (const core::HfConfigError& e) {
+    throw FormatError(e.what());
   }
-  if (!hf.config.is_object()) throw FormatError(cfgPath + ": not a JSON object");
-  const Fields f{hf.config, cfgPath};
-  if (hf.config.contains("architectures") && hf.config["architectures"].is_array() &&
-      !hf.config["architectures"].empty() && hf.config["architectures"][0].is_string())
-    hf.architecture = hf.config["architectures"][0].get<std::string>();
-  else
-    hf.architecture = f.string("model_type", "");
-  core::ModelConfig& m = hf.model;
-  if (hf.architecture == "GPT2LMHeadModel" || hf.architecture == "gpt2") {
-    hf.architecture = "GPT2LMHeadModel";
-    m.arch = "gpt2";
-    m.layers = f.integer("n_layer");
-    m.heads = f.integer("n_head");
-    m.d_model = f.integer("n_embd");
-    m.seq_len = f.integerOr("n_positions", f.integerOr("n_ctx", 1024));
-    m.vocab = f.integer("vocab_size");
-    const int inner = f.integerOr("n_inner", 4 * m.d_model);
-    if (inner != 4 * m.d_model)
-      f.refuse("n_inner", std::to_string(inner) + ": the gpt2 description's MLP is 4 * n_embd");
-    const std::string act = f.string("activation_function", "gelu_new");
-    if (act == "gelu_new" || act == "gelu_pytorch_tanh")
-      m.activation = "gelu";
-    else if (act == "relu")
-      m.activation = "relu";
-    else
-      f.refuse("activation_function", "'" + act +
-                                          "': the engine has GELU (tanh approximation: "
-                                          "gelu_new) and relu");
-    if (std::abs(f.number("layer_norm_epsilon", kNormEps) - kNormEps) > 1e-12)
-      f.refuse("layer_norm_epsilon", "must be 1e-5 (the engine's LayerNorm epsilon)");
-    if (f.flag("scale_attn_by_inverse_layer_idx", false) ||
-        f.flag("reorder_and_upcast_attn", false))
-      f.refuse("scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn",
-               "are not part of the gpt2 description");
-  } else if (hf.architecture == "LlamaForCausalLM" || hf.architecture == "MistralForCausalLM" ||
-             hf.architecture == "llama" || hf.architecture == "mistral") {
-    if (hf.architecture == "llama") hf.architecture = "LlamaForCausalLM";
-    if (hf.architecture == "mistral") hf.architecture = "MistralForCausalLM";
-    m.arch = "llama";
-    m.layers = f.integer("num_hidden_layers");
-    m.heads = f.integer("num_attention_heads");
-    m.kv_heads = f.integerOr("num_key_value_heads", m.heads);
-    m.d_model = f.integer("hidden_size");
-    m.d_ff = f.integer("intermediate_size");
-    m.vocab = f.integer("vocab_size");
-    m.seq_len = f.integerOr("max_position_embeddings", 2048);
-    m.mlp = "swiglu";
-    m.norm = "rmsnorm";
-    if (m.heads < 1 || m.d_model % m.heads != 0)
-      f.refuse("num_attention_heads", "must divide hidden_size");
-    if (f.integerOr("head_dim", m.d_model / m.heads) != m.d_model / m.heads)
-      f.refuse("head_dim", "must be hidden_size / num_attention_heads in the llama description");
-    // rope_theta (transformers < 5) or rope_parameters.rope_theta; only the default rope type.
-    m.rope_theta = f.number("rope_theta", 10000.0);
-    if (hf.config.contains("rope_parameters") && hf.config["rope_parameters"].is_object()) {
-      const Fields rp{hf.config["rope_parameters"], cfgPath + " (rope_parameters)"};
-      m.rope_theta = rp.number("rope_theta", m.rope_theta);
-      const std::string type = rp.string("rope_type", "default");
-      if (type != "default")
-        rp.refuse("rope_type", "'" + type + "': only the default rotary embedding is supported");
-    }
-    if (hf.config.contains("rope_scaling") && !hf.config["rope_scaling"].is_null())
-      f.refuse("rope_scaling",
-               "is set: scaled rotary embeddings (LLaMA 3.1 and later) are not supported yet");
-    if (f.string("hidden_act", "silu") != "silu") f.refuse("hidden_act", "must be silu (SwiGLU)");
-    if (f.flag("attention_bias", false) || f.flag("mlp_bias", false))
-      f.refuse("attention_bias / mlp_bias", "must be false: the llama description has no biases");
-    if (std::abs(f.number("rms_norm_eps", kNormEps) - kNormEps) > 1e-12)
-      f.refuse("rms_norm_eps", "must be 1e-5 (the engine's RMSNorm epsilon)");
-    hf.tiedHead = f.flag("tie_word_embeddings", false);
-  } else {
-    // Qwen2 is llama-shaped but its q/k/v projections always have biases.
-    const std::string why = hf.architecture == "Qwen2ForCausalLM"
-                                ? " (its q/k/v projections have biases, which the llama "
-                                  "description does not have)"
-                                : "";
-    throw FormatError(cfgPath + ": architecture '" + hf.architecture + "' is not supported" + why +
-                      ": allowed GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM");
-  }
+  const core::ModelConfig& m = hf.model;
   // The weights: one file, or the shards an index names.
   std::map<std::string, size_t> where;  // name in the files -> file index
   const fs::path index = d / "model.safetensors.index.json";
@@ -235,10 +105,8 @@ size_t importHfModel(const std::string& dir, const std::string& out) {
   ParamArena arena(core::modelTensors(core::archSpecOf(hf.model, hf.model.vocab)), backend.get(),
                    nullptr, ArenaOptions{});
   const size_t n = loadHfWeights(hf, arena).size();
-  core::RunConfig rc;
-  rc.name = fs::path(dir).filename().string();
-  rc.model = hf.model;
-  rc.model.seq_len = std::min(hf.model.seq_len, 1024);
+  core::RunConfig rc = core::hfRunConfig(dir, hf.model);
+  rc.finetune.base_checkpoint.clear();  // the checkpoint holds the weights itself
   const nlohmann::json extra = {
       {"imported_from",
        {{"path", dir}, {"architecture", hf.architecture}, {"fingerprint", hfFingerprint(hf)}}}};
@@ -253,47 +121,6 @@ std::string hfFingerprint(const HfModel& hf) {
     for (const auto& [name, e] : f.entries())
       h = fnv1a64(name + e.dtype + std::to_string(e.begin) + ":" + std::to_string(e.end), h);
   return hex64(h);
-}
-
-std::vector<std::string> hfShapeMismatches(const HfModel& hf, const core::ModelConfig& run,
-                                           int64_t vocab) {
-  std::vector<std::string> out;
-  const auto& m = hf.model;
-  auto cmp = [&](const char* key, int64_t r, int64_t h) {
-    if (r != h)
-      out.push_back(std::string(key) + ": the run has " + std::to_string(r) + ", " + hf.dir +
-                    "/config.json has " + std::to_string(h));
-  };
-  if (run.arch != m.arch)
-    out.push_back("model.arch: the run has " + run.arch + ", the folder holds " + hf.architecture +
-                  " (" + m.arch + ")");
-  cmp("model.layers", run.layers, m.layers);
-  cmp("model.heads", run.heads, m.heads);
-  cmp("model.d_model", run.d_model, m.d_model);
-  if (vocab != m.vocab)
-    out.push_back("model.vocab: the run has " + std::to_string(vocab) +
-                  (run.vocab == 0 ? " (from the data; set model.vocab)" : "") + ", " + hf.dir +
-                  "/config.json has " + std::to_string(m.vocab));
-  if (m.arch == "gpt2") {
-    if (run.seq_len > m.seq_len)
-      out.push_back("model.seq_len: the run has " + std::to_string(run.seq_len) +
-                    ", the model has " + std::to_string(m.seq_len) + " positions (n_positions)");
-    if (run.activation != m.activation)
-      out.push_back("model.activation: the run has " + run.activation + ", the model " +
-                    m.activation);
-  } else {
-    cmp("model.kv_heads", run.kv_heads == 0 ? run.heads : run.kv_heads, m.kv_heads);
-    cmp("model.d_ff", run.d_ff, m.d_ff);
-    if (std::abs(run.rope_theta - m.rope_theta) > 1e-9 * m.rope_theta)
-      out.push_back("model.rope_theta: the run has " + std::to_string(run.rope_theta) +
-                    ", the model " + std::to_string(m.rope_theta));
-    const auto sw = hf.config.find("sliding_window");
-    if (sw != hf.config.end() && sw->is_number_integer() && sw->get<int>() < run.seq_len)
-      out.push_back("model.seq_len: " + std::to_string(run.seq_len) +
-                    " is longer than the model's sliding_window " + std::to_string(sw->get<int>()) +
-                    " (sliding-window attention is not in the llama description)");
-  }
-  return out;
 }
 
 std::vector<std::string> loadHfWeights(const HfModel& hf, ParamArena& arena) {

@@ -20,6 +20,7 @@
 
 #include "MemoryBars.h"
 #include "trainscope/gui/Capabilities.h"
+#include "trainscope/gui/HfFolderInfo.h"
 
 namespace ts::gui {
 
@@ -87,7 +88,24 @@ PlannerPage::PlannerPage(QWidget* parent)
   backend_->setToolTip(
       "The engine backend the setup would run on: suggestions say whether this engine can run "
       "them there");
-  mf->addRow("Model", model_);
+  auto* modelRow = new QHBoxLayout;
+  modelRow->addWidget(model_, 1);
+  auto* openHf = new QPushButton("config.json…");
+  openHf->setObjectName("PlannerOpenHf");
+  openHf->setToolTip(
+      "A Hugging Face model's config.json (GPT2LMHeadModel, LlamaForCausalLM, "
+      "MistralForCausalLM), or the folder holding it, as the model");
+  modelRow->addWidget(openHf);
+  mf->addRow("Model", modelRow);
+  modelNote_ = new QLabel;
+  modelNote_->setObjectName("PlannerModelNote");
+  modelNote_->setWordWrap(true);
+  mf->addRow("", modelNote_);
+  connect(openHf, &QPushButton::clicked, this, [this] {
+    const QString fn = QFileDialog::getOpenFileName(this, "Hugging Face model config", {},
+                                                    "Model config (config.json *.json)");
+    if (!fn.isEmpty()) addHfModel(fn);
+  });
   mf->addRow("Sequence length", seqLen_);
   mf->addRow("Device memory", deviceGiB_);
   mf->addRow("Ranks (GPUs)", ranks_);
@@ -226,6 +244,32 @@ void PlannerPage::selectModel(const QString& id) {
   const int i = model_->findData(id);
   if (i >= 0) model_->setCurrentIndex(i);
 }
+QString PlannerPage::addHfModel(const QString& path) {
+  QString error;
+  auto choice = plannerModelChoiceFromHf(path.toStdString(), &error);
+  if (!choice) {
+    modelNote_->setText(error);
+    return error;
+  }
+  int i = model_->findData(choice->id);
+  if (i < 0) {
+    choices_.push_back(*choice);
+    model_->addItem(choice->label, choice->id);
+    i = model_->count() - 1;
+  } else {
+    choices_[size_t(i)] = *choice;
+  }
+  if (model_->currentIndex() == i)
+    loadChoice(i);
+  else
+    model_->setCurrentIndex(i);
+  return {};
+}
+
+QString PlannerPage::modelNote() const {
+  return modelNote_->text();
+}
+
 void PlannerPage::setDeviceMemoryGiB(double gib) {
   deviceGiB_->setValue(gib);
 }
@@ -271,7 +315,16 @@ void PlannerPage::setTechniques(const PlannerTechniques& t) {
 
 void PlannerPage::loadChoice(int index) {
   if (index < 0 || index >= static_cast<int>(choices_.size())) return;
-  const auto& base = choices_[index].base;
+  const auto& choice = choices_[index];
+  const auto& base = choice.base;
+  if (choice.id.startsWith("hf:")) {
+    const auto hf = inspectHfFolder(choice.id.mid(3).toStdString());
+    modelNote_->setText(hf.ok() ? hf.summary()
+                                : "Shape from " + choice.id.mid(3) +
+                                      " (no weights read: " + hf.error + ")");
+  } else {
+    modelNote_->clear();
+  }
   setTechniques(techniquesOf(base));
   loading_ = true;
   ranks_->setValue(base.parallel.ranks);

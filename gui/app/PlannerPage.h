@@ -29,6 +29,10 @@ class PlannerPage : public QWidget {
 
   // For tests and screenshots.
   void selectModel(const QString& id);
+  // "config.json…": a Hugging Face model's config (or its folder) as the model; added to the
+  // model list and selected. Returns the error text (empty on success).
+  QString addHfModel(const QString& path);
+  QString modelNote() const;  // what the page says about the chosen model
   void setDeviceMemoryGiB(double gib);
   void setRanks(int ranks);
   void setTechniques(const PlannerTechniques& t);
@@ -69,6 +73,7 @@ class PlannerPage : public QWidget {
   std::optional<PlannerOutput> output_;
 
   QComboBox* model_;
+  QLabel* modelNote_;
   QSpinBox* seqLen_;
   QDoubleSpinBox* deviceGiB_;
   QSpinBox* ranks_;

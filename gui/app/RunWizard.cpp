@@ -25,6 +25,7 @@
 #include "ChartView.h"
 #include "ConfigBinder.h"
 #include "MemoryBars.h"
+#include "trainscope/core/HfConfig.h"
 #include "trainscope/core/ModelSpec.h"
 #include "trainscope/core/Schedule.h"
 #include "trainscope/gui/RunRepository.h"
@@ -362,6 +363,16 @@ void RunWizard::refreshPastRuns() {
 }
 
 // ---- Model & data ------------------------------------------------------------------------
+QString RunWizard::openHfFolder(const QString& path) {
+  const HfFolderInfo hf = inspectHfFolder(path.toStdString());
+  if (!hf.ok()) {
+    hfInfo_->setText(hf.error);
+    return hf.error;
+  }
+  doc_->reset(applyHfFolder(doc_->document(), hf));
+  return {};
+}
+
 QWidget* RunWizard::buildModelPage() {
   QVBoxLayout* v;
   QWidget* w = page(
@@ -369,6 +380,58 @@ QWidget* RunWizard::buildModelPage() {
       "A decoder (GPT-2 or LLaMA). Bigger models learn more and need more memory and time.", &v);
   QFormLayout* f;
   auto* mg = group("Model", &f);
+  // A downloaded model: its config.json fills the shape below (so the estimate is the model's)
+  // and the run fine-tunes its weights.
+  auto* hfRow = new QHBoxLayout;
+  auto* openHf = new QPushButton("Hugging Face folder…");
+  openHf->setObjectName("OpenHfFolder");
+  openHf->setToolTip(
+      "A folder with config.json and model.safetensors (GPT2LMHeadModel, LlamaForCausalLM, "
+      "MistralForCausalLM): its shape fills the fields below and the run starts from its "
+      "weights (finetune.base_checkpoint).");
+  hfRow->addWidget(openHf);
+  auto* applyHf = new QPushButton("Use its shape");
+  applyHf->setObjectName("ApplyHfShape");
+  applyHf->setToolTip("Set the fields below to the base folder's config.json");
+  hfRow->addWidget(applyHf);
+  hfRow->addStretch(1);
+  f->addRow("Start from", hfRow);
+  hfInfo_ = new QLabel;
+  hfInfo_->setObjectName("HfFolderInfo");
+  hfInfo_->setWordWrap(true);
+  hfInfo_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  f->addRow("", hfInfo_);
+  connect(openHf, &QPushButton::clicked, this, [this] {
+    const QString dir = QFileDialog::getExistingDirectory(this, "Hugging Face model folder");
+    if (!dir.isEmpty()) openHfFolder(dir);
+  });
+  connect(applyHf, &QPushButton::clicked, this, [this] {
+    const auto v = doc_->value("finetune.base_checkpoint");
+    if (v.is_string()) openHfFolder(QString::fromStdString(v.get<std::string>()));
+  });
+  onChange_.push_back([this, applyHf] {
+    const auto v = doc_->value("finetune.base_checkpoint");
+    const std::string base = v.is_string() ? v.get<std::string>() : std::string();
+    applyHf->setVisible(false);
+    if (base.empty() || !core::isHfModelFolder(base)) {
+      hfInfo_->setText(base.empty() ? "Random initialization, or open a Hugging Face model "
+                                      "folder to fine-tune it."
+                                    : describeModelPath(base, QString()));
+      return;
+    }
+    const HfFolderInfo& hf = hfFolders_.get(base);
+    QString t = hf.summary();
+    if (hf.ok() && doc_->config() && doc_->estimate()) {
+      const auto diffs =
+          core::hfShapeMismatches(hf.info, doc_->config()->model, doc_->estimate()->vocab);
+      if (!diffs.empty()) {
+        t += "\nThe run does not describe this model:";
+        for (const auto& d : diffs) t += "\n  " + QString::fromStdString(d);
+        applyHf->setVisible(true);
+      }
+    }
+    hfInfo_->setText(t);
+  });
   f->addRow("Architecture",
             binder_->choice("model.arch", {{"GPT-2", "gpt2"}, {"LLaMA", "llama"}},
                             "GPT-2: LayerNorm, learned positions, biases, GELU/ReLU MLP, tied "

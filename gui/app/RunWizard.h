@@ -8,6 +8,7 @@
 
 #include "trainscope/gui/Capabilities.h"
 #include "trainscope/gui/ConfigDocument.h"
+#include "trainscope/gui/HfFolderInfo.h"
 #include "trainscope/gui/PresetLibrary.h"
 
 class QLabel;
@@ -50,6 +51,10 @@ class RunWizard : public QWidget {
   // Loads a config or DeepSpeed file; returns the error text (empty on success).
   QString importFile(const QString& path);
   void refreshPastRuns();
+  // The model page's "Hugging Face folder…": model.* from the folder's config.json and
+  // finetune.base_checkpoint = the folder. Returns the error text (empty on success; the
+  // document is untouched on error).
+  QString openHfFolder(const QString& path);
 
  signals:
   void launchRequested();
@@ -86,6 +91,8 @@ class RunWizard : public QWidget {
   QListWidget* pastRuns_ = nullptr;
   QLabel* startStatus_ = nullptr;
   QLabel* paramCount_ = nullptr;
+  QLabel* hfInfo_ = nullptr;
+  HfFolderCache hfFolders_;
   QPlainTextEdit* dataPreview_ = nullptr;
   QLabel* effBatch_ = nullptr;
   ChartView* lrChart_ = nullptr;

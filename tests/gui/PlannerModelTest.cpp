@@ -12,6 +12,7 @@
 
 #include "PlannerPage.h"
 #include "trainscope/core/ConfigExport.h"
+#include "trainscope/core/HfConfig.h"
 #include "trainscope/gui/PlannerModel.h"
 
 using namespace ts::gui;
@@ -344,4 +345,50 @@ TEST(PlannerPageTest, SuggestionsSayWhetherTheyRunHere) {
   EXPECT_EQ(m->rowCount(), 0);
   EXPECT_TRUE(page.setupNote().contains("cannot run this setup on cuda"))
       << page.setupNote().toStdString();
+}
+
+// The planner takes a Hugging Face config.json as its model: the estimate counts what
+// transformers stored, the setup fine-tunes the folder; a config without weights beside it
+// still plans (no base), and a broken one says why.
+TEST(PlannerPageTest, HuggingFaceConfigIsTheModel) {
+  PlannerPage page;
+  QSignalSpy spy(&page, &PlannerPage::updated);
+  page.setCapabilities(engineLikeCaps(false));
+  const std::string dir = std::string(TRAINSCOPE_TEST_DATA) + "/hf_tiny/gpt2";
+  EXPECT_EQ(page.addHfModel(QString::fromStdString(dir + "/config.json")), QString());
+  ASSERT_NO_FATAL_FAILURE(waitForPlanner(page, spy));
+  ASSERT_TRUE(page.lastOutput());
+  const auto stored = core::readHfStoredWeights(dir);
+  int64_t elements = 0;
+  for (const auto& [dtype, n] : stored.elementsByDtype) elements += n;
+  EXPECT_EQ(page.lastOutput()->estimate.params.total, elements);
+  const auto cfg = page.chosenConfig();
+  EXPECT_EQ(cfg.model.arch, "gpt2");
+  EXPECT_EQ(cfg.model.layers, 2);
+  EXPECT_EQ(cfg.model.d_model, 32);
+  EXPECT_EQ(cfg.model.vocab, 384);
+  EXPECT_EQ(cfg.finetune.base_checkpoint, dir);
+  EXPECT_TRUE(page.modelNote().startsWith("GPT2LMHeadModel")) << page.modelNote().toStdString();
+
+  QTemporaryDir tmp;
+  const QString lone = tmp.filePath("llama-config.json");
+  ASSERT_TRUE(QFile::copy(
+      QString::fromStdString(std::string(TRAINSCOPE_TEST_DATA) + "/hf_tiny/llama/config.json"),
+      lone));
+  EXPECT_EQ(page.addHfModel(lone), QString());
+  ASSERT_NO_FATAL_FAILURE(waitForPlanner(page, spy));
+  EXPECT_EQ(page.chosenConfig().model.arch, "llama");
+  EXPECT_EQ(page.chosenConfig().finetune.base_checkpoint, "");
+  EXPECT_TRUE(page.modelNote().contains("no weights read")) << page.modelNote().toStdString();
+
+  const QString broken = tmp.filePath("broken.json");
+  QFile f(broken);
+  ASSERT_TRUE(f.open(QIODevice::WriteOnly));
+  f.write("{\"architectures\": [\"BertModel\"]}");
+  f.close();
+  const QString err = page.addHfModel(broken);
+  EXPECT_TRUE(err.contains(broken + ": architecture 'BertModel' is not supported"))
+      << err.toStdString();
+  EXPECT_EQ(page.modelNote(), err);
+  EXPECT_EQ(page.chosenConfig().model.arch, "llama");  // the last good model stays
 }

@@ -18,6 +18,7 @@
 #include "RunWizard.h"
 #include "trainscope/core/Config.h"
 #include "trainscope/core/Estimator.h"
+#include "trainscope/core/HfConfig.h"
 
 using namespace ts::gui;
 
@@ -277,4 +278,61 @@ TEST_F(WizardTest, BaseIsAFolderOrACheckpointAndTheWizardSaysWhich) {
   EXPECT_TRUE(kind->text().contains("scratch"));
   wiz->document()->setValue("distill.teacher_dtype", std::string("nf4"));
   EXPECT_EQ(wiz->document()->value("distill.teacher_dtype"), "nf4");
+}
+
+// A downloaded model on the model page: its config.json fills model.*, the run fine-tunes it,
+// the page says what the folder holds, and the estimate counts exactly the parameters
+// transformers stored.
+TEST_F(WizardTest, HuggingFaceFolderOnTheModelPage) {
+  RunWizard* wiz = win->wizard();
+  ASSERT_TRUE(goToPageTitled(wiz, "Model"));
+  auto* info = wiz->findChild<QLabel*>("HfFolderInfo");
+  auto* apply = wiz->findChild<QPushButton*>("ApplyHfShape");
+  ASSERT_TRUE(info && apply && wiz->findChild<QPushButton*>("OpenHfFolder"));
+  ConfigDocument* doc = wiz->document();
+  ASSERT_TRUE(doc->estimate());
+  const int64_t before = doc->estimate()->params.total;
+  const std::string dir = std::string(TRAINSCOPE_TEST_DATA) + "/hf_tiny/llama";
+  std::ifstream cf(dir + "/config.json");
+  const auto c = nlohmann::json::parse(cf);
+
+  EXPECT_EQ(wiz->openHfFolder(QString::fromStdString(dir)), QString());
+  EXPECT_EQ(doc->value("model.arch"), "llama");
+  EXPECT_EQ(doc->value("model.layers"), c["num_hidden_layers"]);
+  EXPECT_EQ(doc->value("model.heads"), c["num_attention_heads"]);
+  EXPECT_EQ(doc->value("model.kv_heads"), c["num_key_value_heads"]);
+  EXPECT_EQ(doc->value("model.d_model"), c["hidden_size"]);
+  EXPECT_EQ(doc->value("model.d_ff"), c["intermediate_size"]);
+  EXPECT_EQ(doc->value("model.vocab"), c["vocab_size"]);
+  EXPECT_EQ(doc->value("finetune.base_checkpoint"), dir);
+  EXPECT_EQ(byPath<QSpinBox>(wiz, "model.d_model")->value(), c["hidden_size"].get<int>());
+  ASSERT_TRUE(doc->isValid());
+  const auto stored = ts::core::readHfStoredWeights(dir);
+  int64_t elements = 0;
+  for (const auto& [dtype, n] : stored.elementsByDtype) elements += n;
+  ASSERT_TRUE(doc->estimate());
+  EXPECT_EQ(doc->estimate()->params.total, elements);
+  EXPECT_NE(doc->estimate()->params.total, before);
+  EXPECT_TRUE(info->text().startsWith("LlamaForCausalLM")) << info->text().toStdString();
+  EXPECT_TRUE(info->text().contains("stored F32")) << info->text().toStdString();
+  EXPECT_TRUE(apply->isHidden());
+
+  // Edited away from the folder: the page says how, and puts the folder's shape back.
+  byPath<QSpinBox>(wiz, "model.layers")->setValue(3);
+  EXPECT_TRUE(info->text().contains("model.layers: the run has 3")) << info->text().toStdString();
+  EXPECT_FALSE(apply->isHidden());
+  QTest::mouseClick(apply, Qt::LeftButton);
+  EXPECT_EQ(doc->value("model.layers"), c["num_hidden_layers"]);
+  EXPECT_TRUE(apply->isHidden());
+
+  // A folder the engine cannot load: the error names file and field, the document stays.
+  QTemporaryDir bad;
+  auto q = c;
+  q["architectures"] = {"Qwen2ForCausalLM"};
+  std::ofstream(bad.filePath("config.json").toStdString()) << q.dump();
+  const QString err = wiz->openHfFolder(bad.path());
+  EXPECT_TRUE(err.contains(bad.filePath("config.json") + ": architecture 'Qwen2ForCausalLM'"))
+      << err.toStdString();
+  EXPECT_EQ(info->text(), err);
+  EXPECT_EQ(doc->value("finetune.base_checkpoint"), dir);
 }

@@ -4,7 +4,9 @@
 #include <QtConcurrent/QtConcurrentRun>
 
 #include "trainscope/core/ConfigExport.h"
+#include "trainscope/core/HfConfig.h"
 #include "trainscope/gui/Capabilities.h"
+#include "trainscope/gui/HfFolderInfo.h"
 #include "trainscope/gui/PresetLibrary.h"
 
 namespace ts::gui {
@@ -28,6 +30,28 @@ std::vector<PlannerModelChoice> plannerModelChoices(const QString& presetDir) {
     out.push_back({QString::fromStdString(name), QString::fromStdString("shape:" + name), c});
   }
   return out;
+}
+
+std::optional<PlannerModelChoice> plannerModelChoiceFromHf(const std::string& path,
+                                                           QString* error) {
+  core::HfModelInfo info;
+  try {
+    info = core::readHfConfig(path);
+  } catch (const core::HfConfigError& e) {
+    if (error) *error = QString::fromStdString(e.what());
+    return std::nullopt;
+  }
+  core::RunConfig c = core::hfRunConfig(info.dir, info.model);
+  // Only the shape matters to the estimate; a config.json without its weights still plans.
+  const HfFolderInfo weights = inspectHfFolder(info.dir);
+  if (!weights.ok()) c.finetune.base_checkpoint.clear();
+  c.train.micro_batch = 1;
+  c.precision.policy = "bf16";
+  c.optimizer.lr = 3e-4;
+  return PlannerModelChoice{
+      QStringLiteral("%1 (%2)").arg(QString::fromStdString(c.name),
+                                    QString::fromStdString(info.architecture)),
+      QString::fromStdString("hf:" + info.configPath), c};
 }
 
 PlannerTechniques techniquesOf(const core::RunConfig& c) {

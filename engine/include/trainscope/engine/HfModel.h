@@ -11,16 +11,15 @@
 #include <nlohmann/json.hpp>
 
 #include "trainscope/core/Config.h"
+#include "trainscope/core/HfConfig.h"
 #include "trainscope/engine/ParamArena.h"
 #include "trainscope/engine/Safetensors.h"
 
 namespace ts::engine {
 
-struct HfModel {
-  std::string dir;
-  std::string architecture;  // "GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM"
-  core::ModelConfig model;   // the shape in the run config's terms (model.*)
-  nlohmann::json config;     // config.json as read
+// dir, architecture, model (the shape in the run config's terms), tiedHead and config come from
+// core::readHfConfig; the weight files and the name map are the engine's.
+struct HfModel : core::HfModelInfo {
   std::vector<SafetensorsFile> files;
   // The engine's tensor name -> (file index, name in that file); from config.json's
   // architecture and the index.
@@ -30,15 +29,13 @@ struct HfModel {
     bool transpose = false;  // GPT-2 Conv1D
   };
   std::map<std::string, Source> tensors;
-  bool tiedHead = false;  // llama with tie_word_embeddings: lm_head comes from embed_tokens
 };
 
-// Whether `path` is a Hugging Face model folder (has config.json and no trainscope state.json).
-bool isHfModelFolder(const std::string& path);
-// Reads config.json and maps (or opens the shards of) the weights. Throws FormatError naming
-// the file and field: unsupported architecture, unsupported option (rope_scaling, biases the
-// description does not have, a norm epsilon the engine does not use), missing shard, a tensor
-// missing from the index's file.
+using core::isHfModelFolder;
+// Reads config.json (core::readHfConfig) and maps (or opens the shards of) the weights. Throws
+// FormatError naming the file and field: unsupported architecture, unsupported option
+// (rope_scaling, biases the description does not have, a norm epsilon the engine does not use),
+// missing shard, a tensor missing from the index's file.
 HfModel openHfModel(const std::string& dir);
 // Every tensor of `arena` from the model (converted to fp32; LoRA adapters, which a base does
 // not have, are skipped): shapes checked first, so the arena is untouched on any error. A GPT-2
@@ -46,11 +43,7 @@ HfModel openHfModel(const std::string& dir);
 // of such a run has n_positions = seq_len). Returns the names loaded.
 std::vector<std::string> loadHfWeights(const HfModel& hf, ParamArena& arena);
 
-// The model.* keys of the folder's shape differing from `run` (the run must describe the
-// folder's model): "model.layers: the run has 2, config.json has 12", ...
-// `vocab` is the run's resolved vocabulary.
-std::vector<std::string> hfShapeMismatches(const HfModel& hf, const core::ModelConfig& run,
-                                           int64_t vocab);
+using core::hfShapeMismatches;
 // import-hf: the folder's weights as a trainscope checkpoint directory `out` (model.safetensors
 // in the engine's names and layout, fp32; no optimizer state; state.json with the run config a
 // fine-tuning run of it starts from: model.* from config.json). Written atomically like every

@@ -28,6 +28,11 @@ struct PlannerModelChoice {
 // Our built-in presets (resources/presets) first, then the estimator's model shapes
 // (GPT-2 sizes, LLaMA-7B/13B/70B) with a typical fine-tuning setup around them.
 std::vector<PlannerModelChoice> plannerModelChoices(const QString& presetDir = ":/presets");
+// A model from a Hugging Face config.json (or the folder holding it), set up like the
+// estimator's shapes; where the folder has its weights the setup fine-tunes them
+// (finetune.base_checkpoint). nullopt with *error naming the file and field.
+std::optional<PlannerModelChoice> plannerModelChoiceFromHf(const std::string& path,
+                                                           QString* error = nullptr);
 
 struct PlannerTechniques {
   std::string precision = "bf16";      // fp32 | bf16 | fp16 | fp8 | pure_bf16

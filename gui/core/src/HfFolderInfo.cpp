@@ -1,0 +1,114 @@
+#include "trainscope/gui/HfFolderInfo.h"
+
+#include <filesystem>
+
+namespace ts::gui {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+QString humanCount(double n) {
+  if (n >= 1e9) return QString::number(n / 1e9, 'f', 2) + " B";
+  if (n >= 1e6) return QString::number(n / 1e6, 'f', 2) + " M";
+  if (n >= 1e3) return QString::number(n / 1e3, 'f', 1) + " K";
+  return QString::number(n, 'f', 0);
+}
+
+QString humanBytes(double b) {
+  if (b >= 1e9) return QString::number(b / 1e9, 'f', 2) + " GB";
+  if (b >= 1e6) return QString::number(b / 1e6, 'f', 1) + " MB";
+  return QString::number(b / 1e3, 'f', 1) + " KB";
+}
+
+// Size and modification time of the files a folder's summary is made from.
+std::string stampOf(const std::string& path) {
+  std::error_code ec;
+  std::string s;
+  fs::path d(path);
+  if (fs::is_regular_file(d, ec)) d = d.parent_path();
+  for (const char* name : {"config.json", "model.safetensors", "model.safetensors.index.json"}) {
+    const auto p = d / name;
+    const auto t = fs::last_write_time(p, ec);
+    s += ec ? std::string("-") : std::to_string(t.time_since_epoch().count());
+    s += ":" + std::to_string(fs::file_size(p, ec)) + ";";
+  }
+  return s;
+}
+
+}  // namespace
+
+int64_t HfFolderInfo::storedParameters() const {
+  int64_t n = 0;
+  for (const auto& [dtype, count] : stored.elementsByDtype) n += count;
+  return n;
+}
+
+QString HfFolderInfo::summary() const {
+  if (!ok()) return error;
+  const auto& m = info.model;
+  QString s =
+      QString::fromStdString(info.architecture) +
+      QStringLiteral(": %1 layers, d_model %2, %3 heads").arg(m.layers).arg(m.d_model).arg(m.heads);
+  if (m.arch == "llama" && m.kv_heads != m.heads) s += QStringLiteral(" (%1 KV)").arg(m.kv_heads);
+  if (m.arch == "llama") s += QStringLiteral(", d_ff %1").arg(m.d_ff);
+  s += QStringLiteral(", %1 positions, vocab %2").arg(m.seq_len).arg(m.vocab);
+  s += " · " + humanCount(static_cast<double>(storedParameters())) + " parameters";
+  s += " · stored " + QString::fromStdString(stored.summary());
+  if (!info.configDtype.empty())
+    s += " (config.json: " + QString::fromStdString(info.configDtype) + ")";
+  s += QStringLiteral(" · %1 in %2 file%3")
+           .arg(humanBytes(static_cast<double>(stored.fileBytes)))
+           .arg(stored.files)
+           .arg(stored.files == 1 ? "" : "s");
+  return s;
+}
+
+HfFolderInfo inspectHfFolder(const std::string& path) {
+  HfFolderInfo out;
+  try {
+    out.info = core::readHfConfig(path);
+    out.stored = core::readHfStoredWeights(out.info.dir);
+  } catch (const core::HfConfigError& e) {
+    out.error = QString::fromStdString(e.what());
+  } catch (const std::exception& e) {  // filesystem errors
+    out.error = QString::fromStdString(path + ": " + e.what());
+  }
+  return out;
+}
+
+nlohmann::json applyHfFolder(nlohmann::json doc, const HfFolderInfo& folder) {
+  if (!folder.ok()) return doc;
+  const auto rc = core::hfRunConfig(folder.info.dir, folder.info.model);
+  const auto& m = rc.model;
+  auto& model = doc["model"];
+  model["arch"] = m.arch;
+  model["layers"] = m.layers;
+  model["heads"] = m.heads;
+  model["d_model"] = m.d_model;
+  model["seq_len"] = m.seq_len;
+  model["vocab"] = m.vocab;
+  if (m.arch == "gpt2") {
+    model["activation"] = m.activation;
+    for (const char* k : {"kv_heads", "d_ff", "rope_theta", "mlp", "norm"}) model.erase(k);
+  } else {
+    model["kv_heads"] = m.kv_heads;
+    model["d_ff"] = m.d_ff;
+    model["rope_theta"] = m.rope_theta;
+    model["mlp"] = m.mlp;
+    model["norm"] = m.norm;
+    model.erase("activation");
+  }
+  doc["finetune"]["base_checkpoint"] = rc.finetune.base_checkpoint;
+  return doc;
+}
+
+const HfFolderInfo& HfFolderCache::get(const std::string& path) {
+  const std::string stamp = stampOf(path);
+  auto it = entries_.find(path);
+  if (it == entries_.end() || it->second.stamp != stamp)
+    it = entries_.insert_or_assign(path, Entry{stamp, inspectHfFolder(path)}).first;
+  return it->second.folder;
+}
+
+}  // namespace ts::gui
