@@ -194,4 +194,13 @@ TEST(Screenshots, WizardPagesAndDashboard) {
   save(&win, "runs", [&](ScreenshotCheck& c) {
     c.widget(win.runsPage()->view(), "runs table").text("gpt-small-bf16-0").text("Best eval loss");
   });
+
+  // The model page after opening a Hugging Face folder: what it holds, the shape it set.
+  win.showSection(0);
+  ASSERT_EQ(wiz->openHfFolder(QString(TRAINSCOPE_TEST_DATA) + "/hf_tiny/llama"), QString());
+  for (int i = 0; i < wiz->pageCount(); ++i)
+    if (wiz->pageTitle(i).contains("Model")) wiz->goToPage(i);
+  save(&win, "wizard-hf-folder", [&](ScreenshotCheck& c) {
+    c.widget(wiz, "wizard").text("LlamaForCausalLM").text("stored F32");
+  });
 }
