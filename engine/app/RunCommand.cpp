@@ -211,7 +211,9 @@ int runMain(const RunOptions& o) {
                             {"pid", ::getpid()},
                             {"ranks", 1},
                             {"devices", caps["devices"]},
-                            {"capabilities", caps}};
+                            {"capabilities", caps},
+                            // what precision.gemm auto means here, and how it was decided
+                            {"gemm_auto", caps["precisions"]["bf16"]["gemm_calibration"]}};
     // The backend is known only after the config; announce the default choice.
     hello["backend"] = ctx.cuda_available ? "cuda" : "cpu";
     emit(core::EventType::Hello, hello, false);

@@ -1,5 +1,7 @@
 #include "trainscope/engine/Bench.h"
 
+#include "trainscope/engine/GemmCalibration.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -291,7 +293,8 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
       << (f.amx_bf16 ? "yes" : "no")
       << "; bf16 GEMM kernel: " << (nativeBf16 ? "oneDNN " + bf16Impl : bf16Impl)
       << ". precision.gemm auto picks "
-      << (autoPicksBf16Gemm(kernels::makeCpuBackend().get()) ? "bf16" : "fp32") << " here.\n";
+      << (autoPicksBf16Gemm(kernels::makeCpuBackend().get()) ? "bf16" : "fp32") << " here ("
+      << gemmCalibration().source << ": bf16 GEMM " << gemmCalibration().ratio() << "x sgemm).\n";
   return results;
 }
 

@@ -1,5 +1,7 @@
 #include "trainscope/engine/Capabilities.h"
 
+#include "trainscope/engine/GemmCalibration.h"
+
 #include <cpuid.h>
 #include <unistd.h>
 
@@ -129,13 +131,23 @@ nlohmann::json capabilitiesJson() {
     return c;
   };
   // bf16 GEMMs (precision.gemm): native where oneDNN has a bf16 kernel for this CPU; "auto"
-  // uses them only with AMX (without it they are slower than fp32 sgemm, reference.md).
+  // uses them where that kernel measured faster than sgemm here (GemmCalibration).
   std::string gemmImpl;
   const bool nativeGemm = kernels::cpu::matmulBf16Native(&gemmImpl);
   json bf16 = cap(true);
   bf16["native_gemm"] = nativeGemm;
   bf16[nativeGemm ? "gemm_impl" : "gemm_why"] = gemmImpl;
   bf16["auto_gemm"] = autoPicksBf16Gemm(kernels::makeCpuBackend().get()) ? "bf16" : "fp32";
+  bf16["gemm_calibration"] = toJson(gemmCalibration());
+  // fp16 and fp8 on the CPU: stored and rounded in their format, multiplied in fp32.
+  json fp16 = cap(true);
+  fp16["gemm"] = kernels::cpu::hasF16cConversion()
+                     ? "fp32 math on fp16-rounded values (F16C conversion, vectorised)"
+                     : "fp32 math on fp16-rounded values (scalar conversion: this CPU has no F16C)";
+  json fp8 = cap(true);
+  fp8["gemm"] =
+      "emulated: operands quantized to E4M3/E5M2 values with their scales, multiplied in fp32 "
+      "(saves no time on a CPU)";
   // `backends`: where the engine runs it (absent: every backend); the same rule as
   // unsupportedFeatures in Trainer.cpp, so the GUI refuses what a launch would.
   auto onlyOn = [](json c, std::vector<std::string> backends, std::string why) {
@@ -147,10 +159,10 @@ nlohmann::json capabilitiesJson() {
   j["precisions"] = {{"fp32", cap(true)},
                      // cpu backend: 16-bit stored weights/grads; GEMMs per precision.gemm
                      {"bf16", onlyOn(bf16, {"cpu"}, cpuOnly)},
-                     {"fp16", onlyOn(cap(true), {"cpu"}, cpuOnly)},
+                     {"fp16", onlyOn(fp16, {"cpu"}, cpuOnly)},
                      // cpu backend: GEMM operands quantized to real fp8 values (E4M3/E5M2,
                      // delayed or block scaling), multiplied in fp32: emulated, not faster
-                     {"fp8", onlyOn(cap(true), {"cpu"}, cpuOnly)},
+                     {"fp8", onlyOn(fp8, {"cpu"}, cpuOnly)},
                      {"pure_bf16", onlyOn(bf16, {"cpu"}, cpuOnly)}};
   j["techniques"] = {
       {"gradient_accumulation", cap(true)},

@@ -1,5 +1,7 @@
 #include "trainscope/engine/Gpt.h"
 
+#include "trainscope/engine/GemmCalibration.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -38,8 +40,7 @@ bool autoPicksBf16Gemm(const kernels::Backend* backend) {
   if (!backend || backend->kind() != kernels::DeviceKind::Cpu ||  // bf16 policies: CPU only
       !backend->supports(kernels::Op::MatmulBF16) || backend->emulates(kernels::Op::MatmulBF16))
     return false;
-  const auto f = backend->device().features;
-  return std::find(f.begin(), f.end(), "amx_bf16") != f.end();
+  return gemmCalibration().choice == "bf16";
 }
 
 bool useBf16Gemm(const core::RunConfig& config, const kernels::Backend* backend) {

@@ -1,5 +1,7 @@
 #include "trainscope/engine/Trainer.h"
 
+#include "trainscope/engine/GemmCalibration.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -295,9 +297,12 @@ TrainResult Trainer::run() {
     else
       log("block linear GEMMs on fp32 copies of the bf16 weights (precision.gemm " +
           config_.precision.gemm +
-          (config_.precision.gemm == "auto" ? "; bf16 GEMMs need AMX and a oneDNN kernel: " +
-                                                  (native ? "this CPU has no AMX" : impl)
-                                            : "") +
+          (config_.precision.gemm == "auto"
+               ? "; auto: " + (native ? "oneDNN's bf16 kernel measured " +
+                                            std::to_string(gemmCalibration().ratio()) +
+                                            "x sgemm here (" + gemmCalibration().source + ")"
+                                      : impl)
+               : "") +
           ")");
   }
 

@@ -134,6 +134,9 @@ TEST(E2e, RunStreamsEventsFromHelloToFinished) {
   EXPECT_EQ(events.front()["type"], "hello");
   EXPECT_EQ(events.front()["protocol_version"], 1);
   EXPECT_TRUE(events.front().contains("capabilities"));
+  // What precision.gemm auto means here, as capabilities says it.
+  EXPECT_EQ(events.front()["gemm_auto"]["choice"],
+            events.front()["capabilities"]["precisions"]["bf16"]["auto_gemm"]);
   EXPECT_EQ(events.back()["type"], "finished");
   EXPECT_EQ(events.back()["status"], "completed");
   int64_t seq = -1, steps = 0, lastStep = 0;

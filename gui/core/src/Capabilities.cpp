@@ -175,6 +175,14 @@ CapabilityProbe::CapabilityProbe(QObject* parent) : QObject(parent) {
   });
 }
 
+CapabilityProbe::~CapabilityProbe() {
+  process_.disconnect(this);
+  if (process_.state() != QProcess::NotRunning) {
+    process_.kill();
+    process_.waitForFinished(5000);
+  }
+}
+
 void CapabilityProbe::start(const QString& enginePath) {
   if (enginePath.isEmpty()) {
     summary_ = {};

@@ -115,9 +115,8 @@ int checkpointSegment(const std::string& mode, int every, int layers);
 // runs them natively on AMX; never without a backend).
 GptConfig gptConfigFrom(const core::RunConfig& config, int vocab,
                         const kernels::Backend* backend = nullptr);
-// What precision.gemm "auto" means on `backend`: bf16 GEMMs only on a CPU with AMX whose bf16
-// GEMM is native (without AMX oneDNN's bf16 kernels are slower than its fp32 sgemm,
-// reference.md).
+// What precision.gemm "auto" means on `backend`: bf16 GEMMs on a CPU whose native bf16 GEMM
+// (AMX, AVX512-BF16) measured faster than sgemm here (GemmCalibration); never on an emulated one.
 bool autoPicksBf16Gemm(const kernels::Backend* backend);
 // Whether the config's precision.gemm resolves to bf16 GEMMs on `backend`.
 bool useBf16Gemm(const core::RunConfig& config, const kernels::Backend* backend);

@@ -34,6 +34,9 @@ class CapabilityProbe : public QObject {
   Q_OBJECT
  public:
   explicit CapabilityProbe(QObject* parent = nullptr);
+  // Stops a probe still running without reporting: whoever listened may be half destroyed
+  // (a window closing while the engine answers).
+  ~CapabilityProbe() override;
   void start(const QString& enginePath);
   const CapabilitySummary& summary() const { return summary_; }
 
