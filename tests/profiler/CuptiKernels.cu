@@ -31,3 +31,16 @@ bool launchTestWork(int n, int iterations, std::string* error) {
   cudaFree(d);
   return ok;
 }
+
+// Whether a GPU answers (cudaGetDeviceCount's error code, or no device): the one reason the
+// gpu-labelled CUPTI tests skip.
+bool testGpuPresent(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
+    return false;
+  }
+  if (n == 0) *why = "no CUDA device";
+  return n > 0;
+}
