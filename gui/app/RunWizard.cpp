@@ -56,13 +56,6 @@ QString describeModelPath(const std::string& path, const QString& empty) {
          " (expected a checkpoint directory or a folder with config.json)";
 }
 
-QString humanCount(double n) {
-  if (n >= 1e9) return QString::number(n / 1e9, 'f', 2) + " B";
-  if (n >= 1e6) return QString::number(n / 1e6, 'f', 2) + " M";
-  if (n >= 1e3) return QString::number(n / 1e3, 'f', 1) + " K";
-  return QString::number(n, 'f', 0);
-}
-
 QGroupBox* group(const QString& title, QFormLayout** form) {
   auto* g = new QGroupBox(title);
   *form = new QFormLayout(g);

@@ -140,8 +140,18 @@ TEST(HfConfig, ShardsAndMixedDtypesFromHeaders) {
               HasSubstr((d / "s3.safetensors").string() + ": missing"));
   writeJson(d / "model.safetensors.index.json", {{"weight_map", {{"a", "../x.safetensors"}}}});
   EXPECT_THAT(errorOf([&] { readHfStoredWeights(d.string()); }), HasSubstr("outside the folder"));
-  // A header length past the end of the file.
+  // A header that is not JSON, and a tensor without dtype and shape.
   fs::remove(d / "model.safetensors.index.json");
+  {
+    std::ofstream out(d / "model.safetensors", std::ios::binary);
+    out << std::string("\x04\x00\x00\x00\x00\x00\x00\x00", 8) << "{no}" << std::string(8, '\0');
+  }
+  EXPECT_THAT(errorOf([&] { readHfStoredWeights(d.string()); }),
+              HasSubstr("model.safetensors: safetensors header is not valid JSON"));
+  writeHeaderOnly(d / "model.safetensors", {{"w", {{"shape", {2}}}}});
+  EXPECT_THAT(errorOf([&] { readHfStoredWeights(d.string()); }),
+              HasSubstr("model.safetensors: tensor 'w' has no dtype and shape"));
+  // A header length past the end of the file.
   std::ofstream(d / "model.safetensors", std::ios::binary)
       << std::string("\xff\xff\x00\x00\x00\x00\x00\x00", 8);
   EXPECT_THAT(errorOf([&] { readHfStoredWeights(d.string()); }),

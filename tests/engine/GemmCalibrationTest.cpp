@@ -13,6 +13,7 @@
 #include <fstream>
 #include <memory>
 
+#include "../support/TrainerHarness.h"
 #include "trainscope/engine/GemmCalibration.h"
 #include "trainscope/kernels/CpuOps.h"
 
@@ -22,12 +23,15 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-fs::path scratch(const std::string& name) {
-  const fs::path d =
-      fs::temp_directory_path() / ("ts_gemmcal_" + name + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
+using testsupport::scratchDir;
+
+// A cache file holding this machine's entry (as another process would have written it) and one
+// of another machine.
+void writeCache(const std::string& file, const std::string& key, const std::string& choice) {
+  const json entry = {{"fp32_gflops", 100.0}, {"bf16_gflops", 90.0}, {"choice", choice}};
+  const json other = {{"fp32_gflops", 1.0}, {"bf16_gflops", 9.0}, {"choice", "bf16"}};
+  std::ofstream(file)
+      << json{{"machines", {{key, entry}, {"Other CPU | x | 64 threads", other}}}}.dump();
 }
 
 json readJson(const fs::path& p) {
@@ -49,7 +53,7 @@ TEST(GemmCalibration, RulePicksBf16OnlyWhenNativeAndClearlyFaster) {
 }
 
 TEST(GemmCalibration, MeasuresOnceThenEveryReaderGetsTheCachedResult) {
-  const auto d = scratch("cache");
+  const auto d = scratchDir("gemmcal_cache");
   const auto file = (d / "sub" / "gemm-calibration.json").string();
   const GemmCalibration first = calibrateGemm(file);
   if (!native()) {
@@ -75,26 +79,16 @@ TEST(GemmCalibration, MeasuresOnceThenEveryReaderGetsTheCachedResult) {
 
 TEST(GemmCalibration, TrustsOnlyThisMachinesValidEntry) {
   if (!native()) GTEST_SKIP() << "no native bf16 GEMM here: auto is fp32 without measuring";
-  const auto d = scratch("entries");
+  const auto d = scratchDir("gemmcal_entries");
   const auto file = (d / "gemm-calibration.json").string();
   const std::string key = calibrateGemm("").key;
   // Another process measured first (and found fp32 faster): this one agrees with it.
-  std::ofstream(file)
-      << json{{"machines",
-               {{key, {{"fp32_gflops", 100.0}, {"bf16_gflops", 90.0}, {"choice", "fp32"}}},
-                {"Other CPU | x | 64 threads",
-                 {{"fp32_gflops", 1.0}, {"bf16_gflops", 9.0}, {"choice", "bf16"}}}}}}
-             .dump();
+  writeCache(file, key, "fp32");
   GemmCalibration c = calibrateGemm(file);
   EXPECT_EQ(c.source, "cached");
   EXPECT_EQ(c.choice, "fp32");
   // An entry out of range is measured again, said, and replaced; other machines' entries stay.
-  std::ofstream(file)
-      << json{{"machines",
-               {{key, {{"fp32_gflops", 100.0}, {"bf16_gflops", 90.0}, {"choice", "maybe"}}},
-                {"Other CPU | x | 64 threads",
-                 {{"fp32_gflops", 1.0}, {"bf16_gflops", 9.0}, {"choice", "bf16"}}}}}}
-             .dump();
+  writeCache(file, key, "maybe");
   c = calibrateGemm(file);
   EXPECT_EQ(c.source, "measured");
   EXPECT_NE(c.cacheProblem.find(file + ": ignored"), std::string::npos) << c.cacheProblem;
@@ -123,7 +117,7 @@ json capabilitiesWith(const std::string& forced, const fs::path& dataHome) {
 }
 
 TEST(GemmCalibration, CapabilitiesReportTheChoiceAndHowItWasMade) {
-  const auto d = scratch("caps");
+  const auto d = scratchDir("gemmcal_caps");
   const json measured = capabilitiesWith("", d);
   ASSERT_FALSE(measured.is_discarded());
   const json& bf16 = measured["precisions"]["bf16"];

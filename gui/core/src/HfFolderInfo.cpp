@@ -6,14 +6,14 @@ namespace ts::gui {
 
 namespace fs = std::filesystem;
 
-namespace {
-
 QString humanCount(double n) {
   if (n >= 1e9) return QString::number(n / 1e9, 'f', 2) + " B";
   if (n >= 1e6) return QString::number(n / 1e6, 'f', 2) + " M";
   if (n >= 1e3) return QString::number(n / 1e3, 'f', 1) + " K";
   return QString::number(n, 'f', 0);
 }
+
+namespace {
 
 QString humanBytes(double b) {
   if (b >= 1e9) return QString::number(b / 1e9, 'f', 2) + " GB";

@@ -14,6 +14,9 @@
 
 namespace ts::gui {
 
+// "124.44 M", "51.4 K": parameter counts as the wizard and the folder summary show them.
+QString humanCount(double n);
+
 struct HfFolderInfo {
   QString error;  // why the folder cannot be used (names the file and field); empty when ok
   core::HfModelInfo info;
