@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "trainscope/profiler/Tracer.h"
 
@@ -11,8 +12,58 @@ using core::MemoryCategory;
 using profiler::ScopedRange;
 using profiler::SpanCategory;
 
+void ActivationCompressor::store(SavedTensor& t, const float* x, int64_t rows, int64_t cols,
+                                 bool count, bool keepNonzero) {
+  if (t.empty()) return;  // not kept (int8 ReLU's pre-activation)
+  const int64_t n = rows * cols;
+  switch (t.data.dtype()) {
+    case DType::F32:  // computed in place, or copied from where it was computed
+      if (x != t.f32()) backend_->copyOnDevice(t.f32(), x, n * int64_t(sizeof(float)));
+      return;
+    case DType::BF16: {
+      ScopedRange r("bf16_pack", SpanCategory::Elementwise);
+      backend_->floatToBf16(x, static_cast<uint16_t*>(t.data.data()), n);
+      return;
+    }
+    case DType::F16: {
+      ScopedRange r("fp16_pack", SpanCategory::Elementwise);
+      backend_->floatToFp16(x, static_cast<uint16_t*>(t.data.data()), n);
+      return;
+    }
+    case DType::I8:
+      return quantizeRows(t.data, t.scale, x, rows, cols, count, keepNonzero);
+    default:
+      throw std::logic_error("saved activation: no packing for its dtype");
+  }
+}
+
+const float* ActivationCompressor::load(const SavedTensor& t, float* scratch, int64_t rows,
+                                        int64_t cols) {
+  if (t.empty()) throw std::logic_error("saved activation: not kept by this configuration");
+  const int64_t n = rows * cols;
+  switch (t.data.dtype()) {
+    case DType::F32:
+      return t.f32();
+    case DType::BF16: {
+      ScopedRange r("bf16_unpack", SpanCategory::Elementwise);
+      backend_->bf16ToFloat(static_cast<const uint16_t*>(t.data.data()), scratch, n);
+      return scratch;
+    }
+    case DType::F16: {
+      ScopedRange r("fp16_unpack", SpanCategory::Elementwise);
+      backend_->fp16ToFloat(static_cast<const uint16_t*>(t.data.data()), scratch, n);
+      return scratch;
+    }
+    case DType::I8:
+      dequantizeRows(scratch, t.data, t.scale, rows, cols);
+      return scratch;
+    default:
+      throw std::logic_error("saved activation: no unpacking for its dtype");
+  }
+}
+
 void ActivationCompressor::quantizeRows(Tensor& q, Tensor& scale, const float* x, int64_t rows,
-                                        int64_t cols, bool count) {
+                                        int64_t cols, bool count, bool keepNonzero) {
   ScopedRange r("int8_pack", SpanCategory::Elementwise);
   int8_t* qd = static_cast<int8_t*>(q.data());
   float* sd = scale.f32();
@@ -24,9 +75,11 @@ void ActivationCompressor::quantizeRows(Tensor& q, Tensor& scale, const float* x
     const float s = amax / 127.f;
     sd[i] = s;
     const float inv = s > 0.f ? 1.f / s : 0.f;
-    for (int64_t j = 0; j < cols; ++j)
-      qd[i * cols + j] =
-          static_cast<int8_t>(std::clamp(std::nearbyint(xr[j] * inv), -127.f, 127.f));
+    for (int64_t j = 0; j < cols; ++j) {
+      float q = std::clamp(std::nearbyint(xr[j] * inv), -127.f, 127.f);
+      if (keepNonzero && q == 0.f && xr[j] != 0.f) q = xr[j] > 0.f ? 1.f : -1.f;
+      qd[i * cols + j] = static_cast<int8_t>(q);
+    }
   }
   if (count) {
     stats_.rawBytes += 4 * rows * cols;

@@ -8,7 +8,7 @@ using profiler::ScopedRange;
 using profiler::SpanCategory;
 
 float* Attention::inputSlot(const LayerContext& c, AttentionSaved& s) const {
-  return c.compressor->int8() ? c.ws->dfc2.f32() : s.in.f32();
+  return c.compressor->slot(s.in, c.ws->dfc2.f32());
 }
 
 void Attention::rope(const LayerContext& c, float* qkv, bool backward) const {
@@ -25,54 +25,56 @@ void Attention::rope(const LayerContext& c, float* qkv, bool backward) const {
 void Attention::forward(const LayerContext& c, float* out, AttentionSaved& s, const float* in,
                         bool recompute) const {
   const int N = static_cast<int>(c.rows()), B = c.B, T = c.T, C = s_.dModel;
-  const bool q8 = c.compressor->int8();
-  qkv_->forward(s.qkv.f32(), in, N, *c.scratch, recompute);
-  if (q8) c.compressor->quantizeRows(s.inQ, s.inScale, in, N, C, !recompute);
+  ActivationCompressor& comp = *c.compressor;
+  Workspace& ws = *c.ws;
+  const bool count = !recompute;
+  // Stored tensors are computed in free fp32 scratch (dqkv, datt, then dfc2 once `in` is
+  // packed: `in` itself sits there) and packed when no longer needed.
+  float* qkv = comp.slot(s.qkv, ws.dqkv.f32());
+  qkv_->forward(qkv, in, N, *c.scratch, recompute);
+  comp.store(s.in, in, N, C, count);
   // Rotary positions on the q and k heads of the packed qkv, in place (saved rotated).
-  if (s_.ropeTheta > 0) rope(c, s.qkv.f32(), false);
-  // int8: the merged heads go to scratch (free again: `in` is quantized), then are quantized.
-  float* attOut = q8 ? c.ws->dfc2.f32() : s.out.f32();
+  if (s_.ropeTheta > 0) rope(c, qkv, false);
+  float* att = s_.flash ? s.att.f32() : comp.slot(s.att, ws.datt.f32());  // lse: exact
+  float* attOut = comp.slot(s.out, ws.dfc2.f32());
   {
     ScopedRange r("attention_fwd", SpanCategory::Attention, 4.0 * B * T * T * C);
     if (s_.flash)
-      c.backend->flashAttentionGqaForward(attOut, s.att.f32(), s.qkv.f32(), B, T, C, s_.heads,
-                                          s_.kvHeads);
+      c.backend->flashAttentionGqaForward(attOut, att, qkv, B, T, C, s_.heads, s_.kvHeads);
     else
-      c.backend->attentionGqaForward(attOut, s.att.f32(), s.qkv.f32(), B, T, C, s_.heads,
-                                     s_.kvHeads);
+      c.backend->attentionGqaForward(attOut, att, qkv, B, T, C, s_.heads, s_.kvHeads);
   }
+  comp.store(s.qkv, qkv, N, s_.qkvDim, count);
+  if (!s_.flash) comp.store(s.att, att, int64_t(B) * s_.heads * T, T, count);
   o_->forward(out, attOut, N, *c.scratch, recompute);
-  if (q8) c.compressor->quantizeRows(s.outQ, s.outScale, attOut, N, C, !recompute);
+  comp.store(s.out, attOut, N, C, count);
 }
 
 void Attention::backward(const LayerContext& c, float* dinp, const float* dout,
-                         const AttentionSaved& s) const {
+                         AttentionSaved& s) const {
   const int N = static_cast<int>(c.rows()), B = c.B, T = c.T, C = s_.dModel;
-  const bool q8 = c.compressor->int8();
+  ActivationCompressor& comp = *c.compressor;
   Workspace& ws = *c.ws;
   float* datt = ws.dtmp.f32();  // gradient of the merged heads
-  const float* attOut = s.out.empty() ? nullptr : s.out.f32();
-  if (q8) {
-    c.compressor->dequantizeRows(ws.dfc.f32(), s.outQ, s.outScale, N, C);
-    attOut = ws.dfc.f32();
-  }
+  // Stored tensors expand into scratch that is free when each is read: the merged heads into
+  // dfc, qkv into dfc2, the probabilities into attUnpack, then the input into dfc.
+  const float* attOut = comp.load(s.out, ws.dfc.f32(), N, C);
   o_->backward(datt, dout, attOut, N, *c.scratch);
+  const float* qkv = comp.load(s.qkv, ws.dfc2.f32(), N, s_.qkvDim);
   {
     ScopedRange r("attention_bwd", SpanCategory::Attention, 8.0 * B * T * T * C);
-    if (s_.flash)
-      c.backend->flashAttentionGqaBackward(ws.dqkv.f32(), datt, attOut, s.att.f32(), s.qkv.f32(), B,
-                                           T, C, s_.heads, s_.kvHeads);
-    else
-      c.backend->attentionGqaBackward(ws.dqkv.f32(), ws.datt.f32(), datt, s.qkv.f32(), s.att.f32(),
-                                      B, T, C, s_.heads, s_.kvHeads);
+    if (s_.flash) {
+      c.backend->flashAttentionGqaBackward(ws.dqkv.f32(), datt, attOut, s.att.f32(), qkv, B, T, C,
+                                           s_.heads, s_.kvHeads);
+    } else {
+      const float* att = comp.load(s.att, ws.attUnpack.f32(), int64_t(B) * s_.heads * T, T);
+      c.backend->attentionGqaBackward(ws.dqkv.f32(), ws.datt.f32(), datt, qkv, att, B, T, C,
+                                      s_.heads, s_.kvHeads);
+    }
   }
   // Back through the rotation: dq, dk of the unrotated projections, in place.
   if (s_.ropeTheta > 0) rope(c, ws.dqkv.f32(), true);
-  const float* in = s.in.empty() ? nullptr : s.in.f32();
-  if (q8) {
-    c.compressor->dequantizeRows(ws.dfc.f32(), s.inQ, s.inScale, N, C);
-    in = ws.dfc.f32();
-  }
+  const float* in = comp.load(s.in, ws.dfc.f32(), N, C);
   qkv_->backward(dinp, ws.dqkv.f32(), in, N, *c.scratch);
 }
 

@@ -16,28 +16,38 @@ void Block::dropout(const LayerContext& c, float* out, const float* in, int site
 void Block::forward(const LayerContext& c, BlockActivations& a, const float* in, float* out,
                     bool recompute) const {
   ScopedRange br(recompute ? "block_recompute" : "block_fwd", SpanCategory::Block);
-  const int64_t n = c.rows() * C_;
+  const int64_t N = c.rows(), n = N * C_;
+  ActivationCompressor& comp = *c.compressor;
+  const bool count = !recompute;
+  // Stored (packed) input: `in` is the fp32 stream, packed here; `out` may overwrite it.
+  if (!a.input.empty()) comp.store(a.input, in, N, C_, count);
   float* branch = c.ws->dtmp.f32();  // free in forward: each branch's output before its add
   float* ln1 = attn_.inputSlot(c, a.attn);
   norm1_->forward(c, ln1, a.norm1, in);
   attn_.forward(c, branch, a.attn, ln1, recompute);
   if (c.dropout.active()) dropout(c, branch, branch, 0);
+  // Stored: in dqkv, free once attention packed qkv (not dres: it carries the residual gradient
+  // while checkpointing recomputes).
+  float* resid2 = comp.slot(a.resid2, c.ws->dqkv.f32());
   {
     ScopedRange r("residual_fwd", SpanCategory::Elementwise);
-    c.backend->residualForward(a.resid2.f32(), in, branch, n);
+    c.backend->residualForward(resid2, in, branch, n);
   }
   float* ln2 = mlp_.inputSlot(c, a.mlp);
-  norm2_->forward(c, ln2, a.norm2, a.resid2.f32());
+  norm2_->forward(c, ln2, a.norm2, resid2);
   mlp_.forward(c, out ? branch : nullptr, a.mlp, ln2, recompute);
+  comp.store(a.resid2, resid2, N, C_, count);
   if (!out) return;
   if (c.dropout.active()) dropout(c, branch, branch, 1);
   ScopedRange r("residual_fwd", SpanCategory::Elementwise);
-  c.backend->residualForward(out, a.resid2.f32(), branch, n);
+  c.backend->residualForward(out, resid2, branch, n);
 }
 
 void Block::backward(const LayerContext& c, BlockActivations& a, const float* in) const {
   ScopedRange blr("block_bwd", SpanCategory::Block);
   Workspace& ws = *c.ws;
+  ActivationCompressor& comp = *c.compressor;
+  const int64_t N = c.rows();
   float* dres = ws.dres.f32();
   float* dtmp = ws.dtmp.f32();
   // Each branch sees the residual gradient through its dropout mask (the same mask: same
@@ -49,7 +59,8 @@ void Block::backward(const LayerContext& c, BlockActivations& a, const float* in
   }
   // MLP branch: out = resid2 + proj(act(fc(norm_2(resid2)))).
   mlp_.backward(c, dtmp, dbranch, a.mlp);
-  norm2_->backward(c, dres, dtmp, a.resid2.f32(), a.norm2);
+  // Stored norm inputs expand into dfc, free between the branches.
+  norm2_->backward(c, dres, dtmp, comp.load(a.resid2, ws.dfc.f32(), N, C_), a.norm2);
   // Attention branch: resid2 = input + o(attn(qkv(norm_1(input)))).
   dbranch = dres;
   if (c.dropout.active()) {
@@ -57,7 +68,8 @@ void Block::backward(const LayerContext& c, BlockActivations& a, const float* in
     dbranch = ws.ddrop.f32();
   }
   attn_.backward(c, dtmp, dbranch, a.attn);
-  norm1_->backward(c, dres, dtmp, in, a.norm1);
+  norm1_->backward(c, dres, dtmp, a.input.empty() ? in : comp.load(a.input, ws.dfc.f32(), N, C_),
+                   a.norm1);
 }
 
 }  // namespace ts::engine

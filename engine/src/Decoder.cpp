@@ -10,6 +10,14 @@ namespace ts::engine {
 using profiler::ScopedRange;
 using profiler::SpanCategory;
 
+bool Decoder::streamed(const LayerContext& c) const {
+  return !forwardOnly_ && !c.ws->stream.empty();
+}
+
+float* Decoder::input(const LayerContext& c, DecoderActivations& a) const {
+  return streamed(c) ? c.ws->stream.f32() : inputOf(a, 0);
+}
+
 float* Decoder::inputOf(DecoderActivations& a, int l) const {
   if (forwardOnly_) return a.blocks[0].input.f32();
   // Its own set's input (plain), or with segments of k blocks the segment's checkpoint (first
@@ -26,6 +34,17 @@ void Decoder::blockForward(const LayerContext& c, int l, BlockActivations& s, co
 
 void Decoder::forward(const LayerContext& c, DecoderActivations& a, float* out) const {
   const int L = layers();
+  if (streamed(c)) {
+    // Saved inputs are stored packed: the blocks run in place on the fp32 stream, each packing
+    // its own input; a segment's exact checkpoint is copied from the stream.
+    float* x = c.ws->stream.f32();
+    const int64_t bytes = c.rows() * c.ws->stream.shape().back() * int64_t(sizeof(float));
+    for (int l = 0; l < L; ++l) {
+      if (k_ > 0 && l % k_ == 0) c.backend->copyOnDevice(a.checkpoints[l / k_].f32(), x, bytes);
+      blockForward(c, l, a.blocks[k_ == 0 ? l : l % k_], x, l + 1 < L ? x : out, false);
+    }
+    return;
+  }
   for (int l = 0; l < L; ++l) {
     // A block reads its input before it writes its output, so forward-only runs in place.
     auto& s = a.blocks[forwardOnly_ ? 0 : k_ == 0 ? l : l % k_];
@@ -47,14 +66,20 @@ void Decoder::backward(const LayerContext& c, DecoderActivations& a) const {
   const int segments = (L + k_ - 1) / k_;
   for (int s = segments - 1; s >= 0; --s) {
     const int first = s * k_, last = std::min(L, first + k_) - 1;
-    auto in = [&](int l) {
+    auto in = [&](int l) {  // what the blocks read without a saved input (plain)
       return l == first ? a.checkpoints[s].f32() : a.blocks[l - first].input.f32();
     };
     // The last segment is still in the scratch sets from forward; the others are recomputed
     // from their checkpoint with the same kernels (and the same dropout streams), hence bitwise
     // the same values. The final residual add of the segment is skipped: the next checkpoint
     // already holds it.
-    if (s != segments - 1) {
+    if (s != segments - 1 && streamed(c)) {
+      ScopedRange r("recompute", SpanCategory::Block);
+      float* x = c.ws->stream.f32();
+      c.backend->copyOnDevice(x, a.checkpoints[s].f32(), a.checkpoints[s].bytes());
+      for (int l = first; l <= last; ++l)
+        blockForward(c, l, a.blocks[l - first], x, l < last ? x : nullptr, true);
+    } else if (s != segments - 1) {
       ScopedRange r("recompute", SpanCategory::Block);
       for (int l = first; l <= last; ++l)
         blockForward(c, l, a.blocks[l - first], in(l),

@@ -72,6 +72,7 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels:
   g.working = pol == "fp16"                                         ? DType::F16
               : pol == "bf16" || pol == "fp8" || pol == "pure_bf16" ? DType::BF16
                                                                     : DType::F32;
+  g.saved = g.working;  // bf16 under fp8 too
   g.masterWeights = pol != "pure_bf16";
   g.bf16Gemm = useBf16Gemm(config, backend);
   g.dropout = static_cast<float>(config.model.dropout);
@@ -117,6 +118,9 @@ core::SavedStateOptions GptConfig::savedState(int B) const {
   o.lora = lora;
   o.nf4 = nf4Base && (lora.r > 0 || inferenceOnly);
   o.forwardOnly = inferenceOnly;
+  o.saved = saved == DType::BF16  ? core::ElementType::BF16
+            : saved == DType::F16 ? core::ElementType::F16
+                                  : core::ElementType::F32;
   return o;
 }
 
@@ -530,40 +534,41 @@ std::map<std::string, std::vector<float>> Gpt::mergedWeights() const {
 namespace {
 // Where each buffer of the description lives in the layers' saved-state structs.
 using BlockField = Tensor& (*)(BlockActivations&);
+// A stored tensor's values under its name, its int8 row scales under name + "Scale".
+#define TS_SAVED(name, field)                                                               \
+  {name, [](BlockActivations& a) -> Tensor& { return a.field.data; }},                      \
+  {                                                                                         \
+    name "Scale", [](BlockActivations& a) -> Tensor& { return a.field.scale; }              \
+  }
 const std::map<std::string, BlockField>& blockFields() {
   static const std::map<std::string, BlockField> m = {
-      {"input", [](BlockActivations& a) -> Tensor& { return a.input; }},
-      {"ln1", [](BlockActivations& a) -> Tensor& { return a.attn.in; }},
+      TS_SAVED("input", input),
+      TS_SAVED("ln1", attn.in),
       {"ln1Mean", [](BlockActivations& a) -> Tensor& { return a.norm1.mean; }},
       {"ln1Rstd", [](BlockActivations& a) -> Tensor& { return a.norm1.rstd; }},
-      {"qkv", [](BlockActivations& a) -> Tensor& { return a.attn.qkv; }},
-      {"att", [](BlockActivations& a) -> Tensor& { return a.attn.att; }},
-      {"attOut", [](BlockActivations& a) -> Tensor& { return a.attn.out; }},
-      {"resid2", [](BlockActivations& a) -> Tensor& { return a.resid2; }},
-      {"ln2", [](BlockActivations& a) -> Tensor& { return a.mlp.in; }},
+      TS_SAVED("qkv", attn.qkv),
+      TS_SAVED("att", attn.att),
+      TS_SAVED("attOut", attn.out),
+      TS_SAVED("resid2", resid2),
+      TS_SAVED("ln2", mlp.in),
       {"ln2Mean", [](BlockActivations& a) -> Tensor& { return a.norm2.mean; }},
       {"ln2Rstd", [](BlockActivations& a) -> Tensor& { return a.norm2.rstd; }},
-      {"fcPre", [](BlockActivations& a) -> Tensor& { return a.mlp.pre; }},
-      {"fcAct", [](BlockActivations& a) -> Tensor& { return a.mlp.act; }},
-      {"ln1Q", [](BlockActivations& a) -> Tensor& { return a.attn.inQ; }},
-      {"attOutQ", [](BlockActivations& a) -> Tensor& { return a.attn.outQ; }},
-      {"ln2Q", [](BlockActivations& a) -> Tensor& { return a.mlp.inQ; }},
-      {"fcActQ", [](BlockActivations& a) -> Tensor& { return a.mlp.actQ; }},
-      {"ln1Scale", [](BlockActivations& a) -> Tensor& { return a.attn.inScale; }},
-      {"attOutScale", [](BlockActivations& a) -> Tensor& { return a.attn.outScale; }},
-      {"ln2Scale", [](BlockActivations& a) -> Tensor& { return a.mlp.inScale; }},
-      {"fcActScale", [](BlockActivations& a) -> Tensor& { return a.mlp.actScale; }},
+      TS_SAVED("fcPre", mlp.pre),
+      TS_SAVED("fcAct", mlp.act),
       {"fcMask", [](BlockActivations& a) -> Tensor& { return a.mlp.mask; }},
       {"fcVals", [](BlockActivations& a) -> Tensor& { return a.mlp.vals; }}};
   return m;
 }
+#undef TS_SAVED
 using GlobalField = Tensor& (*)(Activations&);
 const std::map<std::string, GlobalField>& globalFields() {
   static const std::map<std::string, GlobalField> m = {
       {"tokens", [](Activations& a) -> Tensor& { return a.tokens; }},
       {"targets", [](Activations& a) -> Tensor& { return a.targets; }},
-      {"residOut", [](Activations& a) -> Tensor& { return a.residOut; }},
-      {"lnf", [](Activations& a) -> Tensor& { return a.lnf; }},
+      {"residOut", [](Activations& a) -> Tensor& { return a.residOut.data; }},
+      {"residOutScale", [](Activations& a) -> Tensor& { return a.residOut.scale; }},
+      {"lnf", [](Activations& a) -> Tensor& { return a.lnf.data; }},
+      {"lnfScale", [](Activations& a) -> Tensor& { return a.lnf.scale; }},
       {"lnfMean", [](Activations& a) -> Tensor& { return a.lnfSaved.mean; }},
       {"lnfRstd", [](Activations& a) -> Tensor& { return a.lnfSaved.rstd; }},
       {"logits", [](Activations& a) -> Tensor& { return a.logits; }},
@@ -578,6 +583,8 @@ DType dtypeOf(core::ElementType t) {
       return DType::I8;
     case core::ElementType::BF16:
       return DType::BF16;
+    case core::ElementType::F16:
+      return DType::F16;
     default:
       return DType::F32;
   }
@@ -597,7 +604,8 @@ void Gpt::allocate(int B) {
       {"ones", &Workspace::ones},  {"dres", &Workspace::dres},   {"dtmp", &Workspace::dtmp},
       {"dqkv", &Workspace::dqkv},  {"datt", &Workspace::datt},   {"dfc", &Workspace::dfc},
       {"dfc2", &Workspace::dfc2},  {"ddrop", &Workspace::ddrop}, {"loraDU", &Workspace::loraDU},
-      {"loraX", &Workspace::loraX}};
+      {"loraX", &Workspace::loraX}, {"stream", &Workspace::stream},
+      {"attUnpack", &Workspace::attUnpack}};
   const std::map<std::string, Tensor*> scratch = {{"x16", &x16_},
                                                   {"g16", &g16_},
                                                   {"nf4W", &nf4W_},
@@ -657,16 +665,22 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   ctx_.T = T;
   compressor_.resetStats();
   backend_->copyToDevice(acts_.tokens.data(), tokens, sizeof(int32_t) * N);
-  float* x0 = decoder_->input(acts_);
+  float* x0 = decoder_->input(ctx_, acts_);
   embedding_->forward(ctx_, x0, acts_.tokens.i32());
   if (ctx_.dropout.active()) {
     ScopedRange r("dropout", SpanCategory::Elementwise);
     backend_->dropout(x0, x0, int64_t(N) * C, ctx_.dropout.p, ctx_.dropout.seed,
                       ctx_.dropout.stream(-1, 0));
   }
-  decoder_->forward(ctx_, acts_, acts_.residOut.f32());
-  finalNorm_->forward(ctx_, acts_.lnf.f32(), acts_.lnfSaved, acts_.residOut.f32());
-  head_->forward(ctx_, acts_.logits.f32(), acts_.lnf.f32());
+  // Stored (packed) saved activations: the last block's output stays on the fp32 stream and
+  // the final norm's output is computed in dfc2, then both are packed.
+  float* resid = compressor_.slot(acts_.residOut, ws_.stream.f32());
+  decoder_->forward(ctx_, acts_, resid);
+  float* lnf = compressor_.slot(acts_.lnf, ws_.dfc2.f32());
+  finalNorm_->forward(ctx_, lnf, acts_.lnfSaved, resid);
+  head_->forward(ctx_, acts_.logits.f32(), lnf);
+  compressor_.store(acts_.residOut, resid, N, C, true);
+  compressor_.store(acts_.lnf, lnf, N, C, true);
   haveLoss_ = false;
   if (!targets) return 0.0;
   // The loss is not part of the model: cross-entropy over the logits just computed.
@@ -684,9 +698,11 @@ void Gpt::backward() {
   float* dres = ws_.dres.f32();
   float* dtmp = ws_.dtmp.f32();
   // dlnf = dlogits W_head; dW_head += dlogits^T lnf (W_head is wte when tied).
-  head_->backward(ctx_, dtmp, acts_.logits.f32(), acts_.lnf.f32());
+  const int64_t N = ctx_.rows();
+  head_->backward(ctx_, dtmp, acts_.logits.f32(), compressor_.load(acts_.lnf, ws_.dfc.f32(), N, C));
   ws_.dres.zero();
-  finalNorm_->backward(ctx_, dres, dtmp, acts_.residOut.f32(), acts_.lnfSaved);
+  finalNorm_->backward(ctx_, dres, dtmp, compressor_.load(acts_.residOut, ws_.dfc.f32(), N, C),
+                       acts_.lnfSaved);
   decoder_->backward(ctx_, acts_);
   if (ctx_.dropout.active()) {  // through the embeddings' mask, in place (dres is done)
     ScopedRange r("dropout", SpanCategory::Elementwise);

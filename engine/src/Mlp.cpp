@@ -8,72 +8,77 @@ using profiler::ScopedRange;
 using profiler::SpanCategory;
 
 float* Mlp::inputSlot(const LayerContext& c, MlpSaved& s) const {
-  return c.compressor->int8() ? c.ws->dfc2.f32() : s.in.f32();
+  return c.compressor->slot(s.in, c.ws->dfc2.f32());
 }
 
 void Mlp::forward(const LayerContext& c, float* out, MlpSaved& s, const float* in,
                   bool recompute) const {
   const int N = static_cast<int>(c.rows());
   const int64_t n = int64_t(N) * F_;
+  const int64_t preCols = act_ == Activation::SwiGlu ? 2 * F_ : F_;
   ActivationCompressor& comp = *c.compressor;
-  up_->forward(s.pre.f32(), in, N, *c.scratch, recompute);
-  if (comp.int8()) comp.quantizeRows(s.inQ, s.inScale, in, N, C_, !recompute);
-  // Compressed: the activation goes to scratch, is used, then packed.
-  float* act = comp.mode() == ActivationCompressor::Mode::None ? s.act.f32() : c.ws->dfc2.f32();
+  Workspace& ws = *c.ws;
+  const bool count = !recompute;
+  // Stored tensors: the pre-activation in dfc, the activation in dfc2 once `in` (there) is
+  // packed. Sparse keeps the activation as a bitmap and its nonzeros.
+  float* pre = comp.slot(s.pre, ws.dfc.f32());
+  up_->forward(pre, in, N, *c.scratch, recompute);
+  comp.store(s.in, in, N, C_, count);
+  float* act = comp.sparse() ? ws.dfc2.f32() : comp.slot(s.act, ws.dfc2.f32());
   {
     const char* name = act_ == Activation::SwiGlu ? "swiglu_fwd"
                        : act_ == Activation::Relu ? "relu_fwd"
                                                   : "gelu_fwd";
     ScopedRange r(name, SpanCategory::Elementwise);
     if (act_ == Activation::SwiGlu)
-      c.backend->swigluForward(act, s.pre.f32(), N, F_);
+      c.backend->swigluForward(act, pre, N, F_);
     else if (act_ == Activation::Relu)
-      c.backend->reluForward(act, s.pre.f32(), n);
+      c.backend->reluForward(act, pre, n);
     else
-      c.backend->geluForward(act, s.pre.f32(), n);
+      c.backend->geluForward(act, pre, n);
   }
   if (out) down_->forward(out, act, N, *c.scratch, recompute);
-  if (comp.int8())
-    comp.quantizeRows(s.actQ, s.actScale, act, N, F_, !recompute);
-  else if (comp.sparse())
-    comp.packSparse(s.mask, s.vals, act, n, !recompute);
+  comp.store(s.pre, pre, N, preCols, count);
+  if (comp.sparse())
+    comp.packSparse(s.mask, s.vals, act, n, count);
+  else
+    comp.store(s.act, act, N, F_, count, act_ == Activation::Relu);
 }
 
 void Mlp::backward(const LayerContext& c, float* dinp, const float* dout, MlpSaved& s) const {
   const int N = static_cast<int>(c.rows());
   const int64_t n = int64_t(N) * F_;
+  const int64_t preCols = act_ == Activation::SwiGlu ? 2 * F_ : F_;
   ActivationCompressor& comp = *c.compressor;
   Workspace& ws = *c.ws;
-  // Compressed inputs are expanded into whichever of dfc / dfc2 is free at that point.
-  const float* act = s.act.empty() ? nullptr : s.act.f32();
-  if (comp.int8()) {
-    comp.dequantizeRows(ws.dfc2.f32(), s.actQ, s.actScale, N, F_);
-    act = ws.dfc2.f32();
-  } else if (comp.sparse()) {
+  // Stored tensors expand into whichever of dfc / dfc2 is free: the activation into dfc2, then
+  // the pre-activation into dfc2 too (the activation's backward runs in place on it: each
+  // output element reads only its own inputs), then the input into dfc.
+  const float* act;
+  if (comp.sparse()) {
     comp.unpackSparse(ws.dfc2.f32(), s.mask, s.vals, n);
     act = ws.dfc2.f32();
+  } else {
+    act = comp.load(s.act, ws.dfc2.f32(), N, F_);
   }
   down_->backward(ws.dfc.f32(), dout, act, N, *c.scratch);
   {
+    // ReLU without a kept pre-activation (int8): the mask from the activation, which packing
+    // kept exactly nonzero where it was.
+    const float* pre = s.pre.empty() ? act : comp.load(s.pre, ws.dfc2.f32(), N, preCols);
     const char* name = act_ == Activation::SwiGlu ? "swiglu_bwd"
                        : act_ == Activation::Relu ? "relu_bwd"
                                                   : "gelu_bwd";
     ScopedRange r(name, SpanCategory::Elementwise);
     // relu(x) > 0 exactly when x > 0, so the pre-activation gives the same mask.
     if (act_ == Activation::SwiGlu)
-      c.backend->swigluBackward(ws.dfc2.f32(), s.pre.f32(), ws.dfc.f32(), N, F_);
+      c.backend->swigluBackward(ws.dfc2.f32(), pre, ws.dfc.f32(), N, F_);
     else if (act_ == Activation::Relu)
-      c.backend->reluBackward(ws.dfc2.f32(),
-                              comp.mode() == ActivationCompressor::Mode::None ? act : s.pre.f32(),
-                              ws.dfc.f32(), n);
+      c.backend->reluBackward(ws.dfc2.f32(), pre, ws.dfc.f32(), n);
     else
-      c.backend->geluBackward(ws.dfc2.f32(), s.pre.f32(), ws.dfc.f32(), n);
+      c.backend->geluBackward(ws.dfc2.f32(), pre, ws.dfc.f32(), n);
   }
-  const float* in = s.in.empty() ? nullptr : s.in.f32();
-  if (comp.int8()) {
-    comp.dequantizeRows(ws.dfc.f32(), s.inQ, s.inScale, N, C_);
-    in = ws.dfc.f32();
-  }
+  const float* in = comp.load(s.in, ws.dfc.f32(), N, C_);
   up_->backward(dinp, ws.dfc2.f32(), in, N, *c.scratch);
 }
 

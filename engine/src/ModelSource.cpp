@@ -45,6 +45,7 @@ int64_t vocabOf(const core::RunConfig& c, const fs::path& dir, const std::string
 GptConfig inferenceConfig(const core::RunConfig& rc, int64_t vocab) {
   GptConfig g = gptConfigFrom(rc, static_cast<int>(vocab), nullptr);
   g.working = DType::F32;
+  g.saved = DType::F32;
   g.masterWeights = true;
   g.fp8 = GptConfig::Fp8Recipe::None;
   g.bf16Gemm = false;

@@ -29,6 +29,7 @@ struct Variant {
   bool flash = false;
   bool relu = false;
   int L = 3;
+  DType saved = DType::F32;  // 16-bit storage of saved activations (GptConfig::saved)
 };
 // Test listings show the variant's name instead of its bytes.
 void PrintTo(const Variant& v, std::ostream* os) {
@@ -46,6 +47,7 @@ GptConfig configOf(const Variant& v) {
   c.flash = v.flash;
   c.checkpointEvery = v.k;
   c.compression = v.comp;
+  c.saved = v.saved;
   return c;
 }
 
@@ -99,38 +101,60 @@ bool bitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // docs/memory.md, "Activation checkpointing and compression": bytes of one block's saved set
-// (without its input when `withInput` is false), and the total activations.
-int64_t blockBytes(const GptConfig& c, int64_t B, Comp comp, int64_t nnz, bool withInput) {
+// (without its input when `withInput` is false), and the total activations. U: bytes per value
+// of the tensors backward takes approximately (4 fp32, 2 with 16-bit storage, 1 int8, which
+// adds one fp32 scale per row); R: the same for the norms' inputs (int8 keeps them 16-bit).
+struct Storage {
+  int64_t U = 4, R = 4;
+  bool int8 = false;
+  bool stored() const { return U != 4 || R != 4; }
+};
+Storage storageOf(const GptConfig& c) {
+  Storage st;
+  if (c.compression == Comp::Int8) return {1, 2, true};
+  if (c.saved != DType::F32) st.U = st.R = 2;
+  return st;
+}
+
+int64_t blockBytes(const GptConfig& c, int64_t B, int64_t nnz, bool withInput) {
   const int64_t T = c.seq_len, C = c.d_model, NH = c.heads, N = B * T;
   const int64_t A = c.flash ? B * NH * T : B * NH * T * T;
-  int64_t bytes = 0;
-  switch (comp) {
-    case Comp::None:
-      bytes = 4 * (16 * N * C + 4 * N + A);
-      break;
-    case Comp::Int8:
-      bytes = 4 * (9 * N * C + 8 * N + A) + 7 * N * C;
-      break;
-    case Comp::Sparse:
-      bytes = 4 * (12 * N * C + 4 * N + A) + (4 * N * C + 7) / 8 + 4 * nnz;
-      break;
-  }
-  return withInput ? bytes : bytes - 4 * N * C;
+  const Storage st = storageOf(c);
+  const int64_t U = st.U, R = st.R;
+  const bool keepPre = !(st.int8 && c.relu);
+  int64_t bytes = R * N * C      // input
+                  + 4 * 4 * N    // two norms' mean and rstd
+                  + U * 3 * N * C  // qkv
+                  + R * N * C      // resid2
+                  + U * 3 * N * C;  // ln1, attOut, ln2
+  bytes += c.flash ? 4 * A : U * A + (st.int8 ? 4 * A / T : 0);  // lse exact; probabilities
+  if (keepPre) bytes += U * 4 * N * C;                              // c_fc output
+  if (c.compression == Comp::Sparse)
+    bytes += (4 * N * C + 7) / 8 + 4 * nnz;  // bitmap + the nonzeros (fp32)
+  else
+    bytes += U * 4 * N * C;  // the activation
+  if (st.int8) bytes += 4 * N * (keepPre ? 6 : 5);  // a scale per row of each int8 tensor
+  return withInput ? bytes : bytes - R * N * C;
 }
 
 // `nnz` holds the nonzero ReLU outputs of every block set alive (sparse only).
 int64_t activationFormula(const GptConfig& c, int64_t B, const std::vector<int64_t>& nnz) {
   const int64_t T = c.seq_len, C = c.d_model, V = c.vocab, N = B * T, L = c.layers;
   const int64_t k = c.checkpointEvery;
+  const Storage st = storageOf(c);
   auto nz = [&](size_t i) { return i < nnz.size() ? nnz[i] : 0; };
   int64_t blocks = 0;
   if (k == 0) {
-    for (int64_t l = 0; l < L; ++l) blocks += blockBytes(c, B, c.compression, nz(l), true);
+    for (int64_t l = 0; l < L; ++l) blocks += blockBytes(c, B, nz(l), true);
   } else {
+    // Stored: the first set keeps its (packed) input too.
     blocks = ((L + k - 1) / k) * 4 * N * C;
-    for (int64_t i = 0; i < k; ++i) blocks += blockBytes(c, B, c.compression, nz(i), i > 0);
+    for (int64_t i = 0; i < k; ++i) blocks += blockBytes(c, B, nz(i), i > 0 || st.stored());
   }
-  return 4 * (2 * N + 2 * N * C + 3 * N + N * V) + blocks;
+  // tokens, targets, ln_f's statistics, losses, logits; the last block's output (a norm
+  // input) and ln_f's output (the head's input).
+  return 4 * (2 * N + 3 * N + N * V) + st.R * N * C + st.U * N * C + (st.int8 ? 4 * N : 0) +
+         blocks;
 }
 
 class Checkpointing : public ::testing::TestWithParam<Variant> {};
@@ -184,20 +208,24 @@ TEST(Checkpointing, AllHalvesTheActivationPeak) {
   EXPECT_EQ(b.actPeak, activationFormula(configOf(all), 4, {}));
 }
 
-// Tracker == docs/memory.md byte for byte for checkpointing and int8 (allocated once, so after
-// a step current == peak == formula).
+// Tracker == docs/memory.md byte for byte for checkpointing, int8 and 16-bit storage, GELU and
+// ReLU (allocated once, so after a step current == peak == formula).
 TEST(ActivationFormula, TrackerMatchesFormulaForCheckpointingAndInt8) {
   auto backend = ts::kernels::makeCpuBackend();
   for (int k : {0, 1, 2, 5})
     for (Comp comp : {Comp::None, Comp::Int8})
-      for (bool flash : {false, true}) {
-        Variant v{"f", k, comp, 1, flash, false, 5};
-        const StepRun r = runStep(v, backend.get());
-        const int64_t want = activationFormula(configOf(v), 4, {});
-        EXPECT_EQ(r.actPeak, want)
-            << "k=" << k << " int8=" << (comp == Comp::Int8) << " flash=" << flash;
-        EXPECT_EQ(r.actCurrent, want);
-      }
+      for (DType saved : {DType::F32, DType::BF16, DType::F16})
+        for (bool flash : {false, true})
+          for (bool relu : {false, true}) {
+            if (comp == Comp::Int8 && saved == DType::F16) continue;  // int8 wins: no new case
+            Variant v{"f", k, comp, 1, flash, relu, 5, saved};
+            const StepRun r = runStep(v, backend.get());
+            const int64_t want = activationFormula(configOf(v), 4, {});
+            EXPECT_EQ(r.actPeak, want) << "k=" << k << " int8=" << (comp == Comp::Int8)
+                                       << " saved=" << int(saved) << " flash=" << flash
+                                       << " relu=" << relu;
+            EXPECT_EQ(r.actCurrent, want);
+          }
 }
 
 // The estimator (memory_plan) predicts the engine's activation bytes exactly for checkpointing
@@ -266,10 +294,10 @@ TEST(SparseCompression, LosslessAndStorageFollowsNonzeroCount) {
   int64_t zeros = 0, values = 0;
   for (const auto& blk : mp.activations().blocks) {
     int64_t c = 0;
-    for (int64_t i = 0; i < blk.mlp.act.numel(); ++i) c += blk.mlp.act.f32()[i] != 0.f;
+    for (int64_t i = 0; i < blk.mlp.act.data.numel(); ++i) c += blk.mlp.act.data.f32()[i] != 0.f;
     nnz.push_back(c);
-    zeros += blk.mlp.act.numel() - c;
-    values += blk.mlp.act.numel();
+    zeros += blk.mlp.act.data.numel() - c;
+    values += blk.mlp.act.data.numel();
   }
   const int64_t want = activationFormula(configOf(sparse), 4, nnz);
   EXPECT_EQ(trk.current(MemoryTier::Device, MemoryCategory::Activations), want);
@@ -391,6 +419,8 @@ TEST(Int8Compression, TrainsAdditionToPlainAccuracyTarget) {
   auto evals = train(c, r, EventType::Eval);
   ASSERT_EQ(r.status, "completed") << r.reason;
   ASSERT_FALSE(evals.empty());
+  std::printf("int8 + checkpointing all: exact-match accuracy %.3f\n",
+              evals.back()["accuracy"].get<double>());
   EXPECT_GE(evals.back()["accuracy"].get<double>(), 0.9) << evals.back().dump();
 }
 
@@ -407,9 +437,14 @@ TEST(MemoryEvent, ReportsCompressionRatioAndSparsity) {
   EXPECT_TRUE(mem[0].contains("ranks"));  // existing fields kept
   const auto& ci = mem[0]["activation_compression"];
   EXPECT_EQ(ci["mode"], "int8");
-  // Per block: 3 (N,C) + 1 (N,4C) tensors, 4 bytes -> 1 byte + a 4-byte scale per row.
-  const double C = 64;
-  EXPECT_NEAR(ci["ratio"].get<double>(), 28 * C / (7 * C + 16), 1e-12);
+  // Per token and block: ln_1, qkv (3C), attention out, ln_2, c_fc out and activation (4C
+  // each): 14C values, 4 bytes -> 1 byte + a 4-byte scale per row of each of the 6; the
+  // probabilities: NH rows of T; ln_f's output once. (The residual stream is kept in bf16: not
+  // compression.)
+  const double C = 64, L = 2, NH = 4, T = 16;
+  const double raw = L * (4 * 14 * C + NH * 4 * T) + 4 * C;
+  const double stored = L * (14 * C + 6 * 4 + NH * (T + 4)) + C + 4;
+  EXPECT_NEAR(ci["ratio"].get<double>(), raw / stored, 1e-12);
   EXPECT_FALSE(ci.contains("sparsity"));
 
   c.model.activation = "relu";

@@ -372,7 +372,7 @@ TEST_P(PrecisionPolicyOn, Fp8GemmSeesTheQuantizedOperands) {
     for (int i = 0; i < N; ++i) tok[size_t(i)] = (i * 7 + 3) % g.vocab;
     model.forward(tok.data(), nullptr, B, T, 0.f);
     const auto& a = model.activations().blocks[0];
-    const auto ln1 = hostCopy(a.attn.in), qkv = hostCopy(a.attn.qkv),
+    const auto ln1 = hostCopy(a.attn.in.data), qkv = hostCopy(a.attn.qkv.data),
                weights = hostCopy(model.paramBuffer());
     const float* x = ln1.data();
     const auto& site = model.fp8Site(0, 0);
@@ -432,8 +432,8 @@ TEST_P(PrecisionPolicyOn, Bf16GemmSeesBf16RoundedInputs) {
     std::vector<int32_t> tok(N);
     for (int i = 0; i < N; ++i) tok[size_t(i)] = (i * 7 + 3) % g.vocab;
     model.forward(tok.data(), nullptr, B, T, 0.f);
-    const auto ln1 = hostCopy(model.activations().blocks[0].attn.in);
-    const auto qkv = hostCopy(model.activations().blocks[0].attn.qkv);
+    const auto ln1 = hostCopy(model.activations().blocks[0].attn.in.data);
+    const auto qkv = hostCopy(model.activations().blocks[0].attn.qkv.data);
     const auto weights = hostCopy(model.paramBuffer());
     const float* x = ln1.data();
     const float* w = weights.data() + model.find("h.0.attn.c_attn.weight")->offset;

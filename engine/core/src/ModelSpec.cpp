@@ -221,6 +221,9 @@ SavedStateOptions savedStateOptionsOf(const RunConfig& c, int64_t layers, bool b
   o.nf4 = lower(c.finetune.base_quant) == "nf4" && c.finetune.lora.r > 0;
   if (policy == "fp8")
     o.fp8 = lower(c.precision.fp8.recipe) == "blockwise" ? "blockwise" : "delayed";
+  o.saved = policy == "fp16"                                               ? ElementType::F16
+            : policy == "bf16" || policy == "pure_bf16" || policy == "fp8" ? ElementType::BF16
+                                                                           : ElementType::F32;
   return o;
 }
 
@@ -229,6 +232,7 @@ int elementBits(ElementType t) {
     case ElementType::I8:
       return 8;
     case ElementType::BF16:
+    case ElementType::F16:
       return 16;
     default:
       return 32;
@@ -250,9 +254,12 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
   const int64_t B = o.batch, T = a.seqLen, C = a.dModel, V = a.vocab, NH = a.heads;
   const int64_t N = B * T;
   const int64_t F = a.dFf, fcPre = a.swiglu ? 2 * F : F, qkv = a.qkvDim();
-  const bool int8 = o.compression == "int8";
+  const bool int8 = o.compression == "int8" && !o.forwardOnly;
   const bool sparse = o.compression == "sparse";
   const int k = o.forwardOnly ? 0 : o.checkpointEvery;
+  // Stored (packed) saved activations: int8 rows, or the 16-bit working dtype.
+  const ElementType half = o.forwardOnly ? ElementType::F32 : o.saved;
+  const bool stored = int8 || half != ElementType::F32;
   const auto sites = loraSites(a, o.lora);
   using Cat = MemoryCategory;
   std::vector<BufferSpec> v;
@@ -261,51 +268,66 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
                  Cat cat = Cat::Activations, int set = -1, int index = 0) {
     v.push_back({std::move(name), std::move(shape), type, cat, set, index, false});
   };
+  // A saved activation backward can take approximately: int8 rows (last dim) with an fp32
+  // scale per row, else fp32 or 16-bit. Under int8 the norms' inputs (the residual stream) are
+  // kept in bf16 instead (`residual`): a row's absmax is set by a few outlier channels, int8
+  // rounds the rest coarsely, and the norm's backward scales that error by rstd (measured:
+  // docs/memory.md).
+  auto saved = [&](const std::string& name, std::vector<int64_t> shape, int set) {
+    if (int8) {
+      std::vector<int64_t> rows(shape.begin(), shape.end() - 1);
+      add(name, std::move(shape), E::I8, Cat::Activations, set);
+      add(name + "Scale", std::move(rows), E::F32, Cat::Activations, set);
+    } else {
+      add(name, std::move(shape), half, Cat::Activations, set);
+    }
+  };
+  auto residual = [&](const std::string& name, std::vector<int64_t> shape, int set) {
+    if (int8)
+      add(name, std::move(shape), half == E::F16 ? E::F16 : E::BF16, Cat::Activations, set);
+    else
+      saved(name, std::move(shape), set);
+  };
   add("tokens", {B, T}, E::I32);
   add("targets", {B, T}, E::I32);
   // Plain: every layer keeps a full set. Checkpointing: k scratch sets + one input per segment.
   const int sets = o.forwardOnly ? 1 : k > 0 ? k : static_cast<int>(a.layers);
   for (int s = 0; s < sets; ++s) {
-    if (k == 0 || s > 0) add("input", {B, T, C}, E::F32, Cat::Activations, s);
+    // Stored: set 0 keeps its (packed) input as well, so backward reads the same rounded
+    // values with checkpointing on or off.
+    if (k == 0 || s > 0 || stored) residual("input", {B, T, C}, s);
     if (!a.rmsNorm) add("ln1Mean", {B, T}, E::F32, Cat::Activations, s);
     add("ln1Rstd", {B, T}, E::F32, Cat::Activations, s);
-    add("qkv", {B, T, qkv}, E::F32, Cat::Activations, s);
-    add("att", o.flash ? std::vector<int64_t>{B, NH, T} : std::vector<int64_t>{B, NH, T, T}, E::F32,
-        Cat::Activations, s);
-    add("resid2", {B, T, C}, E::F32, Cat::Activations, s);
+    saved("qkv", {B, T, qkv}, s);
+    if (o.flash)
+      add("att", {B, NH, T}, E::F32, Cat::Activations, s);  // log-sum-exp: exact
+    else
+      saved("att", {B, NH, T, T}, s);
+    residual("resid2", {B, T, C}, s);
     if (!a.rmsNorm) add("ln2Mean", {B, T}, E::F32, Cat::Activations, s);
     add("ln2Rstd", {B, T}, E::F32, Cat::Activations, s);
-    add("fcPre", {B, T, fcPre}, E::F32, Cat::Activations, s);
+    // int8 with ReLU: backward's mask comes from the activation, packed so that no nonzero
+    // becomes zero (exact mask); the pre-activation is not kept.
+    if (!(int8 && a.relu && !a.swiglu)) saved("fcPre", {B, T, fcPre}, s);
     // LoRA: each adapter keeps its down-projected input u = x A^T for dB.
     for (size_t i = 0; i < sites.size(); ++i)
       add("loraU", {B, T, o.lora.r}, E::F32, Cat::Activations, s, static_cast<int>(i));
-    if (int8) {
-      add("ln1Q", {B, T, C}, E::I8, Cat::Activations, s);
-      add("ln1Scale", {B, T}, E::F32, Cat::Activations, s);
-      add("attOutQ", {B, T, C}, E::I8, Cat::Activations, s);
-      add("attOutScale", {B, T}, E::F32, Cat::Activations, s);
-      add("ln2Q", {B, T, C}, E::I8, Cat::Activations, s);
-      add("ln2Scale", {B, T}, E::F32, Cat::Activations, s);
-      add("fcActQ", {B, T, F}, E::I8, Cat::Activations, s);
-      add("fcActScale", {B, T}, E::F32, Cat::Activations, s);
+    saved("ln1", {B, T, C}, s);
+    saved("attOut", {B, T, C}, s);
+    saved("ln2", {B, T, C}, s);
+    if (sparse) {
+      // A bitmap of the ReLU output (1 bit per value) and its nonzeros, counted per forward.
+      add("fcMask", {ceilDiv(N * F, 8)}, E::I8, Cat::Activations, s);
+      v.push_back({"fcVals", {B, T, F}, E::F32, Cat::Activations, s, 0, true});
     } else {
-      add("ln1", {B, T, C}, E::F32, Cat::Activations, s);
-      add("attOut", {B, T, C}, E::F32, Cat::Activations, s);
-      add("ln2", {B, T, C}, E::F32, Cat::Activations, s);
-      if (sparse) {
-        // A bitmap of the ReLU output (1 bit per value) and its nonzeros, counted per forward.
-        add("fcMask", {ceilDiv(N * F, 8)}, E::I8, Cat::Activations, s);
-        v.push_back({"fcVals", {B, T, F}, E::F32, Cat::Activations, s, 0, true});
-      } else {
-        add("fcAct", {B, T, F}, E::F32, Cat::Activations, s);
-      }
+      saved("fcAct", {B, T, F}, s);
     }
   }
   if (k > 0)
     for (int64_t seg = 0; seg < ceilDiv(a.layers, k); ++seg)
       add("checkpoint", {B, T, C}, E::F32, Cat::Activations, -1, static_cast<int>(seg));
-  add("residOut", {B, T, C});
-  add("lnf", {B, T, C});
+  residual("residOut", {B, T, C}, -1);
+  saved("lnf", {B, T, C}, -1);
   if (!a.rmsNorm) add("lnfMean", {B, T});
   add("lnfRstd", {B, T});
   add("logits", {B, T, V});
@@ -324,8 +346,12 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
   add("dtmp", {B, T, C}, E::F32, ws);
   add("dqkv", {B, T, qkv}, E::F32, ws);
   if (!o.flash) add("datt", {B, NH, T, T}, E::F32, ws);
-  add("dfc", {B, T, fcPre}, E::F32, ws);
-  add("dfc2", {B, T, fcPre}, E::F32, ws);
+  // Stored tensors are computed and expanded in dfc / dfc2: wide enough for qkv and C too.
+  const int64_t fcWide = stored ? std::max({fcPre, qkv, C}) : fcPre;
+  add("dfc", {B, T, fcWide}, E::F32, ws);
+  add("dfc2", {B, T, fcWide}, E::F32, ws);
+  if (stored) add("stream", {B, T, C}, E::F32, ws);  // the fp32 residual stream of forward
+  if (stored && !o.flash) add("attUnpack", {B, NH, T, T}, E::F32, ws);
   if (o.dropout) add("ddrop", {B, T, C}, E::F32, ws);  // a branch's gradient through its mask
   if (!sites.empty()) {
     add("loraDU", {N, o.lora.r}, E::F32, ws);  // an adapter's gradient of u

@@ -5,14 +5,16 @@
 #include <cstdint>
 
 #include "trainscope/engine/MemoryTracker.h"
+#include "trainscope/engine/SavedTensor.h"
 #include "trainscope/engine/Tensor.h"
 #include "trainscope/kernels/Backend.h"
 
 namespace ts::engine {
 
 // What compression did in the last forward (blocks computed in forward, not recomputation).
+// 16-bit storage under a mixed-precision policy is not compression and is not counted.
 struct CompressionStats {
-  int64_t rawBytes = 0;     // fp32 bytes of the tensors that were compressed
+  int64_t rawBytes = 0;     // fp32 bytes of the tensors that were compressed (int8 / sparse)
   int64_t storedBytes = 0;  // bytes they took compressed (values + scales / bitmap)
   int64_t reluValues = 0;   // ReLU outputs seen (sparse only)
   int64_t reluZeros = 0;    // of which exactly zero
@@ -29,9 +31,22 @@ class ActivationCompressor {
   bool int8() const { return mode_ == Mode::Int8; }
   bool sparse() const { return mode_ == Mode::Sparse; }
 
+  // Saved tensors in any storage (SavedTensor.h): where forward computes t in fp32 (its own
+  // storage when exact, else `scratch`, which must be free until store()); packing it from
+  // there (a copy when exact and computed elsewhere; int8 and sparse count in stats() when `count`); and its fp32
+  // values for backward (its storage when exact, else expanded into `scratch`).
+  float* slot(SavedTensor& t, float* scratch) const {
+    return t.exact() && !t.empty() ? t.f32() : scratch;
+  }
+  // keepNonzero (int8): values that would round to 0 become +-1 code, so x != 0 survives
+  // packing exactly (a ReLU output's mask).
+  void store(SavedTensor& t, const float* x, int64_t rows, int64_t cols, bool count,
+             bool keepNonzero = false);
+  const float* load(const SavedTensor& t, float* scratch, int64_t rows, int64_t cols);
+
   // int8: q (I8, rows x cols) and scale (rows) from x; `count` adds to stats().
   void quantizeRows(Tensor& q, Tensor& scale, const float* x, int64_t rows, int64_t cols,
-                    bool count);
+                    bool count, bool keepNonzero = false);
   void dequantizeRows(float* x, const Tensor& q, const Tensor& scale, int64_t rows, int64_t cols);
   // sparse: mask (1 bit per value) and vals, re-allocated with exactly the nonzero count.
   void packSparse(Tensor& mask, Tensor& vals, const float* x, int64_t n, bool count);

@@ -7,14 +7,13 @@
 
 namespace ts::engine {
 
-// What attention keeps for backward (N = B*T rows).
+// What attention keeps for backward (N = B*T rows), each stored as the description says
+// (SavedTensor.h); flash's log-sum-exp is always exact.
 struct AttentionSaved {
-  Tensor in;              // (N,C) the normed input (the qkv projection's input)
-  Tensor inQ, inScale;    // int8 compression: `in` as I8 rows + one fp32 scale per row
-  Tensor qkv;             // (N, q+k+v) projections, q and k rotated when rotary
-  Tensor att;             // naive: softmax probabilities (B,NH,T,T); flash: log-sum-exp (B,NH,T)
-  Tensor out;             // (N,C) heads merged (the output projection's input)
-  Tensor outQ, outScale;  // int8 compression of `out`
+  SavedTensor in;   // (N,C) the normed input (the qkv projection's input)
+  SavedTensor qkv;  // (N, q+k+v) projections, q and k rotated when rotary
+  SavedTensor att;  // naive: softmax probabilities (B,NH,T,T); flash: log-sum-exp (B,NH,T)
+  SavedTensor out;  // (N,C) heads merged (the output projection's input)
 };
 
 struct AttentionShape {
@@ -27,16 +26,16 @@ struct AttentionShape {
 class Attention {
  public:
   Attention(AttentionShape shape, Linear* qkv, Linear* out) : s_(shape), qkv_(qkv), o_(out) {}
-  // Where the caller writes this layer's input: the saved `in`, or (int8) free scratch from
-  // which forward quantizes it.
+  // Where the caller writes this layer's input: the saved `in` when exact, else free scratch
+  // (ws.dfc2) from which forward packs it.
   float* inputSlot(const LayerContext& c, AttentionSaved& s) const;
   // out (N,C) = the output projection's result (before any residual add).
   void forward(const LayerContext& c, float* out, AttentionSaved& s, const float* in,
                bool recompute) const;
   // dinp (N,C) = gradient of the input (=); parameter gradients accumulate. Uses ws.dtmp as
-  // scratch (dinp may be ws.dtmp), ws.dqkv, ws.datt and ws.dfc.
-  void backward(const LayerContext& c, float* dinp, const float* dout,
-                const AttentionSaved& s) const;
+  // scratch (dinp may be ws.dtmp), ws.dqkv, ws.datt, ws.dfc, and ws.dfc2 / ws.attUnpack to
+  // expand stored tensors.
+  void backward(const LayerContext& c, float* dinp, const float* dout, AttentionSaved& s) const;
 
  private:
   void rope(const LayerContext& c, float* qkv, bool backward) const;

@@ -14,10 +14,12 @@ namespace ts::engine {
 // for these buffers (core/ModelSpec.h savedState: "input", "ln1", "qkv", ...) map onto the
 // fields in Gpt.cpp.
 struct BlockActivations {
-  Tensor input;  // (B,T,C) residual stream entering the block (norm_1's input)
+  // (B,T,C) residual stream entering the block (norm_1's input); empty in the first set under
+  // checkpointing when it is exact (the segment's checkpoint is the input then)
+  SavedTensor input;
   NormSaved norm1;
   AttentionSaved attn;
-  Tensor resid2;  // (B,T,C) input + attention branch (norm_2's input)
+  SavedTensor resid2;  // (B,T,C) input + attention branch (norm_2's input)
   NormSaved norm2;
   MlpSaved mlp;
   std::vector<Tensor> lora;  // each LoRA adapter's u = x A^T (N, r), in the block's adapter order
@@ -34,11 +36,13 @@ class Block {
         norm2_(std::move(norm2)),
         mlp_(mlp) {}
   // out (B,T,C) from in; out == nullptr stops before the MLP's output projection and the final
-  // residual add (a recomputation: the next checkpoint already holds the output).
+  // residual add (a recomputation: the next checkpoint already holds the output). out may be
+  // in (the fp32 residual stream, when the saved input is stored packed). Uses ws.dtmp, and
+  // ws.dqkv, datt, dfc, dfc2 as the fp32 slots of stored tensors.
   void forward(const LayerContext& c, BlockActivations& a, const float* in, float* out,
                bool recompute) const;
   // Takes the gradient of the block's output in ws.dres and leaves the gradient of its input
-  // there; parameter gradients accumulate.
+  // there; parameter gradients accumulate. `in` is read only when the set has no saved input.
   void backward(const LayerContext& c, BlockActivations& a, const float* in) const;
 
  private:

@@ -33,8 +33,9 @@ class Decoder {
   int layers() const { return static_cast<int>(blocks_.size()); }
   void setHooks(Hooks hooks) { hooks_ = std::move(hooks); }
 
-  // Where the embeddings write the first block's input.
-  float* input(DecoderActivations& a) const { return inputOf(a, 0); }
+  // Where the embeddings write the first block's input: its saved input (plain), or the fp32
+  // residual stream ws.stream when saved activations are stored packed (16-bit or int8).
+  float* input(const LayerContext& c, DecoderActivations& a) const;
   // Runs every block from input(a); the last one writes `out`.
   void forward(const LayerContext& c, DecoderActivations& a, float* out) const;
   // Takes the gradient of `out` in ws.dres; leaves the gradient of input(a) there.
@@ -42,6 +43,7 @@ class Decoder {
 
  private:
   float* inputOf(DecoderActivations& a, int l) const;
+  bool streamed(const LayerContext& c) const;
   void blockForward(const LayerContext& c, int l, BlockActivations& s, const float* in, float* out,
                     bool recompute) const;
   std::vector<Block> blocks_;

@@ -63,6 +63,9 @@ struct GptConfig {
   // fp32 copies upcast from them (category workspace, fp32 accumulation); the fp32 master
   // weights live in the optimizer (optimizer_state). CPU backend only.
   DType working = DType::F32;
+  // How saved activations that backward can take approximately are stored (without int8
+  // compression): F32, or the 16-bit working dtype under the mixed policies (gptConfigFrom).
+  DType saved = DType::F32;
   // pure_bf16: no fp32 master; the optimizer updates the bf16 weights directly (its state in
   // bf16 too). Only meaningful with working == BF16.
   bool masterWeights = true;
@@ -127,8 +130,8 @@ struct Activations : DecoderActivations {
   int B = 0, T = 0;
   Tensor tokens;       // I32 (B,T)
   Tensor targets;      // I32 (B,T)
-  Tensor residOut;     // (B,T,C) output of the last block
-  Tensor lnf;          // (B,T,C)
+  SavedTensor residOut;  // (B,T,C) output of the last block
+  SavedTensor lnf;       // (B,T,C)
   NormSaved lnfSaved;  // final norm's mean (LayerNorm) and rstd
   Tensor logits;       // (B,T,V); after a loss forward it holds dlogits
   Tensor losses;       // (B,T)

@@ -14,7 +14,9 @@
 
 namespace ts::engine {
 
-// Backward scratch (category workspace), reused by every block.
+// Backward scratch (category workspace), reused by every block. dfc and dfc2 are at least
+// (B,T,max(C, qkv)) wide when saved activations are stored packed: forward computes those
+// tensors there, backward expands them there.
 struct Workspace {
   Tensor ones;    // (B*T) ones: bias add and bias gradient as GEMMs (device agnostic)
   Tensor dres;    // (B,T,C) gradient of the residual stream
@@ -26,6 +28,9 @@ struct Workspace {
   Tensor ddrop;   // (B,T,C) a residual branch's output gradient through dropout (dropout > 0)
   Tensor loraDU;  // (N, r) an adapter's gradient of u = x A^T (LoRA)
   Tensor loraX;   // (N, in) an adapter's dropped input (LoRA dropout > 0)
+  // Stored (16-bit or int8) saved activations only:
+  Tensor stream;     // (B,T,C) the fp32 residual stream forward runs the blocks on, in place
+  Tensor attUnpack;  // (B,NH,T,T) naive attention's probabilities expanded for backward
 };
 
 struct LayerContext {

@@ -6,13 +6,11 @@
 
 namespace ts::engine {
 
-// What the MLP keeps for backward (N = B*T rows, F = d_ff).
+// What the MLP keeps for backward (N = B*T rows, F = d_ff), stored as the description says.
 struct MlpSaved {
-  Tensor in;              // (N,C) the normed input (the up projection's input)
-  Tensor inQ, inScale;    // int8 compression of `in`
-  Tensor pre;             // (N,F) or (N,2F) for SwiGLU: the up projection's output
-  Tensor act;             // (N,F) after the activation (the down projection's input)
-  Tensor actQ, actScale;  // int8 compression of `act`
+  SavedTensor in;   // (N,C) the normed input (the up projection's input)
+  SavedTensor pre;  // (N,F) or (N,2F) for SwiGLU: the up projection's output
+  SavedTensor act;  // (N,F) after the activation (the down projection's input); empty: sparse
   // sparse compression of `act` (post-ReLU): a bitmap, 1 bit per value, and the nonzeros in
   // order; `vals` is re-allocated by every forward with the exact count.
   Tensor mask, vals;
@@ -28,7 +26,8 @@ class Mlp {
   // recomputation that only rebuilds the saved state).
   void forward(const LayerContext& c, float* out, MlpSaved& s, const float* in,
                bool recompute) const;
-  // dinp (N,C) = gradient of the input (=). Uses ws.dfc and ws.dfc2 as scratch.
+  // dinp (N,C) = gradient of the input (=). Uses ws.dfc and ws.dfc2 as scratch (also to
+  // expand stored tensors).
   void backward(const LayerContext& c, float* dinp, const float* dout, MlpSaved& s) const;
 
  private:

@@ -87,11 +87,18 @@ struct LoraSite {
 };
 std::vector<LoraSite> loraSites(const ArchSpec& arch, const LoraConfig& lora);
 
+enum class ElementType { F32, I32, I8, BF16, F16 };
+int elementBits(ElementType t);
+
 // What the engine keeps for one micro-batch of `batch` sequences.
 struct SavedStateOptions {
   int64_t batch = 1;
   bool flash = false;
   std::string compression = "none";  // none | int8 | sparse
+  // How the saved activations backward can take approximately are stored without int8: F32, or
+  // BF16 / F16 (the bf16, pure_bf16 and fp8 policies store them in bf16, fp16 in fp16). Norm
+  // statistics, flash's log-sum-exp, logits, checkpoints and LoRA's u stay fp32.
+  ElementType saved = ElementType::F32;
   int checkpointEvery = 0;           // segments of k blocks (0 = off)
   bool bf16Gemm = false;             // bf16 GEMM operand scratch
   std::string fp8;                   // "" | "delayed" | "blockwise": fp8 GEMM operand scratch
@@ -104,8 +111,6 @@ struct SavedStateOptions {
 };
 SavedStateOptions savedStateOptionsOf(const RunConfig& config, int64_t layers, bool bf16Gemm);
 
-enum class ElementType { F32, I32, I8, BF16 };
-int elementBits(ElementType t);
 
 struct BufferSpec {
   std::string name;  // the field: "qkv", "att", "fcPre", ..., "logits", "dres"
@@ -123,7 +128,10 @@ struct BufferSpec {
   double bytes() const;  // dataDependent: the estimator's assumption
 };
 // Every buffer, in allocation order. Checkpointing keeps k block sets (the first without its
-// `input`: that is the segment's checkpoint) plus one checkpoint per segment.
+// `input` when exact: that is the segment's checkpoint) plus one checkpoint per segment.
+// Stored (16-bit or int8) tensors add the fp32 residual stream forward runs on ("stream") and,
+// for naive attention, room to expand the probabilities ("attUnpack"); an int8 tensor `x` has
+// its per-row fp32 scales in "xScale".
 std::vector<BufferSpec> savedState(const ArchSpec& arch, const SavedStateOptions& options);
 
 }  // namespace ts::core
