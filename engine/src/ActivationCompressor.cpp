@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "trainscope/kernels/Numeric.h"
 #include "trainscope/profiler/Tracer.h"
 
 namespace ts::engine {
@@ -60,6 +61,44 @@ const float* ActivationCompressor::load(const SavedTensor& t, float* scratch, in
     default:
       throw std::logic_error("saved activation: no unpacking for its dtype");
   }
+}
+
+void ActivationCompressor::storeNormInput(SavedTensor& t, const float* x, const float* mean,
+                                          int64_t rows, int64_t cols) {
+  const DType dt = t.data.dtype();
+  if (!mean || t.empty() || (dt != DType::BF16 && dt != DType::F16))
+    return store(t, x, rows, cols, false);
+  ScopedRange r(dt == DType::BF16 ? "bf16_pack" : "fp16_pack", SpanCategory::Elementwise);
+  uint16_t* y = static_cast<uint16_t*>(t.data.data());
+  const bool bf16 = dt == DType::BF16;
+#pragma omp parallel for schedule(static) if (rows * cols > 32768)
+  for (int64_t i = 0; i < rows; ++i) {
+    const float m = mean[i];
+    const float* xr = x + i * cols;
+    uint16_t* yr = y + i * cols;
+    for (int64_t j = 0; j < cols; ++j)
+      yr[j] = bf16 ? kernels::floatToBf16(xr[j] - m) : kernels::floatToFp16(xr[j] - m);
+  }
+}
+
+const float* ActivationCompressor::loadNormInput(const SavedTensor& t, float* scratch,
+                                                 const float* mean, int64_t rows,
+                                                 int64_t cols) {
+  const DType dt = t.data.dtype();
+  if (!mean || t.empty() || (dt != DType::BF16 && dt != DType::F16))
+    return load(t, scratch, rows, cols);
+  ScopedRange r(dt == DType::BF16 ? "bf16_unpack" : "fp16_unpack", SpanCategory::Elementwise);
+  const uint16_t* y = static_cast<const uint16_t*>(t.data.data());
+  const bool bf16 = dt == DType::BF16;
+#pragma omp parallel for schedule(static) if (rows * cols > 32768)
+  for (int64_t i = 0; i < rows; ++i) {
+    const float m = mean[i];
+    const uint16_t* yr = y + i * cols;
+    float* xr = scratch + i * cols;
+    for (int64_t j = 0; j < cols; ++j)
+      xr[j] = (bf16 ? kernels::bf16ToFloat(yr[j]) : kernels::fp16ToFloat(yr[j])) + m;
+  }
+  return scratch;
 }
 
 void ActivationCompressor::quantizeRows(Tensor& q, Tensor& scale, const float* x, int64_t rows,

@@ -7,6 +7,12 @@ namespace ts::engine {
 using profiler::ScopedRange;
 using profiler::SpanCategory;
 
+namespace {
+const float* rowMean(const NormSaved& s) {
+  return s.mean.empty() ? nullptr : s.mean.f32();  // RMSNorm keeps none
+}
+}  // namespace
+
 void Block::dropout(const LayerContext& c, float* out, const float* in, int site) const {
   ScopedRange r("dropout", SpanCategory::Elementwise);
   c.backend->dropout(out, in, c.rows() * C_, c.dropout.p, c.dropout.seed,
@@ -18,12 +24,11 @@ void Block::forward(const LayerContext& c, BlockActivations& a, const float* in,
   ScopedRange br(recompute ? "block_recompute" : "block_fwd", SpanCategory::Block);
   const int64_t N = c.rows(), n = N * C_;
   ActivationCompressor& comp = *c.compressor;
-  const bool count = !recompute;
-  // Stored (packed) input: `in` is the fp32 stream, packed here; `out` may overwrite it.
-  if (!a.input.empty()) comp.store(a.input, in, N, C_, count);
   float* branch = c.ws->dtmp.f32();  // free in forward: each branch's output before its add
   float* ln1 = attn_.inputSlot(c, a.attn);
   norm1_->forward(c, ln1, a.norm1, in);
+  // Stored (packed) input: `in` is the fp32 stream, packed here; `out` may overwrite it.
+  if (!a.input.empty()) comp.storeNormInput(a.input, in, rowMean(a.norm1), N, C_);
   attn_.forward(c, branch, a.attn, ln1, recompute);
   if (c.dropout.active()) dropout(c, branch, branch, 0);
   // Stored: in dqkv, free once attention packed qkv (not dres: it carries the residual gradient
@@ -36,7 +41,7 @@ void Block::forward(const LayerContext& c, BlockActivations& a, const float* in,
   float* ln2 = mlp_.inputSlot(c, a.mlp);
   norm2_->forward(c, ln2, a.norm2, resid2);
   mlp_.forward(c, out ? branch : nullptr, a.mlp, ln2, recompute);
-  comp.store(a.resid2, resid2, N, C_, count);
+  comp.storeNormInput(a.resid2, resid2, rowMean(a.norm2), N, C_);
   if (!out) return;
   if (c.dropout.active()) dropout(c, branch, branch, 1);
   ScopedRange r("residual_fwd", SpanCategory::Elementwise);
@@ -60,7 +65,8 @@ void Block::backward(const LayerContext& c, BlockActivations& a, const float* in
   // MLP branch: out = resid2 + proj(act(fc(norm_2(resid2)))).
   mlp_.backward(c, dtmp, dbranch, a.mlp);
   // Stored norm inputs expand into dfc, free between the branches.
-  norm2_->backward(c, dres, dtmp, comp.load(a.resid2, ws.dfc.f32(), N, C_), a.norm2);
+  norm2_->backward(c, dres, dtmp, comp.loadNormInput(a.resid2, ws.dfc.f32(), rowMean(a.norm2), N, C_),
+                   a.norm2);
   // Attention branch: resid2 = input + o(attn(qkv(norm_1(input)))).
   dbranch = dres;
   if (c.dropout.active()) {
@@ -68,8 +74,10 @@ void Block::backward(const LayerContext& c, BlockActivations& a, const float* in
     dbranch = ws.ddrop.f32();
   }
   attn_.backward(c, dtmp, dbranch, a.attn);
-  norm1_->backward(c, dres, dtmp, a.input.empty() ? in : comp.load(a.input, ws.dfc.f32(), N, C_),
-                   a.norm1);
+  norm1_->backward(
+      c, dres, dtmp,
+      a.input.empty() ? in : comp.loadNormInput(a.input, ws.dfc.f32(), rowMean(a.norm1), N, C_),
+      a.norm1);
 }
 
 }  // namespace ts::engine

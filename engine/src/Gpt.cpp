@@ -679,7 +679,9 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   float* lnf = compressor_.slot(acts_.lnf, ws_.dfc2.f32());
   finalNorm_->forward(ctx_, lnf, acts_.lnfSaved, resid);
   head_->forward(ctx_, acts_.logits.f32(), lnf);
-  compressor_.store(acts_.residOut, resid, N, C, true);
+  compressor_.storeNormInput(acts_.residOut, resid,
+                             acts_.lnfSaved.mean.empty() ? nullptr : acts_.lnfSaved.mean.f32(), N,
+                             C);
   compressor_.store(acts_.lnf, lnf, N, C, true);
   haveLoss_ = false;
   if (!targets) return 0.0;
@@ -701,7 +703,9 @@ void Gpt::backward() {
   const int64_t N = ctx_.rows();
   head_->backward(ctx_, dtmp, acts_.logits.f32(), compressor_.load(acts_.lnf, ws_.dfc.f32(), N, C));
   ws_.dres.zero();
-  finalNorm_->backward(ctx_, dres, dtmp, compressor_.load(acts_.residOut, ws_.dfc.f32(), N, C),
+  const float* lnfMean = acts_.lnfSaved.mean.empty() ? nullptr : acts_.lnfSaved.mean.f32();
+  finalNorm_->backward(ctx_, dres, dtmp,
+                       compressor_.loadNormInput(acts_.residOut, ws_.dfc.f32(), lnfMean, N, C),
                        acts_.lnfSaved);
   decoder_->backward(ctx_, acts_);
   if (ctx_.dropout.active()) {  // through the embeddings' mask, in place (dres is done)

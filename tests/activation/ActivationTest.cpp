@@ -103,16 +103,17 @@ bool bitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
 // docs/memory.md, "Activation checkpointing and compression": bytes of one block's saved set
 // (without its input when `withInput` is false), and the total activations. U: bytes per value
 // of the tensors backward takes approximately (4 fp32, 2 with 16-bit storage, 1 int8, which
-// adds one fp32 scale per row); R: the same for the norms' inputs (int8 keeps them 16-bit).
+// adds one fp32 scale per row); R: the same for the norms' inputs (fp32 under 16-bit storage,
+// bf16 under int8).
 struct Storage {
   int64_t U = 4, R = 4;
   bool int8 = false;
-  bool stored() const { return U != 4 || R != 4; }
+  bool packedResidual() const { return R != 4; }
 };
 Storage storageOf(const GptConfig& c) {
   Storage st;
   if (c.compression == Comp::Int8) return {1, 2, true};
-  if (c.saved != DType::F32) st.U = st.R = 2;
+  if (c.saved != DType::F32) st.U = 2;
   return st;
 }
 
@@ -147,9 +148,10 @@ int64_t activationFormula(const GptConfig& c, int64_t B, const std::vector<int64
   if (k == 0) {
     for (int64_t l = 0; l < L; ++l) blocks += blockBytes(c, B, nz(l), true);
   } else {
-    // Stored: the first set keeps its (packed) input too.
+    // A packed residual: the first set keeps its input too.
     blocks = ((L + k - 1) / k) * 4 * N * C;
-    for (int64_t i = 0; i < k; ++i) blocks += blockBytes(c, B, nz(i), i > 0 || st.stored());
+    for (int64_t i = 0; i < k; ++i)
+      blocks += blockBytes(c, B, nz(i), i > 0 || st.packedResidual());
   }
   // tokens, targets, ln_f's statistics, losses, logits; the last block's output (a norm
   // input) and ln_f's output (the head's input).

@@ -411,8 +411,8 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       opt.activation_model == ActivationModel::Engine &&
       (policy == "bf16" || policy == "fp16" || policy == "fp8" || policy == "pure_bf16");
   if (engine16) pb.act = 4;
-  // precision.gemm: bf16 GEMMs (the engine's "auto" picks them only on AMX, which the caller
-  // states in opt.native_bf16_gemm).
+  // precision.gemm: bf16 GEMMs (the engine's "auto" picks them where its GEMM calibration
+  // measured the bf16 kernel faster; the caller states that in opt.native_bf16_gemm).
   const std::string gemm = lower(cfg.precision.gemm);
   const bool bf16Gemm = (policy == "bf16" || policy == "pure_bf16") &&
                         (gemm == "bf16" || (gemm == "auto" && opt.native_bf16_gemm));

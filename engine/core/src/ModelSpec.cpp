@@ -269,10 +269,10 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
     v.push_back({std::move(name), std::move(shape), type, cat, set, index, false});
   };
   // A saved activation backward can take approximately: int8 rows (last dim) with an fp32
-  // scale per row, else fp32 or 16-bit. Under int8 the norms' inputs (the residual stream) are
-  // kept in bf16 instead (`residual`): a row's absmax is set by a few outlier channels, int8
-  // rounds the rest coarsely, and the norm's backward scales that error by rstd (measured:
-  // docs/memory.md).
+  // scale per row, else fp32 or 16-bit. The norms' inputs (the residual stream, `residual`)
+  // stay fp32 under the 16-bit policies, as under autocast, and are bf16 under int8: a row's
+  // absmax is set by a few outlier channels, int8 would round the rest coarsely, and the
+  // norm's backward scales that error by rstd (measured: docs/memory.md).
   auto saved = [&](const std::string& name, std::vector<int64_t> shape, int set) {
     if (int8) {
       std::vector<int64_t> rows(shape.begin(), shape.end() - 1);
@@ -282,20 +282,19 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
       add(name, std::move(shape), half, Cat::Activations, set);
     }
   };
+  const bool packedResidual = int8;  // the blocks then run on an fp32 stream
   auto residual = [&](const std::string& name, std::vector<int64_t> shape, int set) {
-    if (int8)
-      add(name, std::move(shape), half == E::F16 ? E::F16 : E::BF16, Cat::Activations, set);
-    else
-      saved(name, std::move(shape), set);
+    add(name, std::move(shape), !packedResidual ? E::F32 : half == E::F16 ? E::F16 : E::BF16,
+        Cat::Activations, set);
   };
   add("tokens", {B, T}, E::I32);
   add("targets", {B, T}, E::I32);
   // Plain: every layer keeps a full set. Checkpointing: k scratch sets + one input per segment.
   const int sets = o.forwardOnly ? 1 : k > 0 ? k : static_cast<int>(a.layers);
   for (int s = 0; s < sets; ++s) {
-    // Stored: set 0 keeps its (packed) input as well, so backward reads the same rounded
+    // A packed residual: set 0 keeps its input as well, so backward reads the same rounded
     // values with checkpointing on or off.
-    if (k == 0 || s > 0 || stored) residual("input", {B, T, C}, s);
+    if (k == 0 || s > 0 || packedResidual) residual("input", {B, T, C}, s);
     if (!a.rmsNorm) add("ln1Mean", {B, T}, E::F32, Cat::Activations, s);
     add("ln1Rstd", {B, T}, E::F32, Cat::Activations, s);
     saved("qkv", {B, T, qkv}, s);
@@ -350,7 +349,7 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
   const int64_t fcWide = stored ? std::max({fcPre, qkv, C}) : fcPre;
   add("dfc", {B, T, fcWide}, E::F32, ws);
   add("dfc2", {B, T, fcWide}, E::F32, ws);
-  if (stored) add("stream", {B, T, C}, E::F32, ws);  // the fp32 residual stream of forward
+  if (packedResidual) add("stream", {B, T, C}, E::F32, ws);  // forward's fp32 residual stream
   if (stored && !o.flash) add("attUnpack", {B, NH, T, T}, E::F32, ws);
   if (o.dropout) add("ddrop", {B, T, C}, E::F32, ws);  // a branch's gradient through its mask
   if (!sites.empty()) {

@@ -43,6 +43,13 @@ class ActivationCompressor {
   void store(SavedTensor& t, const float* x, int64_t rows, int64_t cols, bool count,
              bool keepNonzero = false);
   const float* load(const SavedTensor& t, float* scratch, int64_t rows, int64_t cols);
+  // A LayerNorm input in 16 bits: stored centered (x - mean of its row), which keeps the bits
+  // where the norm's backward needs them ((x - mean) * rstd), and expanded with the mean added
+  // back in fp32. Exact tensors and null `mean` (RMSNorm) as store / load. Host memory.
+  void storeNormInput(SavedTensor& t, const float* x, const float* mean, int64_t rows,
+                      int64_t cols);
+  const float* loadNormInput(const SavedTensor& t, float* scratch, const float* mean,
+                             int64_t rows, int64_t cols);
 
   // int8: q (I8, rows x cols) and scale (rows) from x; `count` adds to stats().
   void quantizeRows(Tensor& q, Tensor& scale, const float* x, int64_t rows, int64_t cols,

@@ -96,8 +96,9 @@ struct SavedStateOptions {
   bool flash = false;
   std::string compression = "none";  // none | int8 | sparse
   // How the saved activations backward can take approximately are stored without int8: F32, or
-  // BF16 / F16 (the bf16, pure_bf16 and fp8 policies store them in bf16, fp16 in fp16). Norm
-  // statistics, flash's log-sum-exp, logits, checkpoints and LoRA's u stay fp32.
+  // BF16 / F16 (the bf16, pure_bf16 and fp8 policies store them in bf16, fp16 in fp16). The
+  // norms' inputs, norm statistics, flash's log-sum-exp, logits, checkpoints and LoRA's u stay
+  // fp32.
   ElementType saved = ElementType::F32;
   int checkpointEvery = 0;           // segments of k blocks (0 = off)
   bool bf16Gemm = false;             // bf16 GEMM operand scratch
@@ -129,9 +130,9 @@ struct BufferSpec {
 };
 // Every buffer, in allocation order. Checkpointing keeps k block sets (the first without its
 // `input` when exact: that is the segment's checkpoint) plus one checkpoint per segment.
-// Stored (16-bit or int8) tensors add the fp32 residual stream forward runs on ("stream") and,
-// for naive attention, room to expand the probabilities ("attUnpack"); an int8 tensor `x` has
-// its per-row fp32 scales in "xScale".
+// Stored (16-bit or int8) tensors add, for naive attention, room to expand the probabilities
+// ("attUnpack"); a packed residual stream (int8 keeps it bf16) the fp32 stream forward runs on
+// ("stream"). An int8 tensor `x` has its per-row fp32 scales in "xScale".
 std::vector<BufferSpec> savedState(const ArchSpec& arch, const SavedStateOptions& options);
 
 }  // namespace ts::core
