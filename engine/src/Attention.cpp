@@ -31,8 +31,10 @@ void Attention::forward(const LayerContext& c, float* out, AttentionSaved& s, co
   // Stored tensors are computed in free fp32 scratch (dqkv, datt, then dfc2 once `in` is
   // packed: `in` itself sits there) and packed when no longer needed.
   float* qkv = comp.slot(s.qkv, ws.dqkv.f32());
-  qkv_->forward(qkv, in, N, *c.scratch, recompute);
-  comp.store(s.in, in, N, C, count);
+  // A bf16 GEMM reads the bf16 saved input itself (rounded once).
+  const uint16_t* in16 = comp.packForBf16Gemm(s.in, in, N, C, qkv_->readsBf16Input());
+  qkv_->forward(qkv, in, N, *c.scratch, recompute, in16);
+  if (!in16) comp.store(s.in, in, N, C, count);
   // Rotary positions on the q and k heads of the packed qkv, in place (saved rotated).
   if (s_.ropeTheta > 0) rope(c, qkv, false);
   float* att = s_.flash ? s.att.f32() : comp.slot(s.att, ws.datt.f32());  // lse: exact
@@ -46,8 +48,9 @@ void Attention::forward(const LayerContext& c, float* out, AttentionSaved& s, co
   }
   comp.store(s.qkv, qkv, N, s_.qkvDim, count);
   if (!s_.flash) comp.store(s.att, att, int64_t(B) * s_.heads * T, T, count);
-  o_->forward(out, attOut, N, *c.scratch, recompute);
-  comp.store(s.out, attOut, N, C, count);
+  const uint16_t* out16 = comp.packForBf16Gemm(s.out, attOut, N, C, o_->readsBf16Input());
+  o_->forward(out, attOut, N, *c.scratch, recompute, out16);
+  if (!out16) comp.store(s.out, attOut, N, C, count);
 }
 
 void Attention::backward(const LayerContext& c, float* dinp, const float* dout,
@@ -58,8 +61,10 @@ void Attention::backward(const LayerContext& c, float* dinp, const float* dout,
   float* datt = ws.dtmp.f32();  // gradient of the merged heads
   // Stored tensors expand into scratch that is free when each is read: the merged heads into
   // dfc, qkv into dfc2, the probabilities into attUnpack, then the input into dfc.
-  const float* attOut = comp.load(s.out, ws.dfc.f32(), N, C);
-  o_->backward(datt, dout, attOut, N, *c.scratch);
+  // bf16 GEMMs read bf16 saved inputs as they are; flash's backward needs the fp32 output.
+  const uint16_t* out16 = o_->readsBf16Input() ? comp.bf16Data(s.out) : nullptr;
+  const float* attOut = out16 && !s_.flash ? nullptr : comp.load(s.out, ws.dfc.f32(), N, C);
+  o_->backward(datt, dout, attOut, N, *c.scratch, out16);
   const float* qkv = comp.load(s.qkv, ws.dfc2.f32(), N, s_.qkvDim);
   {
     ScopedRange r("attention_bwd", SpanCategory::Attention, 8.0 * B * T * T * C);
@@ -74,8 +79,9 @@ void Attention::backward(const LayerContext& c, float* dinp, const float* dout,
   }
   // Back through the rotation: dq, dk of the unrotated projections, in place.
   if (s_.ropeTheta > 0) rope(c, ws.dqkv.f32(), true);
-  const float* in = comp.load(s.in, ws.dfc.f32(), N, C);
-  qkv_->backward(dinp, ws.dqkv.f32(), in, N, *c.scratch);
+  const uint16_t* in16 = qkv_->readsBf16Input() ? comp.bf16Data(s.in) : nullptr;
+  const float* in = in16 ? nullptr : comp.load(s.in, ws.dfc.f32(), N, C);
+  qkv_->backward(dinp, ws.dqkv.f32(), in, N, *c.scratch, in16);
 }
 
 }  // namespace ts::engine

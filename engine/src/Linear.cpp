@@ -1,5 +1,7 @@
 #include "trainscope/engine/Linear.h"
 
+#include <stdexcept>
+
 #include "trainscope/engine/ParamArena.h"
 #include "trainscope/kernels/Numeric.h"
 #include "trainscope/profiler/Tracer.h"
@@ -107,8 +109,19 @@ const float* Linear::adapterInput(const LoraAdapter& ad, const float* inp, int N
   return s.loraX->f32();
 }
 
-void Linear::forward(float* out, const float* inp, int N, const LinearScratch& s, bool recompute) {
-  forwardBase(out, inp, N, s, recompute);
+const uint16_t* Linear::bf16Input(const float* inp, const uint16_t* inp16, int N,
+                                  const LinearScratch& s) const {
+  if (inp16) return inp16;
+  uint16_t* X = static_cast<uint16_t*>(s.x16->data());
+  backend_->floatToBf16(inp, X, int64_t(N) * in());
+  return X;
+}
+
+void Linear::forward(float* out, const float* inp, int N, const LinearScratch& s, bool recompute,
+                     const uint16_t* inp16) {
+  if (inp16 && !readsBf16Input())
+    throw std::logic_error("Linear: a bf16 input given to a linear that reads fp32");
+  forwardBase(out, inp, N, s, recompute, inp16);
   if (adapters.empty()) return;
   ScopedRange r("lora_fwd", SpanCategory::Gemm);
   const int OC = static_cast<int>(this->out()), IC = static_cast<int>(in());
@@ -123,8 +136,10 @@ void Linear::forward(float* out, const float* inp, int N, const LinearScratch& s
 }
 
 void Linear::backward(float* dinp, const float* dout, const float* inp, int N,
-                      const LinearScratch& s) {
-  backwardBase(dinp, dout, inp, N, s);
+                      const LinearScratch& s, const uint16_t* inp16) {
+  if (inp16 && !readsBf16Input())
+    throw std::logic_error("Linear: a bf16 input given to a linear that reads fp32");
+  backwardBase(dinp, dout, inp, N, s, inp16);
   if (adapters.empty()) return;
   ScopedRange r("lora_bwd", SpanCategory::Gemm);
   const int OC = static_cast<int>(out()), IC = static_cast<int>(in());
@@ -154,7 +169,7 @@ void Linear::backward(float* dinp, const float* dout, const float* inp, int N,
 }
 
 void Linear::forwardBase(float* out, const float* inp, int N, const LinearScratch& s,
-                         bool recompute) {
+                         bool recompute, const uint16_t* inp16) {
   const int OC = static_cast<int>(this->out()), IC = static_cast<int>(in());
   const char* name = fp8()                         ? "linear_fwd_fp8"
                      : format_ == Format::Bf16Gemm ? "linear_fwd_bf16"
@@ -186,15 +201,12 @@ void Linear::forwardBase(float* out, const float* inp, int N, const LinearScratc
   }
   if (format_ == Format::Nf4) {
     // QLoRA: the frozen NF4 weight dequantized to bf16 just for this GEMM (bf16 compute).
-    uint16_t* X = static_cast<uint16_t*>(s.x16->data());
-    backend_->floatToBf16(inp, X, int64_t(N) * IC);
-    backend_->matmulBf16(out, X, dequantizeNf4Weight(s), N, OC, IC, false, true, 1.f, beta);
+    backend_->matmulBf16(out, bf16Input(inp, inp16, N, s), dequantizeNf4Weight(s), N, OC, IC,
+                         false, true, 1.f, beta);
     return;
   }
   if (format_ == Format::Bf16Gemm) {
-    uint16_t* X = static_cast<uint16_t*>(s.x16->data());
-    backend_->floatToBf16(inp, X, int64_t(N) * IC);
-    backend_->matmulBf16(out, X,
+    backend_->matmulBf16(out, bf16Input(inp, inp16, N, s),
                          static_cast<const uint16_t*>(storage_->values16->data()) + w_->offset, N,
                          OC, IC, false, true, 1.f, beta);
     return;
@@ -203,7 +215,7 @@ void Linear::forwardBase(float* out, const float* inp, int N, const LinearScratc
 }
 
 void Linear::backwardBase(float* dinp, const float* dout, const float* inp, int N,
-                          const LinearScratch& s) {
+                          const LinearScratch& s, const uint16_t* inp16) {
   const int OC = static_cast<int>(out()), IC = static_cast<int>(in());
   const char* name = fp8()                         ? "linear_bwd_fp8"
                      : format_ == Format::Bf16Gemm ? "linear_bwd_bf16"
@@ -252,13 +264,11 @@ void Linear::backwardBase(float* dinp, const float* dout, const float* inp, int 
   if (format_ == Format::Bf16Gemm) {
     // The bias gradient above sums the fp32 dout; the GEMMs see it rounded to bf16.
     uint16_t* G = static_cast<uint16_t*>(s.g16->data());
-    uint16_t* X = static_cast<uint16_t*>(s.x16->data());
     const uint16_t* W16 = static_cast<const uint16_t*>(storage_->values16->data()) + w_->offset;
     backend_->floatToBf16(dout, G, int64_t(N) * OC);
-    if (trainable) {
-      backend_->floatToBf16(inp, X, int64_t(N) * IC);
-      backend_->matmulBf16(grad(*w_), G, X, OC, IC, N, true, false, 1.f, 1.f);
-    }
+    if (trainable)
+      backend_->matmulBf16(grad(*w_), G, bf16Input(inp, inp16, N, s), OC, IC, N, true, false, 1.f,
+                           1.f);
     if (dinp) backend_->matmulBf16(dinp, G, W16, N, IC, OC, false, false, 1.f, 0.f);
     return;
   }

@@ -22,8 +22,10 @@ void Mlp::forward(const LayerContext& c, float* out, MlpSaved& s, const float* i
   // Stored tensors: the pre-activation in dfc, the activation in dfc2 once `in` (there) is
   // packed. Sparse keeps the activation as a bitmap and its nonzeros.
   float* pre = comp.slot(s.pre, ws.dfc.f32());
-  up_->forward(pre, in, N, *c.scratch, recompute);
-  comp.store(s.in, in, N, C_, count);
+  // A bf16 GEMM reads the bf16 saved input itself (rounded once).
+  const uint16_t* in16 = comp.packForBf16Gemm(s.in, in, N, C_, up_->readsBf16Input());
+  up_->forward(pre, in, N, *c.scratch, recompute, in16);
+  if (!in16) comp.store(s.in, in, N, C_, count);
   float* act = comp.sparse() ? ws.dfc2.f32() : comp.slot(s.act, ws.dfc2.f32());
   {
     const char* name = act_ == Activation::SwiGlu ? "swiglu_fwd"
@@ -37,11 +39,13 @@ void Mlp::forward(const LayerContext& c, float* out, MlpSaved& s, const float* i
     else
       c.backend->geluForward(act, pre, n);
   }
-  if (out) down_->forward(out, act, N, *c.scratch, recompute);
+  const uint16_t* act16 =
+      comp.sparse() ? nullptr : comp.packForBf16Gemm(s.act, act, N, F_, down_->readsBf16Input());
+  if (out) down_->forward(out, act, N, *c.scratch, recompute, act16);
   comp.store(s.pre, pre, N, preCols, count);
   if (comp.sparse())
     comp.packSparse(s.mask, s.vals, act, n, count);
-  else
+  else if (!act16)
     comp.store(s.act, act, N, F_, count, act_ == Activation::Relu);
 }
 
@@ -54,14 +58,18 @@ void Mlp::backward(const LayerContext& c, float* dinp, const float* dout, MlpSav
   // Stored tensors expand into whichever of dfc / dfc2 is free: the activation into dfc2, then
   // the pre-activation into dfc2 too (the activation's backward runs in place on it: each
   // output element reads only its own inputs), then the input into dfc.
-  const float* act;
+  // bf16 GEMMs read bf16 saved inputs as they are (ReLU's mask then comes from the kept
+  // pre-activation).
+  const uint16_t* act16 =
+      down_->readsBf16Input() && !s.pre.empty() ? comp.bf16Data(s.act) : nullptr;
+  const float* act = nullptr;
   if (comp.sparse()) {
     comp.unpackSparse(ws.dfc2.f32(), s.mask, s.vals, n);
     act = ws.dfc2.f32();
-  } else {
+  } else if (!act16) {
     act = comp.load(s.act, ws.dfc2.f32(), N, F_);
   }
-  down_->backward(ws.dfc.f32(), dout, act, N, *c.scratch);
+  down_->backward(ws.dfc.f32(), dout, act, N, *c.scratch, act16);
   {
     // ReLU without a kept pre-activation (int8): the mask from the activation, which packing
     // kept exactly nonzero where it was.
@@ -78,8 +86,9 @@ void Mlp::backward(const LayerContext& c, float* dinp, const float* dout, MlpSav
     else
       c.backend->geluBackward(ws.dfc2.f32(), pre, ws.dfc.f32(), n);
   }
-  const float* in = comp.load(s.in, ws.dfc.f32(), N, C_);
-  up_->backward(dinp, ws.dfc2.f32(), in, N, *c.scratch);
+  const uint16_t* in16 = up_->readsBf16Input() ? comp.bf16Data(s.in) : nullptr;
+  const float* in = in16 ? nullptr : comp.load(s.in, ws.dfc.f32(), N, C_);
+  up_->backward(dinp, ws.dfc2.f32(), in, N, *c.scratch, in16);
 }
 
 }  // namespace ts::engine

@@ -31,6 +31,7 @@ struct Variant {
   int L = 3;
   DType saved = DType::F32;  // 16-bit storage of saved activations (GptConfig::saved)
   int llamaDff = 0;          // > 0: a llama block (RMSNorm, SwiGLU, rotary, 1 KV head) of this d_ff
+  bool bf16Gemm = false;     // bf16 working weights multiplied by the bf16 GEMM
 };
 // Test listings show the variant's name instead of its bytes.
 void PrintTo(const Variant& v, std::ostream* os) {
@@ -49,6 +50,10 @@ GptConfig configOf(const Variant& v) {
   c.checkpointEvery = v.k;
   c.compression = v.comp;
   c.saved = v.saved;
+  if (v.bf16Gemm) {
+    c.working = DType::BF16;
+    c.bf16Gemm = true;
+  }
   if (v.llamaDff > 0) {
     c.architecture = "llama";
     c.kvHeads = 1;
@@ -382,6 +387,33 @@ TEST(SavedStorage, GradientsCloseToFp32Storage) {
         EXPECT_EQ(a.loss, b.loss) << "the forward changed";
       }
     }
+}
+
+// With bf16 GEMMs the linears read the bf16 saved inputs directly (rounded once, in forward):
+// the same values they would round themselves, so the gradients stay within bf16 storage's
+// rounding of the fp32-stored run's, GELU and ReLU, naive and flash (flash's backward also
+// reads the fp32 attention output), GPT-2 and LLaMA; checkpointing stays bitwise.
+TEST(SavedStorage, Bf16GemmReadsTheStoredInputs) {
+  auto backend = ts::kernels::makeCpuBackend();
+  for (int llama : {0, 16})
+    for (bool flash : {false, true})
+      for (bool relu : {false, true}) {
+        if (llama && relu) continue;  // SwiGLU
+        Variant exact{"exact", 0, Comp::None, 1, flash, relu, 3};
+        exact.llamaDff = llama;
+        exact.bf16Gemm = true;
+        Variant v = exact;
+        v.saved = DType::BF16;
+        const StepRun a = runStep(exact, backend.get());
+        const StepRun b = runStep(v, backend.get());
+        const double e = relErr(b.grads, a.grads);
+        EXPECT_LT(e, 1e-2) << "llama " << llama << " flash " << flash << " relu " << relu;
+        EXPECT_GT(e, 0.0);
+        EXPECT_EQ(a.loss, b.loss);
+        Variant ck = v;
+        ck.k = 1;
+        EXPECT_TRUE(bitwiseEqual(runStep(ck, backend.get()).grads, b.grads));
+      }
 }
 
 // Checkpointing recomputes packed tensors bit for bit (the int8 path runs the blocks on an fp32

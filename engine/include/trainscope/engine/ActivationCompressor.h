@@ -43,6 +43,20 @@ class ActivationCompressor {
   void store(SavedTensor& t, const float* x, int64_t rows, int64_t cols, bool count,
              bool keepNonzero = false);
   const float* load(const SavedTensor& t, float* scratch, int64_t rows, int64_t cols);
+  // A bf16 tensor's storage, else null: what a bf16 GEMM can read directly.
+  static const uint16_t* bf16Data(const SavedTensor& t) {
+    return t.data.dtype() == DType::BF16 && !t.empty()
+               ? static_cast<const uint16_t*>(t.data.data())
+               : nullptr;
+  }
+  // When `gemmReadsBf16` and t is stored bf16: packs x now (before the GEMM that reads it) and
+  // returns the packed values for that GEMM; else null (the caller stores after its GEMM).
+  const uint16_t* packForBf16Gemm(SavedTensor& t, const float* x, int64_t rows, int64_t cols,
+                                  bool gemmReadsBf16) {
+    if (!gemmReadsBf16 || !bf16Data(t)) return nullptr;
+    store(t, x, rows, cols, false);
+    return bf16Data(t);
+  }
   // A LayerNorm input in 16 bits: stored centered (x - mean of its row), which keeps the bits
   // where the norm's backward needs them ((x - mean) * rstd), and expanded with the mean added
   // back in fp32. Exact tensors and null `mean` (RMSNorm) as store / load. Host memory.

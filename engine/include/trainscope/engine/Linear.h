@@ -88,17 +88,30 @@ class Linear {
   // Delayed recipe: the fp8 bytes of the weight at `scale` (recorded as the weight's scale).
   void quantizeFp8WeightDelayed(float scale);
 
+  // Its GEMM multiplies the input rounded to bf16 and nothing else reads the fp32 input in
+  // backward (bf16 or NF4 weights, no adapters): a caller holding the input as bf16 (16-bit
+  // saved activations) passes that instead of having it rounded again.
+  bool readsBf16Input() const {
+    return (format_ == Format::Bf16Gemm || format_ == Format::Nf4) && adapters.empty();
+  }
   // out (N, out) = inp W^T + b (+ the adapters). Recomputation (checkpointing) reuses the
-  // forward's fp8 scales.
-  void forward(float* out, const float* inp, int N, const LinearScratch& s, bool recompute);
+  // forward's fp8 scales. inp16: the input already rounded to bf16 (readsBf16Input() only).
+  void forward(float* out, const float* inp, int N, const LinearScratch& s, bool recompute,
+               const uint16_t* inp16 = nullptr);
   // dW += dout^T inp, db += 1^T dout, dinp = dout W (dinp may be null: not needed); the
-  // adapters' dA, dB accumulate and their share of dinp is added.
-  void backward(float* dinp, const float* dout, const float* inp, int N, const LinearScratch& s);
+  // adapters' dA, dB accumulate and their share of dinp is added. With inp16 (see forward)
+  // inp may be null.
+  void backward(float* dinp, const float* dout, const float* inp, int N, const LinearScratch& s,
+                const uint16_t* inp16 = nullptr);
 
  private:
-  void forwardBase(float* out, const float* inp, int N, const LinearScratch& s, bool recompute);
+  void forwardBase(float* out, const float* inp, int N, const LinearScratch& s, bool recompute,
+                   const uint16_t* inp16);
   void backwardBase(float* dinp, const float* dout, const float* inp, int N,
-                    const LinearScratch& s);
+                    const LinearScratch& s, const uint16_t* inp16);
+  // The bf16 GEMM input: inp16, or inp rounded into the scratch.
+  const uint16_t* bf16Input(const float* inp, const uint16_t* inp16, int N,
+                            const LinearScratch& s) const;
   // The adapter's input: x, or dropout(x) in s.loraX (training, dropout > 0).
   const float* adapterInput(const LoraAdapter& ad, const float* inp, int N,
                             const LinearScratch& s) const;
