@@ -82,8 +82,7 @@ void ActivationCompressor::storeNormInput(SavedTensor& t, const float* x, const 
 }
 
 const float* ActivationCompressor::loadNormInput(const SavedTensor& t, float* scratch,
-                                                 const float* mean, int64_t rows,
-                                                 int64_t cols) {
+                                                 const float* mean, int64_t rows, int64_t cols) {
   const DType dt = t.data.dtype();
   if (!mean || t.empty() || (dt != DType::BF16 && dt != DType::F16))
     return load(t, scratch, rows, cols);

@@ -312,8 +312,9 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
       out << buf;
       results.push_back({{"target", t.what}, {"ratio", t.value}, {"limit", t.limit}, {"met", met}});
     }
-    std::snprintf(buf, sizeof buf, "  estimator exact (every category, to the byte): %d of %d rows\n",
-                  exactRows, allRows);
+    std::snprintf(buf, sizeof buf,
+                  "  estimator exact (every category, to the byte): %d of %d rows\n", exactRows,
+                  allRows);
     out << buf;
   }
   // The GEMM itself at the model's MLP shape: fp32 sgemm vs the bf16 GEMM (native / emulated).

@@ -65,8 +65,8 @@ void Block::backward(const LayerContext& c, BlockActivations& a, const float* in
   // MLP branch: out = resid2 + proj(act(fc(norm_2(resid2)))).
   mlp_.backward(c, dtmp, dbranch, a.mlp);
   // Stored norm inputs expand into dfc, free between the branches.
-  norm2_->backward(c, dres, dtmp, comp.loadNormInput(a.resid2, ws.dfc.f32(), rowMean(a.norm2), N, C_),
-                   a.norm2);
+  norm2_->backward(c, dres, dtmp,
+                   comp.loadNormInput(a.resid2, ws.dfc.f32(), rowMean(a.norm2), N, C_), a.norm2);
   // Attention branch: resid2 = input + o(attn(qkv(norm_1(input)))).
   dbranch = dres;
   if (c.dropout.active()) {

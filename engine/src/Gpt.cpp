@@ -535,10 +535,9 @@ namespace {
 // Where each buffer of the description lives in the layers' saved-state structs.
 using BlockField = Tensor& (*)(BlockActivations&);
 // A stored tensor's values under its name, its int8 row scales under name + "Scale".
-#define TS_SAVED(name, field)                                                               \
-  {name, [](BlockActivations& a) -> Tensor& { return a.field.data; }},                      \
-  {                                                                                         \
-    name "Scale", [](BlockActivations& a) -> Tensor& { return a.field.scale; }              \
+#define TS_SAVED(name, field)                                                  \
+  {name, [](BlockActivations& a) -> Tensor& { return a.field.data; }}, {       \
+    name "Scale", [](BlockActivations& a) -> Tensor& { return a.field.scale; } \
   }
 const std::map<std::string, BlockField>& blockFields() {
   static const std::map<std::string, BlockField> m = {
@@ -601,11 +600,12 @@ void Gpt::allocate(int B) {
   // Every buffer of the shared description, allocated as described (the estimator sums the
   // same list, so the memory plan is exactly what the tracker measures).
   const std::map<std::string, Tensor Workspace::*> wsFields = {
-      {"ones", &Workspace::ones},  {"dres", &Workspace::dres},   {"dtmp", &Workspace::dtmp},
-      {"dqkv", &Workspace::dqkv},  {"datt", &Workspace::datt},   {"dfc", &Workspace::dfc},
-      {"dfc2", &Workspace::dfc2},  {"ddrop", &Workspace::ddrop}, {"loraDU", &Workspace::loraDU},
-      {"loraX", &Workspace::loraX}, {"stream", &Workspace::stream},
-      {"attUnpack", &Workspace::attUnpack}};
+      {"ones", &Workspace::ones},     {"dres", &Workspace::dres},
+      {"dtmp", &Workspace::dtmp},     {"dqkv", &Workspace::dqkv},
+      {"datt", &Workspace::datt},     {"dfc", &Workspace::dfc},
+      {"dfc2", &Workspace::dfc2},     {"ddrop", &Workspace::ddrop},
+      {"loraDU", &Workspace::loraDU}, {"loraX", &Workspace::loraX},
+      {"stream", &Workspace::stream}, {"attUnpack", &Workspace::attUnpack}};
   const std::map<std::string, Tensor*> scratch = {{"x16", &x16_},
                                                   {"g16", &g16_},
                                                   {"nf4W", &nf4W_},

@@ -201,8 +201,8 @@ void Linear::forwardBase(float* out, const float* inp, int N, const LinearScratc
   }
   if (format_ == Format::Nf4) {
     // QLoRA: the frozen NF4 weight dequantized to bf16 just for this GEMM (bf16 compute).
-    backend_->matmulBf16(out, bf16Input(inp, inp16, N, s), dequantizeNf4Weight(s), N, OC, IC,
-                         false, true, 1.f, beta);
+    backend_->matmulBf16(out, bf16Input(inp, inp16, N, s), dequantizeNf4Weight(s), N, OC, IC, false,
+                         true, 1.f, beta);
     return;
   }
   if (format_ == Format::Bf16Gemm) {

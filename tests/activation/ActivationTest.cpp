@@ -134,17 +134,17 @@ int64_t blockBytes(const GptConfig& c, int64_t B, int64_t nnz, bool withInput) {
   const Storage st = storageOf(c);
   const int64_t U = st.U, R = st.R;
   const bool keepPre = !(st.int8 && c.relu);
-  int64_t bytes = R * N * C      // input
-                  + 4 * 4 * N    // two norms' mean and rstd
-                  + U * 3 * N * C  // qkv
-                  + R * N * C      // resid2
-                  + U * 3 * N * C;  // ln1, attOut, ln2
+  int64_t bytes = R * N * C                                      // input
+                  + 4 * 4 * N                                    // two norms' mean and rstd
+                  + U * 3 * N * C                                // qkv
+                  + R * N * C                                    // resid2
+                  + U * 3 * N * C;                               // ln1, attOut, ln2
   bytes += c.flash ? 4 * A : U * A + (st.int8 ? 4 * A / T : 0);  // lse exact; probabilities
-  if (keepPre) bytes += U * 4 * N * C;                              // c_fc output
+  if (keepPre) bytes += U * 4 * N * C;                           // c_fc output
   if (c.compression == Comp::Sparse)
     bytes += (4 * N * C + 7) / 8 + 4 * nnz;  // bitmap + the nonzeros (fp32)
   else
-    bytes += U * 4 * N * C;  // the activation
+    bytes += U * 4 * N * C;                         // the activation
   if (st.int8) bytes += 4 * N * (keepPre ? 6 : 5);  // a scale per row of each int8 tensor
   return withInput ? bytes : bytes - R * N * C;
 }
@@ -161,13 +161,11 @@ int64_t activationFormula(const GptConfig& c, int64_t B, const std::vector<int64
   } else {
     // A packed residual: the first set keeps its input too.
     blocks = ((L + k - 1) / k) * 4 * N * C;
-    for (int64_t i = 0; i < k; ++i)
-      blocks += blockBytes(c, B, nz(i), i > 0 || st.packedResidual());
+    for (int64_t i = 0; i < k; ++i) blocks += blockBytes(c, B, nz(i), i > 0 || st.packedResidual());
   }
   // tokens, targets, ln_f's statistics, losses, logits; the last block's output (a norm
   // input) and ln_f's output (the head's input).
-  return 4 * (2 * N + 3 * N + N * V) + st.R * N * C + st.U * N * C + (st.int8 ? 4 * N : 0) +
-         blocks;
+  return 4 * (2 * N + 3 * N + N * V) + st.R * N * C + st.U * N * C + (st.int8 ? 4 * N : 0) + blocks;
 }
 
 class Checkpointing : public ::testing::TestWithParam<Variant> {};
@@ -234,9 +232,9 @@ TEST(ActivationFormula, TrackerMatchesFormulaForCheckpointingAndInt8) {
             Variant v{"f", k, comp, 1, flash, relu, 5, saved};
             const StepRun r = runStep(v, backend.get());
             const int64_t want = activationFormula(configOf(v), 4, {});
-            EXPECT_EQ(r.actPeak, want) << "k=" << k << " int8=" << (comp == Comp::Int8)
-                                       << " saved=" << int(saved) << " flash=" << flash
-                                       << " relu=" << relu;
+            EXPECT_EQ(r.actPeak, want)
+                << "k=" << k << " int8=" << (comp == Comp::Int8) << " saved=" << int(saved)
+                << " flash=" << flash << " relu=" << relu;
             EXPECT_EQ(r.actCurrent, want);
           }
 }
@@ -260,7 +258,8 @@ TEST(ActivationFormula, EstimatorPredictsTrackerForCheckpointingAndInt8) {
         // 16-bit storage of the saved activations under the mixed policies
         Mode{"none", 0, "none", "naive", "bf16"}, Mode{"all", 0, "none", "flash", "fp16"},
         Mode{"every_k", 2, "int8", "naive", "bf16"}, Mode{"none", 0, "none", "naive", "fp8"},
-        Mode{"none", 0, "none", "flash", "pure_bf16"}, Mode{"none", 0, "none", "naive", "bf16", "llama"},
+        Mode{"none", 0, "none", "flash", "pure_bf16"},
+        Mode{"none", 0, "none", "naive", "bf16", "llama"},
         Mode{"all", 0, "int8", "flash", "fp16", "llama"}}) {
     ts::core::RunConfig c;
     c.model.arch = m.arch;
@@ -373,15 +372,16 @@ TEST(SavedStorage, GradientsCloseToFp32Storage) {
         Comp comp;
         double bound;
       };
-      for (const Case& k : {Case{DType::BF16, Comp::None, 1e-2}, Case{DType::F16, Comp::None, 1e-3},
-                            Case{DType::F32, Comp::Int8, 1e-2}, Case{DType::BF16, Comp::Int8, 1e-2}}) {
+      for (const Case& k :
+           {Case{DType::BF16, Comp::None, 1e-2}, Case{DType::F16, Comp::None, 1e-3},
+            Case{DType::F32, Comp::Int8, 1e-2}, Case{DType::BF16, Comp::Int8, 1e-2}}) {
         Variant v = exact;
         v.saved = k.saved;
         v.comp = k.comp;
         const StepRun b = runStep(v, backend.get());
         const double e = relErr(b.grads, a.grads);
-        std::printf("llama d_ff %d flash %d saved %d int8 %d: gradient relative error %.3g\n", llama,
-                    flash, int(k.saved), k.comp == Comp::Int8, e);
+        std::printf("llama d_ff %d flash %d saved %d int8 %d: gradient relative error %.3g\n",
+                    llama, flash, int(k.saved), k.comp == Comp::Int8, e);
         EXPECT_LT(e, k.bound) << "llama " << llama << " flash " << flash;
         EXPECT_GT(e, 0.0) << "nothing was rounded";
         EXPECT_EQ(a.loss, b.loss) << "the forward changed";

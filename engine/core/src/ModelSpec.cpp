@@ -284,7 +284,10 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
   };
   const bool packedResidual = int8;  // the blocks then run on an fp32 stream
   auto residual = [&](const std::string& name, std::vector<int64_t> shape, int set) {
-    add(name, std::move(shape), !packedResidual ? E::F32 : half == E::F16 ? E::F16 : E::BF16,
+    add(name, std::move(shape),
+        !packedResidual  ? E::F32
+        : half == E::F16 ? E::F16
+                         : E::BF16,
         Cat::Activations, set);
   };
   add("tokens", {B, T}, E::I32);

@@ -33,8 +33,9 @@ class ActivationCompressor {
 
   // Saved tensors in any storage (SavedTensor.h): where forward computes t in fp32 (its own
   // storage when exact, else `scratch`, which must be free until store()); packing it from
-  // there (a copy when exact and computed elsewhere; int8 and sparse count in stats() when `count`); and its fp32
-  // values for backward (its storage when exact, else expanded into `scratch`).
+  // there (a copy when exact and computed elsewhere; int8 and sparse count in stats() when
+  // `count`); and its fp32 values for backward (its storage when exact, else expanded into
+  // `scratch`).
   float* slot(SavedTensor& t, float* scratch) const {
     return t.exact() && !t.empty() ? t.f32() : scratch;
   }
@@ -45,9 +46,8 @@ class ActivationCompressor {
   const float* load(const SavedTensor& t, float* scratch, int64_t rows, int64_t cols);
   // A bf16 tensor's storage, else null: what a bf16 GEMM can read directly.
   static const uint16_t* bf16Data(const SavedTensor& t) {
-    return t.data.dtype() == DType::BF16 && !t.empty()
-               ? static_cast<const uint16_t*>(t.data.data())
-               : nullptr;
+    return t.data.dtype() == DType::BF16 && !t.empty() ? static_cast<const uint16_t*>(t.data.data())
+                                                       : nullptr;
   }
   // When `gemmReadsBf16` and t is stored bf16: packs x now (before the GEMM that reads it) and
   // returns the packed values for that GEMM; else null (the caller stores after its GEMM).
@@ -62,8 +62,8 @@ class ActivationCompressor {
   // back in fp32. Exact tensors and null `mean` (RMSNorm) as store / load. Host memory.
   void storeNormInput(SavedTensor& t, const float* x, const float* mean, int64_t rows,
                       int64_t cols);
-  const float* loadNormInput(const SavedTensor& t, float* scratch, const float* mean,
-                             int64_t rows, int64_t cols);
+  const float* loadNormInput(const SavedTensor& t, float* scratch, const float* mean, int64_t rows,
+                             int64_t cols);
 
   // int8: q (I8, rows x cols) and scale (rows) from x; `count` adds to stats().
   void quantizeRows(Tensor& q, Tensor& scale, const float* x, int64_t rows, int64_t cols,

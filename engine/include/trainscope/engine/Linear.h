@@ -107,8 +107,8 @@ class Linear {
  private:
   void forwardBase(float* out, const float* inp, int N, const LinearScratch& s, bool recompute,
                    const uint16_t* inp16);
-  void backwardBase(float* dinp, const float* dout, const float* inp, int N,
-                    const LinearScratch& s, const uint16_t* inp16);
+  void backwardBase(float* dinp, const float* dout, const float* inp, int N, const LinearScratch& s,
+                    const uint16_t* inp16);
   // The bf16 GEMM input: inp16, or inp rounded into the scratch.
   const uint16_t* bf16Input(const float* inp, const uint16_t* inp16, int N,
                             const LinearScratch& s) const;

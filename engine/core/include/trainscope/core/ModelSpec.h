@@ -100,18 +100,17 @@ struct SavedStateOptions {
   // norms' inputs, norm statistics, flash's log-sum-exp, logits, checkpoints and LoRA's u stay
   // fp32.
   ElementType saved = ElementType::F32;
-  int checkpointEvery = 0;           // segments of k blocks (0 = off)
-  bool bf16Gemm = false;             // bf16 GEMM operand scratch
-  std::string fp8;                   // "" | "delayed" | "blockwise": fp8 GEMM operand scratch
-  bool dropout = false;              // model.dropout > 0 (masks are recomputed, not stored)
-  LoraConfig lora;                   // adapters (r > 0): each keeps x A^T (B, T, r) per block
+  int checkpointEvery = 0;  // segments of k blocks (0 = off)
+  bool bf16Gemm = false;    // bf16 GEMM operand scratch
+  std::string fp8;          // "" | "delayed" | "blockwise": fp8 GEMM operand scratch
+  bool dropout = false;     // model.dropout > 0 (masks are recomputed, not stored)
+  LoraConfig lora;          // adapters (r > 0): each keeps x A^T (B, T, r) per block
   bool nf4 = false;  // NF4 base (QLoRA): bf16 operand scratch and one dequantized bf16 weight
   // An inference model (the distillation teacher): one block set reused in place by every
   // layer, no checkpoints, no backward scratch.
   bool forwardOnly = false;
 };
 SavedStateOptions savedStateOptionsOf(const RunConfig& config, int64_t layers, bool bf16Gemm);
-
 
 struct BufferSpec {
   std::string name;  // the field: "qkv", "att", "fcPre", ..., "logits", "dres"
