@@ -63,39 +63,47 @@ const float* ActivationCompressor::load(const SavedTensor& t, float* scratch, in
   }
 }
 
-void ActivationCompressor::storeNormInput(SavedTensor& t, const float* x, const float* mean,
-                                          int64_t rows, int64_t cols) {
-  const DType dt = t.data.dtype();
-  if (!mean || t.empty() || (dt != DType::BF16 && dt != DType::F16))
-    return store(t, x, rows, cols, false);
-  ScopedRange r(dt == DType::BF16 ? "bf16_pack" : "fp16_pack", SpanCategory::Elementwise);
-  uint16_t* y = static_cast<uint16_t*>(t.data.data());
-  const bool bf16 = dt == DType::BF16;
+namespace {
+bool sixteenBit(const SavedTensor& t) {
+  return !t.empty() && (t.data.dtype() == DType::BF16 || t.data.dtype() == DType::F16);
+}
+// dst[i][j] = f(src[i][j], mean[i]) row by row, threaded over rows; f is picked per format by
+// the caller so the inner loop has no branch.
+template <class D, class S, class F>
+void mapRows(D* dst, const S* src, const float* mean, int64_t rows, int64_t cols, F f) {
 #pragma omp parallel for schedule(static) if (rows * cols > 32768)
   for (int64_t i = 0; i < rows; ++i) {
     const float m = mean[i];
-    const float* xr = x + i * cols;
-    uint16_t* yr = y + i * cols;
-    for (int64_t j = 0; j < cols; ++j)
-      yr[j] = bf16 ? kernels::floatToBf16(xr[j] - m) : kernels::floatToFp16(xr[j] - m);
+    for (int64_t j = 0; j < cols; ++j) dst[i * cols + j] = f(src[i * cols + j], m);
+  }
+}
+}  // namespace
+
+void ActivationCompressor::storeNormInput(SavedTensor& t, const float* x, const float* mean,
+                                          int64_t rows, int64_t cols) {
+  if (!mean || !sixteenBit(t)) return store(t, x, rows, cols, false);
+  uint16_t* y = static_cast<uint16_t*>(t.data.data());
+  if (t.data.dtype() == DType::BF16) {
+    ScopedRange r("bf16_pack", SpanCategory::Elementwise);
+    mapRows(y, x, mean, rows, cols, [](float v, float m) { return kernels::floatToBf16(v - m); });
+  } else {
+    ScopedRange r("fp16_pack", SpanCategory::Elementwise);
+    mapRows(y, x, mean, rows, cols, [](float v, float m) { return kernels::floatToFp16(v - m); });
   }
 }
 
 const float* ActivationCompressor::loadNormInput(const SavedTensor& t, float* scratch,
                                                  const float* mean, int64_t rows, int64_t cols) {
-  const DType dt = t.data.dtype();
-  if (!mean || t.empty() || (dt != DType::BF16 && dt != DType::F16))
-    return load(t, scratch, rows, cols);
-  ScopedRange r(dt == DType::BF16 ? "bf16_unpack" : "fp16_unpack", SpanCategory::Elementwise);
+  if (!mean || !sixteenBit(t)) return load(t, scratch, rows, cols);
   const uint16_t* y = static_cast<const uint16_t*>(t.data.data());
-  const bool bf16 = dt == DType::BF16;
-#pragma omp parallel for schedule(static) if (rows * cols > 32768)
-  for (int64_t i = 0; i < rows; ++i) {
-    const float m = mean[i];
-    const uint16_t* yr = y + i * cols;
-    float* xr = scratch + i * cols;
-    for (int64_t j = 0; j < cols; ++j)
-      xr[j] = (bf16 ? kernels::bf16ToFloat(yr[j]) : kernels::fp16ToFloat(yr[j])) + m;
+  if (t.data.dtype() == DType::BF16) {
+    ScopedRange r("bf16_unpack", SpanCategory::Elementwise);
+    mapRows(scratch, y, mean, rows, cols,
+            [](uint16_t v, float m) { return kernels::bf16ToFloat(v) + m; });
+  } else {
+    ScopedRange r("fp16_unpack", SpanCategory::Elementwise);
+    mapRows(scratch, y, mean, rows, cols,
+            [](uint16_t v, float m) { return kernels::fp16ToFloat(v) + m; });
   }
   return scratch;
 }
