@@ -6,8 +6,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <thread>
@@ -17,6 +19,7 @@
 #include "trainscope/core/Protocol.h"
 #include "trainscope/core/RunRecorder.h"
 #include "trainscope/engine/Capabilities.h"
+#include "trainscope/engine/Communicator.h"
 #include "trainscope/engine/Dataset.h"
 #include "trainscope/engine/EventWriter.h"
 #include "trainscope/engine/Gpt.h"
@@ -151,8 +154,56 @@ std::string defaultRunDir(const std::string& dbPath, const std::string& name) {
   return (base / "runs" / (safe + "-" + stamp + "-" + std::to_string(::getpid()))).string();
 }
 
+// parallel.ranks > 1 without an MPI launcher around us: run the same command under
+// `mpirun -np N` (with the config's hostfile), so headless runs and the app start ranks the same
+// way. Returns only when there is nothing to relaunch (or exec failed, with a message).
+void relaunchUnderMpirun(const RunOptions& o, const std::string& runDir, int ranks,
+                         const std::string& hostfile) {
+  std::vector<std::string> args = {"mpirun", "-np", std::to_string(ranks)};
+  if (::geteuid() == 0) args.push_back("--allow-run-as-root");
+  if (hostfile.empty()) {
+    // One machine: more ranks than cores is allowed (each rank gets device.threads).
+    if (ranks > static_cast<int>(std::thread::hardware_concurrency()) || ranks > 2)
+      args.push_back("--oversubscribe");
+  } else {
+    args.insert(args.end(), {"--hostfile", hostfile});
+  }
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return;
+  self[n] = 0;
+  args.insert(args.end(), {self, "run", o.config, "--run-dir", runDir});
+  if (!o.db.empty()) args.insert(args.end(), {"--db", o.db});
+  for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
+  if (!o.resume.empty()) args.insert(args.end(), {"--resume", o.resume});
+  if (o.human) args.push_back("--human");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  ::execvp("mpirun", argv.data());
+  std::fprintf(stderr,
+               "trainscope-engine run: parallel.ranks %d needs mpirun (OpenMPI, package "
+               "openmpi-bin), which could not be started: %s\n",
+               ranks, std::strerror(errno));
+}
+
 int runMain(const RunOptions& o) {
   engine::ensurePassiveOmpWaitPolicy();
+  // Ranks: started by mpirun (one process per rank), or relaunched under it.
+  const int world = engine::launcherWorldSize();
+  if (world == 1) {
+    core::ValidationContext pre;
+    auto cfg = core::loadConfigWithOverrides(o.config, o.sets, pre);
+    if (cfg.ok() && cfg.config->parallel.ranks > 1) {
+      const std::string dbPath = o.db.empty() ? core::defaultDatabasePath() : o.db;
+      relaunchUnderMpirun(o, o.runDir.empty() ? defaultRunDir(dbPath, cfg.config->name) : o.runDir,
+                          cfg.config->parallel.ranks, cfg.config->parallel.hostfile);
+      return kExitRunFailed;  // exec failed (said why)
+    }
+  }
+  const int worldRank = engine::launcherWorldRank();
+  const bool root = worldRank == 0;
   // Only events may reach fd 1: keep a private copy of it for the writer and point fd 1 at
   // stderr, so anything a library prints lands there.
   std::fflush(stdout);
@@ -172,6 +223,14 @@ int runMain(const RunOptions& o) {
   std::vector<std::string> beforeRecorder;  // hello etc., recorded once the recorder exists
 
   auto emit = [&](core::EventType type, nlohmann::json fields, bool droppable) {
+    if (!root) {
+      // Rank 0 alone writes events and the run store; the others only say what went wrong.
+      if (type == core::EventType::Error || type == core::EventType::Warning)
+        std::fprintf(stderr, "rank %d: %s: %s\n", worldRank,
+                     type == core::EventType::Error ? "error" : "warning",
+                     fields.value("message", std::string()).c_str());
+      return;
+    }
     if (o.human) human.onEvent(type, fields);
     std::string line = encoder.encode(type, std::move(fields));
     if (recorder)
@@ -209,7 +268,7 @@ int runMain(const RunOptions& o) {
     nlohmann::json hello = {{"protocol_version", core::kProtocolVersion},
                             {"engine_version", TRAINSCOPE_VERSION},
                             {"pid", ::getpid()},
-                            {"ranks", 1},
+                            {"ranks", world},
                             {"devices", caps["devices"]},
                             {"capabilities", caps},
                             // what precision.gemm auto means here, and how it was decided
@@ -247,11 +306,21 @@ int runMain(const RunOptions& o) {
   }
   backend->setThreads(config.device.threads);
   ro.backend = backend->name();
-  ro.ranks = 1;
+  ro.ranks = world;
+  std::unique_ptr<engine::Communicator> comm;
+  if (world > 1) {
+    try {
+      comm = engine::makeMpiCommunicator(backend.get());
+    } catch (const std::exception& e) {
+      emit(core::EventType::Error, {{"message", e.what()}, {"fatal", true}}, false);
+      return finish("failed", "MPI did not start", kExitRunFailed);
+    }
+  }
   // The recorder sees events from here on; hello (already on stdout) is recorded first.
-  recorder = std::make_unique<core::RunRecorder>(ro);
-  for (const auto& line : beforeRecorder)
-    recorder->record(nlohmann::json::parse(line, nullptr, false));
+  if (root) recorder = std::make_unique<core::RunRecorder>(ro);
+  if (recorder)
+    for (const auto& line : beforeRecorder)
+      recorder->record(nlohmann::json::parse(line, nullptr, false));
   beforeRecorder.clear();
   emit(core::EventType::Log,
        {{"message", "run directory " + ro.runDir + ", database " + ro.dbPath + ", backend " +
@@ -262,7 +331,7 @@ int runMain(const RunOptions& o) {
         {"backend", backend->name()},
         {"threads", backend->threads()}},
        false);
-  emit(core::EventType::Config, {{"config", core::toJson(config)}, {"run_id", recorder->runId()}},
+  emit(core::EventType::Config, {{"config", core::toJson(config)}, {"run_id", recorder ? recorder->runId() : int64_t(0)}},
        false);
 #ifdef TRAINSCOPE_HAVE_ESTIMATOR
   try {
@@ -295,6 +364,7 @@ int runMain(const RunOptions& o) {
   to.runDir = ro.runDir;
   to.resumePath = o.resume;
   to.interrupt = &g_interrupt;
+  to.comm = comm.get();
   to.emit = [&](core::EventType t, nlohmann::json f, bool d) { emit(t, std::move(f), d); };
   engine::Trainer trainer(config, backend.get(), to);
 
@@ -331,7 +401,7 @@ int runMain(const RunOptions& o) {
   readerStop.store(true);
   reader.join();
 
-  if (o.human) {
+  if (o.human && root) {
     char buf[256];
     human.put("\n== summary: " + tr.status + " (" + tr.reason + ")\n");
     std::snprintf(buf, sizeof buf,

@@ -280,7 +280,33 @@ SafetensorsFile readVerifiedFile(const fs::path& dir, const nlohmann::json& s,
 }
 }  // namespace
 
-LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Optimizer* optimizer) {
+namespace {
+// Gradient-space offsets of the trainable tensors (-1 frozen) and the buffer length, for the
+// arena's tensors laid out with `align` / `padTo` (as ParamArena lays them out): how a
+// checkpoint written by another number of ranks (core/ZeroLayout.h) is read back.
+std::pair<std::vector<int64_t>, int64_t> gradLayout(const ParamArena& arena, int64_t align,
+                                                    int64_t padTo) {
+  auto up = [](int64_t n, int64_t a) { return a > 1 ? (n + a - 1) / a * a : n; };
+  std::vector<int64_t> off;
+  int64_t g = 0;
+  int block = -2;
+  for (const auto& p : arena.params()) {
+    if (p.spec.block != block) {
+      g = up(g, align);
+      block = p.spec.block;
+    }
+    off.push_back(p.trainable() ? g : -1);
+    if (p.trainable()) g += p.numel;
+  }
+  return {off, up(up(g, align), padTo)};
+}
+size_t stateElementBytes(const std::string& dtype) {
+  return dtype == "F32" ? 4 : dtype == "BF16" || dtype == "F16" ? 2 : 0;
+}
+}  // namespace
+
+LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Optimizer* optimizer,
+                                OptimizerShard shard) {
   profiler::ScopedRange range("checkpoint_load", profiler::SpanCategory::IO);
   fs::path dir(path);
   std::error_code ec;
@@ -315,12 +341,33 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Opti
                               "' has shape " + nlohmann::json(e.shape).dump() +
                               ", the model needs " + nlohmann::json(p.shape).dump());
     }
+    // Optimizer state in another layout (written by another number of ZeRO ranks), or read
+    // into a rank's shard: remapped tensor by tensor.
+    const nlohmann::json extra = s.value("extra", nlohmann::json::object());
+    const auto zl = extra.value("zero_layout", nlohmann::json::object());
+    const int64_t srcAlign = zl.value("align", int64_t(1)), srcPad = zl.value("pad_to", int64_t(1));
+    const bool remap = shard.sharded() || (zl.size() > 0 && (srcAlign != model.options().align ||
+                                                              srcPad != model.options().padTo));
+    std::pair<std::vector<int64_t>, int64_t> src;
+    if (remap) src = gradLayout(model, srcAlign, srcPad);
     if (optimizer) {
       const std::string type = s.at("optimizer").at("type").get<std::string>();
       if (type != optimizer->name())
         throw CheckpointError(statePath.string() + ": optimizer is " + type + ", the run uses " +
                               optimizer->name());
       for (auto& [name, t] : optimizer->state()) {
+        if (remap) {
+          const size_t eb = of.has(name) ? stateElementBytes(of.entry(name).dtype) : 0;
+          if (!of.has(name) || eb == 0 ||
+              of.entry(name).end - of.entry(name).begin != size_t(src.second) * eb)
+            throw CheckpointError((dir / "optimizer.safetensors").string() + ": state '" + name +
+                                  "' is missing or does not match the layout in state.json");
+          if (of.entry(name).dtype != stateDtype(t->dtype()))
+            throw CheckpointError((dir / "optimizer.safetensors").string() + ": state '" + name +
+                                  "' is " + of.entry(name).dtype + ", the run keeps it as " +
+                                  stateDtype(t->dtype()) + " (different precision policy?)");
+          continue;
+        }
         if (!of.has(name) ||
             of.entry(name).end - of.entry(name).begin != static_cast<size_t>(t->bytes()))
           throw CheckpointError((dir / "optimizer.safetensors").string() + ": state '" + name +
@@ -346,7 +393,27 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Opti
       }
     }
     model.values().copyFromHost(params.data());
-    if (optimizer) {
+    if (optimizer && remap) {
+      const int64_t lo = shard.sharded() ? shard.lo : 0;
+      const int64_t hi = shard.sharded() ? shard.hi : model.gradSize();
+      for (auto& [name, t] : optimizer->state()) {
+        const size_t eb = stateElementBytes(of.entry(name).dtype);
+        const std::string_view from = of.bytes(name);
+        std::vector<char> host(size_t(t->bytes()), 0);
+        const auto& params = model.params();
+        for (size_t i = 0; i < params.size(); ++i) {
+          const ParamInfo& p = params[i];
+          if (!p.trainable()) continue;
+          const int64_t a = std::max(p.gradOffset, lo), b = std::min(p.gradOffset + p.numel, hi);
+          if (b <= a) continue;
+          std::memcpy(host.data() + size_t(a - lo) * eb,
+                      from.data() + size_t(src.first[i] + (a - p.gradOffset)) * eb,
+                      size_t(b - a) * eb);
+        }
+        t->copyFromHost(host.data());
+      }
+      optimizer->setStepCount(s.at("optimizer").at("step_count").get<int64_t>());
+    } else if (optimizer) {
       for (auto& [name, t] : optimizer->state())
         t->copyFromHost(of.bytes(name).data());  // size and dtype checked above
       optimizer->setStepCount(s.at("optimizer").at("step_count").get<int64_t>());

@@ -30,6 +30,7 @@ void Decoder::blockForward(const LayerContext& c, int l, BlockActivations& s, co
                            float* out, bool recompute) const {
   if (hooks_.beforeBlockForward) hooks_.beforeBlockForward(l, recompute);
   blocks_[l].forward(c, s, in, out, recompute);
+  if (hooks_.afterBlockForward) hooks_.afterBlockForward(l, recompute);
 }
 
 void Decoder::forward(const LayerContext& c, DecoderActivations& a, float* out) const {
@@ -56,6 +57,7 @@ void Decoder::backward(const LayerContext& c, DecoderActivations& a) const {
   if (forwardOnly_) throw std::logic_error("a forward-only decoder has no backward");
   const int L = layers();
   auto blockBackward = [&](int l, BlockActivations& s, const float* in) {
+    if (hooks_.beforeBlockBackward) hooks_.beforeBlockBackward(l);
     blocks_[l].backward(c, s, in);
     if (hooks_.blockGradientsReady) hooks_.blockGradientsReady(l);
   };

@@ -1,5 +1,7 @@
 #include "trainscope/engine/Gpt.h"
 
+#include "trainscope/core/ZeroLayout.h"
+
 #include "trainscope/engine/GemmCalibration.h"
 
 #include <algorithm>
@@ -79,6 +81,9 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels:
   g.dropoutSeed = static_cast<uint64_t>(config.train.seed);
   g.lora = config.finetune.lora;
   g.nf4Base = config.finetune.base_quant == "nf4";
+  const auto zl = core::zeroLayoutOf(config.parallel.ranks, config.parallel.zero_stage);
+  g.arenaAlign = zl.align;
+  g.arenaPadTo = zl.padTo;
   if (pol == "fp8") {
     const auto& f = config.precision.fp8;
     g.fp8 =
@@ -197,6 +202,7 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   ArenaOptions ao;
   ao.working = config.working;
   ao.align = std::max<int64_t>(1, config.arenaAlign);
+  ao.padTo = std::max<int64_t>(1, config.arenaPadTo);
   ao.masterWeights = config.masterWeights;
   ao.nf4FrozenLinears = config.nf4Base;
   arena_ = ParamArena(std::move(tensors), backend_, tracker_, ao);

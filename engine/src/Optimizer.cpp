@@ -18,16 +18,57 @@ using profiler::SpanCategory;
 // Mixed precision (16-bit working weights): the fp32 master copy the update is applied to,
 // counted as optimizer_state (ZeRO accounting); empty in fp32.
 // Of the trainable tensors only (gradient space, ParamArena.h).
-Tensor makeMaster(ParamArena& arena, kernels::Backend* backend, MemoryTracker* tracker) {
+Tensor makeMaster(ParamArena& arena, kernels::Backend* backend, MemoryTracker* tracker,
+                  const OptimizerShard& sh) {
   if (!arena.mixed() || !arena.options().masterWeights) return {};
+  if (sh.sharded()) {  // allTrainable: the shard of gradient space is the shard of the values
+    Tensor t(backend, tracker, MemoryCategory::OptimizerState, DType::F32, {sh.hi - sh.lo});
+    backend->copyOnDevice(t.f32(), arena.values().f32() + sh.lo,
+                          (sh.hi - sh.lo) * int64_t(sizeof(float)));
+    return t;
+  }
   Tensor t(backend, tracker, MemoryCategory::OptimizerState, DType::F32, {arena.gradSize()});
   t.zero();  // padding
   // The fp32 compute copy holds the (16-bit representable) initial weights.
   arena.copyTrainableTo(t.f32());
   return t;
 }
-float* target(ParamArena& arena, Tensor& master, const ParamInfo& p) {
-  return master.empty() ? arena.value(p) : master.f32() + p.gradOffset;
+
+// The part [a, b) of tensor p inside the shard (gradient-space offsets); empty when a >= b.
+struct Piece {
+  int64_t a = 0, b = 0;
+  int64_t in() const { return b - a; }
+};
+Piece pieceOf(const ParamInfo& p, const OptimizerShard& sh) {
+  if (!sh.sharded()) return {p.gradOffset, p.gradOffset + p.numel};
+  return {std::max(p.gradOffset, sh.lo), std::min(p.gradOffset + p.numel, sh.hi)};
+}
+// Pointers of a piece: the weights it updates (master or values), its gradient, its state
+// offset (into shard-length state buffers).
+float* targetOf(ParamArena& arena, Tensor& master, const ParamInfo& p, const Piece& q,
+                const OptimizerShard& sh) {
+  if (!master.empty()) return master.f32() + (q.a - (sh.sharded() ? sh.lo : 0));
+  return arena.value(p) + (q.a - p.gradOffset);
+}
+float* gradOf(ParamArena& arena, const ParamInfo& p, const Piece& q) {
+  return arena.grad(p) + (q.a - p.gradOffset);
+}
+int64_t stateOffset(const Piece& q, const OptimizerShard& sh) {
+  return q.a - (sh.sharded() ? sh.lo : 0);
+}
+int64_t stateLength(const ParamArena& arena, const OptimizerShard& sh) {
+  return sh.sharded() ? sh.hi - sh.lo : arena.gradSize();
+}
+// After the update: the stored weights follow the master (a shard: only its range; the caller
+// gathers the rest).
+void publish(ParamArena& arena, Tensor& master, bool pure, const OptimizerShard& sh) {
+  if (sh.sharded()) {
+    if (!master.empty()) arena.setWeightsRange(master.f32(), sh.lo, sh.hi);
+    if (pure) arena.roundWeightsRange(sh.lo, sh.hi);
+    return;
+  }
+  if (!master.empty()) arena.setWeightsFrom(master.f32());
+  if (pure) arena.roundWeights();
 }
 
 // pure_bf16 (no master): optimizer state is stored in bf16 as well.
@@ -77,15 +118,15 @@ std::pair<float, float> adamBetas(const core::OptimizerConfig& c) {
 class AdamW final : public Optimizer {
  public:
   AdamW(const core::OptimizerConfig& c, ParamArena& arena, kernels::Backend* backend,
-        MemoryTracker* tracker)
-      : config_(c), arena_(arena), backend_(backend) {
+        MemoryTracker* tracker, OptimizerShard shard)
+      : config_(c), arena_(arena), backend_(backend), shard_(shard) {
     m_ = Tensor(backend, tracker, MemoryCategory::OptimizerState, stateType(arena),
-                {arena.gradSize()});
+                {stateLength(arena, shard)});
     v_ = Tensor(backend, tracker, MemoryCategory::OptimizerState, stateType(arena),
-                {arena.gradSize()});
+                {stateLength(arena, shard)});
     m_.zero();
     v_.zero();
-    master_ = makeMaster(arena, backend, tracker);
+    master_ = makeMaster(arena, backend, tracker, shard);
     scratch_ = makeChunkScratch(arena, backend);
   }
   void step(float lr) override {
@@ -96,22 +137,24 @@ class AdamW final : public Optimizer {
     const bool pure = pureBf16(arena_);
     for (const auto& p : arena_.params()) {
       if (!p.trainable()) continue;  // frozen: no state, no update
+      const Piece q = pieceOf(p, shard_);
+      if (q.in() <= 0) continue;  // another rank's
       const float wd = p.decay ? static_cast<float>(config_.weight_decay) : 0.f;
+      const int64_t so = stateOffset(q, shard_);
       if (pure) {
         // The fp32 compute copy holds the bf16 weights exactly; updated, then rounded below.
-        float* w = arena_.value(p);
-        const float* g = arena_.grad(p);
-        chunkedBf16(*backend_, scratch_, &m_, &v_, p.gradOffset, p.numel,
+        float* w = targetOf(arena_, master_, p, q, shard_);
+        const float* g = gradOf(arena_, p, q);
+        chunkedBf16(*backend_, scratch_, &m_, &v_, so, q.in(),
                     [&](float* m, float* v, int64_t c, int64_t n) {
                       backend_->adamwUpdate(w + c, g + c, m, v, n, lr, b1, b2, eps, wd, t_);
                     });
       } else {
-        backend_->adamwUpdate(target(arena_, master_, p), arena_.grad(p), m_.f32() + p.gradOffset,
-                              v_.f32() + p.gradOffset, p.numel, lr, b1, b2, eps, wd, t_);
+        backend_->adamwUpdate(targetOf(arena_, master_, p, q, shard_), gradOf(arena_, p, q),
+                              m_.f32() + so, v_.f32() + so, q.in(), lr, b1, b2, eps, wd, t_);
       }
     }
-    if (!master_.empty()) arena_.setWeightsFrom(master_.f32());
-    if (pure) arena_.roundWeights();
+    publish(arena_, master_, pure, shard_);
   }
   int64_t stepCount() const override { return t_; }
   void setStepCount(int64_t n) override { t_ = n; }
@@ -125,6 +168,7 @@ class AdamW final : public Optimizer {
   core::OptimizerConfig config_;
   ParamArena& arena_;
   kernels::Backend* backend_;
+  OptimizerShard shard_;
   Tensor m_, v_, master_;
   ChunkScratch scratch_;
   int64_t t_ = 0;
@@ -178,7 +222,7 @@ class AdamW8 final : public Optimizer {
     mapV_ = Tensor(backend, nullptr, MemoryCategory::Workspace, DType::F32, {256});
     mapM_.copyFromHost(ms.data());
     mapV_.copyFromHost(mu.data());
-    master_ = makeMaster(arena, backend, tracker);
+    master_ = makeMaster(arena, backend, tracker, {});
   }
   void step(float lr) override {
     ScopedRange r("adamw_8bit", SpanCategory::Optimizer);
@@ -188,7 +232,7 @@ class AdamW8 final : public Optimizer {
     for (const auto& s : slots_) {
       const ParamInfo& p = *s.p;
       const float wd = p.decay ? static_cast<float>(config_.weight_decay) : 0.f;
-      float* w = target(arena_, master_, p);
+      float* w = targetOf(arena_, master_, p, pieceOf(p, {}), {});
       if (s.q >= 0) {
         auto* qm = static_cast<uint8_t*>(qm_.data()) + s.q;
         auto* qv = static_cast<uint8_t*>(qv_.data()) + s.q;
@@ -230,12 +274,12 @@ class AdamW8 final : public Optimizer {
 class Sgd final : public Optimizer {
  public:
   Sgd(const core::OptimizerConfig& c, ParamArena& arena, kernels::Backend* backend,
-      MemoryTracker* tracker)
-      : config_(c), arena_(arena), backend_(backend) {
+      MemoryTracker* tracker, OptimizerShard shard)
+      : config_(c), arena_(arena), backend_(backend), shard_(shard) {
     buf_ = Tensor(backend, tracker, MemoryCategory::OptimizerState, stateType(arena),
-                  {arena.gradSize()});
+                  {stateLength(arena, shard)});
     buf_.zero();
-    master_ = makeMaster(arena, backend, tracker);
+    master_ = makeMaster(arena, backend, tracker, shard);
     scratch_ = makeChunkScratch(arena, backend);
   }
   void step(float lr) override {
@@ -245,21 +289,23 @@ class Sgd final : public Optimizer {
     const bool pure = pureBf16(arena_);
     for (const auto& p : arena_.params()) {
       if (!p.trainable()) continue;  // frozen: no state, no update
+      const Piece q = pieceOf(p, shard_);
+      if (q.in() <= 0) continue;  // another rank's
       const float wd = p.decay ? static_cast<float>(config_.weight_decay) : 0.f;
+      const int64_t so = stateOffset(q, shard_);
       if (pure) {
-        float* w = arena_.value(p);
-        const float* g = arena_.grad(p);
-        chunkedBf16(*backend_, scratch_, &buf_, nullptr, p.gradOffset, p.numel,
+        float* w = targetOf(arena_, master_, p, q, shard_);
+        const float* g = gradOf(arena_, p, q);
+        chunkedBf16(*backend_, scratch_, &buf_, nullptr, so, q.in(),
                     [&](float* m, float*, int64_t c, int64_t n) {
                       backend_->sgdUpdate(w + c, g + c, m, n, lr, mom, wd);
                     });
       } else {
-        backend_->sgdUpdate(target(arena_, master_, p), arena_.grad(p), buf_.f32() + p.gradOffset,
-                            p.numel, lr, mom, wd);
+        backend_->sgdUpdate(targetOf(arena_, master_, p, q, shard_), gradOf(arena_, p, q),
+                            buf_.f32() + so, q.in(), lr, mom, wd);
       }
     }
-    if (!master_.empty()) arena_.setWeightsFrom(master_.f32());
-    if (pure) arena_.roundWeights();
+    publish(arena_, master_, pure, shard_);
   }
   int64_t stepCount() const override { return t_; }
   void setStepCount(int64_t n) override { t_ = n; }
@@ -273,6 +319,7 @@ class Sgd final : public Optimizer {
   core::OptimizerConfig config_;
   ParamArena& arena_;
   kernels::Backend* backend_;
+  OptimizerShard shard_;
   Tensor buf_, master_;
   ChunkScratch scratch_;
   int64_t t_ = 0;
@@ -281,15 +328,24 @@ class Sgd final : public Optimizer {
 }  // namespace
 
 std::unique_ptr<Optimizer> makeOptimizer(const core::OptimizerConfig& config, ParamArena& arena,
-                                         kernels::Backend* backend, MemoryTracker* tracker) {
-  if (config.type == "adamw" && config.state_bits == 8)
+                                         kernels::Backend* backend, MemoryTracker* tracker,
+                                         OptimizerShard shard) {
+  if (shard.sharded() && !arena.allTrainable())
+    throw std::invalid_argument("a sharded optimizer needs every parameter trainable");
+  if (config.type == "adamw" && config.state_bits == 8) {
+    if (shard.sharded())
+      throw std::invalid_argument(
+          "optimizer.state_bits 8 keeps blockwise state per tensor and is not sharded: use "
+          "parallel.zero_stage 0 with it");
     return std::make_unique<AdamW8>(config, arena, backend, tracker);
+  }
   if (config.state_bits != 32)
     throw std::invalid_argument("optimizer.state_bits " + std::to_string(config.state_bits) +
                                 " needs optimizer.type adamw (8-bit AdamW); " + config.type +
                                 " keeps 32-bit state");
-  if (config.type == "adamw") return std::make_unique<AdamW>(config, arena, backend, tracker);
-  if (config.type == "sgd") return std::make_unique<Sgd>(config, arena, backend, tracker);
+  if (config.type == "adamw")
+    return std::make_unique<AdamW>(config, arena, backend, tracker, shard);
+  if (config.type == "sgd") return std::make_unique<Sgd>(config, arena, backend, tracker, shard);
   throw std::invalid_argument("optimizer.type '" + config.type + "' is not one of adamw, sgd");
 }
 

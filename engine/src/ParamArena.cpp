@@ -80,6 +80,13 @@ ParamArena::ParamArena(std::vector<core::TensorSpec> tensors, kernels::Backend* 
     ++groups_.back().paramCount;
   }
   closeGroup();
+  if (options_.padTo > 1 && !groups_.empty()) {
+    auto& g = groups_.back();
+    off = roundUp(off, options_.padTo);
+    goff = roundUp(goff, options_.padTo);
+    g.numel = off - g.offset;
+    g.gradNumel = goff - g.gradOffset;
+  }
   size_ = off;
   gradSize_ = goff;
   // In 16-bit mode the fp32 buffers are compute copies (workspace); the stored weights and
@@ -200,6 +207,40 @@ void ParamArena::roundGrads() {
   if (!mixed()) return;
   roundTrip(*backend_, options_.working, grads_.f32(), static_cast<uint16_t*>(grads16_.data()),
             gradSize_);
+}
+
+void ParamArena::setWeightsRange(const float* src, int64_t lo, int64_t hi) {
+  if (!allTrainable()) throw std::logic_error("setWeightsRange needs every tensor trainable");
+  if (src != values_.f32() + lo)
+    backend_->copyOnDevice(values_.f32() + lo, src, (hi - lo) * int64_t(sizeof(float)));
+  roundWeightsRange(lo, hi);
+}
+
+void ParamArena::roundWeightsRange(int64_t lo, int64_t hi) {
+  if (!mixed() || hi <= lo) return;
+  auto* h = static_cast<uint16_t*>(values16_.data()) + lo;
+  if (options_.working == DType::BF16)
+    backend_->floatToBf16(values_.f32() + lo, h, hi - lo);
+  else
+    backend_->floatToFp16(values_.f32() + lo, h, hi - lo);
+}
+
+void ParamArena::finishWeightUpdate(int64_t lo, int64_t hi, bool notify) {
+  if (hi < 0) hi = size_;
+  if (mixed() && hi > lo) {
+    const auto* h = static_cast<const uint16_t*>(values16_.data()) + lo;
+    if (options_.working == DType::BF16)
+      backend_->bf16ToFloat(h, values_.f32() + lo, hi - lo);
+    else
+      backend_->fp16ToFloat(h, values_.f32() + lo, hi - lo);
+  }
+  if (notify && onWeightsChanged) onWeightsChanged();
+}
+
+void ParamArena::roundGradsRange(int64_t lo, int64_t hi) {
+  if (!mixed() || hi <= lo) return;
+  roundTrip(*backend_, options_.working, grads_.f32() + lo,
+            static_cast<uint16_t*>(grads16_.data()) + lo, hi - lo);
 }
 
 void ParamArena::zeroGrad() {

@@ -12,6 +12,8 @@
 
 #include "trainscope/core/Schedule.h"
 #include "trainscope/engine/Checkpoint.h"
+#include "trainscope/engine/Communicator.h"
+#include "trainscope/engine/DataParallel.h"
 #include "trainscope/engine/Dataset.h"
 #include "trainscope/engine/DistillationLoss.h"
 #include "trainscope/engine/Gpt.h"
@@ -72,10 +74,23 @@ std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
   if (c.memory.activation_compression != "none" && c.device.backend == "cuda")
     add("memory.activation_compression", c.memory.activation_compression,
         "activation compression runs on the cpu backend only");
-  if (c.parallel.ranks != 1)
-    add("parallel.ranks", c.parallel.ranks, "multi-rank training " + later);
-  if (c.parallel.zero_stage != 0)
-    add("parallel.zero_stage", c.parallel.zero_stage, "ZeRO " + later);
+  const int stage = c.parallel.zero_stage;
+  if (stage >= 1 && (c.finetune.lora.r > 0 || c.finetune.base_quant == "nf4"))
+    add("parallel.zero_stage", stage,
+        "ZeRO shards every parameter's state; a fine-tuning run's frozen base is not sharded "
+        "(use parallel.zero_stage 0: the adapters' state is small)");
+  if (stage >= 1 && c.optimizer.state_bits == 8)
+    add("parallel.zero_stage", stage,
+        "8-bit AdamW keeps blockwise state per tensor, which is not sharded (use zero_stage 0 "
+        "or optimizer.state_bits 32)");
+  if (stage >= 3 && pol == "fp8")
+    add("parallel.zero_stage", stage,
+        "fp8 re-quantizes every weight after each step, which needs the whole weights: use "
+        "zero_stage 2 with fp8");
+  if (stage >= 2 && c.device.backend == "cuda")
+    add("parallel.zero_stage", stage,
+        "ZeRO 2 and 3 give a rank's unowned pages back, which the cuda backend cannot yet (use "
+        "zero_stage 1 on cuda)");
   if (c.parallel.offload_optimizer != "none")
     add("parallel.offload_optimizer", c.parallel.offload_optimizer, "offload " + later);
   if (c.parallel.offload_params != "none")
@@ -97,6 +112,26 @@ void Trainer::post(const core::Command& command) {
 }
 
 namespace {
+
+// A ZeRO optimizer's state gathered on rank 0, as the checkpoint writer reads an optimizer.
+class GatheredOptimizer final : public Optimizer {
+ public:
+  GatheredOptimizer(Optimizer& of, std::vector<std::pair<std::string, Tensor>>& state)
+      : of_(of), state_(state) {}
+  void step(float) override { throw std::logic_error("a gathered optimizer state only saves"); }
+  int64_t stepCount() const override { return of_.stepCount(); }
+  void setStepCount(int64_t) override {}
+  std::vector<std::pair<std::string, Tensor*>> state() override {
+    std::vector<std::pair<std::string, Tensor*>> out;
+    for (auto& [n, t] : state_) out.emplace_back(n, &t);
+    return out;
+  }
+  std::string name() const override { return of_.name(); }
+
+ private:
+  Optimizer& of_;
+  std::vector<std::pair<std::string, Tensor>>& state_;
+};
 
 double msSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -148,6 +183,28 @@ TrainResult Trainer::run() {
     for (const auto& i : issues) msg += "\n  " + i.toString();
     return fail(msg, true);
   }
+
+  // ---- Ranks ------------------------------------------------------------------------------
+  std::unique_ptr<Communicator> single;
+  Communicator* comm = options_.comm;
+  if (!comm) {
+    single = makeSingleCommunicator();
+    comm = single.get();
+  }
+  comm->interrupt = options_.interrupt;
+  const int ranks = comm->size(), rank = comm->rank();
+  if (ranks != config_.parallel.ranks)
+    return fail("parallel.ranks is " + std::to_string(config_.parallel.ranks) +
+                    " but the engine was started on " + std::to_string(ranks) +
+                    " rank(s): start it with mpirun -np " +
+                    std::to_string(config_.parallel.ranks) +
+                    " (scripts/trainscope run and the app do), or set parallel.ranks " +
+                    std::to_string(ranks),
+                true);
+  if (ranks > 1)
+    log("data parallel over " + std::to_string(ranks) + " ranks (" + comm->name() +
+        "), ZeRO stage " + std::to_string(config_.parallel.zero_stage) + "; micro-batch " +
+        std::to_string(config_.train.micro_batch) + " per rank");
 
   // ---- Data -------------------------------------------------------------------------------
   std::unique_ptr<Dataset> data;
@@ -202,8 +259,15 @@ TrainResult Trainer::run() {
            "finetune.lora without finetune.base_checkpoint: the adapters train on a "
            "randomly initialised base (train.seed), which stays frozen"}});
   }
+  std::unique_ptr<DataParallel> dp;
   try {
-    opt = makeOptimizer(config_.optimizer, model->arena(), backend_, &tracker_);
+    if (ranks > 1) {
+      dp = std::make_unique<DataParallel>(comm, &model->arena(), backend_, &tracker_,
+                                          config_.parallel.zero_stage);
+      model->setHooks(dp->hooks());
+    }
+    opt = makeOptimizer(config_.optimizer, model->arena(), backend_, &tracker_,
+                        dp ? dp->optimizerShard() : OptimizerShard{});
   } catch (const std::bad_alloc&) {
     return outOfMemory();
   } catch (const std::exception& e) {
@@ -326,7 +390,8 @@ TrainResult Trainer::run() {
   double bestVal = NAN;
   if (!options_.resumePath.empty()) {
     try {
-      auto loaded = loadCheckpoint(options_.resumePath, model->arena(), opt.get());
+      auto loaded = loadCheckpoint(options_.resumePath, model->arena(), opt.get(),
+                                   dp ? dp->optimizerShard() : OptimizerShard{});
       if (loaded.state.extra.contains("base_checkpoint")) {
         const auto& b = loaded.state.extra["base_checkpoint"];
         if (b.value("checksum", "") != baseChecksum)
@@ -348,6 +413,7 @@ TrainResult Trainer::run() {
       result.lastCheckpoint = loaded.path;
       // 16-bit working copy from the loaded (16-bit representable) weights.
       if (model->mixed()) model->roundWeights();
+      if (dp) dp->reshard();  // ZeRO-3: the unowned pages of the whole loaded weights go back
       if (model->fp8()) {
         if (loaded.state.extra.contains("fp8"))
           model->loadFp8State(loaded.state.extra["fp8"]);
@@ -379,8 +445,35 @@ TrainResult Trainer::run() {
     if (!baseChecksum.empty())
       st.extra["base_checkpoint"] = {{"path", config_.finetune.base_checkpoint},
                                      {"checksum", baseChecksum}};
+    // ZeRO: the shards come together on rank 0, which writes one checkpoint in this run's layout
+    // (recorded, so any number of ranks can resume it); the other ranks write nothing.
+    std::vector<std::pair<std::string, Tensor>> gathered;
+    if (dp && dp->stage() >= 1) {
+      try {
+        gathered = dp->gatherOptimizerState(*opt, 0);
+        dp->gatherAll();
+      } catch (const std::exception& e) {
+        emit(EventType::Warning, {{"message", std::string("checkpoint at step ") +
+                                                  std::to_string(step) + " failed: " + e.what()}});
+        return false;
+      }
+      const ParamArena& pa = model->arena();
+      st.extra["zero_layout"] = {{"ranks", ranks},
+                                 {"stage", dp->stage()},
+                                 {"align", pa.options().align},
+                                 {"pad_to", pa.options().padTo}};
+    }
+    struct Release {
+      DataParallel* dp;
+      ~Release() {
+        if (dp && dp->stage() >= 1) dp->releaseAll();
+      }
+    } release{dp.get()};
+    if (rank != 0) return true;
     try {
-      auto info = saveCheckpoint(ckptDir, model->arena(), *opt, configJson, st);
+      GatheredOptimizer full(*opt, gathered);
+      Optimizer& writeOpt = gathered.empty() ? *opt : static_cast<Optimizer&>(full);
+      auto info = saveCheckpoint(ckptDir, model->arena(), writeOpt, configJson, st);
       pruneCheckpoints(ckptDir, std::max(1, options_.keepCheckpoints));
       result.lastCheckpoint = info.path;
       emit(EventType::Checkpoint, {{"path", info.path},
@@ -402,24 +495,64 @@ TrainResult Trainer::run() {
 
   // Compression numbers of the last training micro-batch (eval forwards would mix in prompts).
   CompressionStats compStats;
+  // Every rank's memory in one event: rank 0 gathers the others' tables (all ranks call this).
+  auto memoryEvent = [&] {
+    nlohmann::json f = memoryFields(tracker_, config_, compStats,
+                                    teacher ? &teacherTracker : nullptr, paramCounts);
+    if (ranks > 1) {
+      nlohmann::json mine = {{"ranks", f["ranks"]}, {"process", f["process"]}};
+      const auto all = comm->gatherStrings(mine.dump(), 0);
+      if (rank != 0) return;
+      nlohmann::json rs = nlohmann::json::array(), procs = nlohmann::json::array();
+      for (size_t i = 0; i < all.size(); ++i) {
+        const auto j = nlohmann::json::parse(all[i]);
+        for (auto rr : j.at("ranks")) {
+          rr["rank"] = static_cast<int>(i);
+          rs.push_back(std::move(rr));
+        }
+        procs.push_back(j.at("process"));
+      }
+      f["ranks"] = std::move(rs);
+      f["rank_process"] = std::move(procs);
+    }
+    emit(EventType::Memory, std::move(f));
+  };
   const int evalB = B;
   auto evaluate = [&]() {
     profiler::ScopedRange r("eval", profiler::SpanCategory::Other);
+    // ZeRO-3: the embeddings and head gathered for the evaluation's forwards.
+    struct Resident {
+      DataParallel* dp;
+      explicit Resident(DataParallel* d) : dp(d) {
+        if (dp) dp->gatherResident();
+      }
+      ~Resident() {
+        if (dp) dp->releaseResident();
+      }
+    } resident(dp.get());
     model->setTraining(false);  // no dropout while evaluating
     struct Training {
       Gpt* m;
       ~Training() { m->setTraining(true); }
     } training{model.get()};
     nlohmann::json ev = {{"step", step}};
-    const int64_t nb = std::min<int64_t>(data->valBatchCount(evalB, T), options_.evalBatches);
-    std::vector<int32_t> in(static_cast<size_t>(evalB) * T), tg(in.size());
+    // Several ranks: each evaluates its rows of the global validation batch (ranks * B rows,
+    // as one rank with that micro-batch would), the sums are added up.
+    const int64_t nb =
+        std::min<int64_t>(data->valBatchCount(evalB * ranks, T), options_.evalBatches);
+    std::vector<int32_t> in(static_cast<size_t>(evalB) * T * ranks), tg(in.size());
+    const int64_t mine = int64_t(rank) * evalB * T;
     double sum = 0;
     int64_t count = 0;
     for (int64_t i = 0; i < nb; ++i) {
-      data->valBatch(i, in.data(), tg.data(), evalB, T);
+      data->valBatch(i, in.data(), tg.data(), evalB * ranks, T);
       int64_t c = 0;
-      sum += model->forward(in.data(), tg.data(), evalB, T, 0.f, &c);
+      sum += model->forward(in.data() + mine, tg.data() + mine, evalB, T, 0.f, &c);
       count += c;
+    }
+    if (ranks > 1) {
+      sum = comm->allReduceSum(sum);
+      count = static_cast<int64_t>(comm->allReduceSum(static_cast<double>(count)));
     }
     if (count > 0) {
       const double vl = sum / static_cast<double>(count);
@@ -479,8 +612,7 @@ TrainResult Trainer::run() {
     }
     if (std::isfinite(bestVal)) ev["best_val_loss"] = bestVal;
     emit(EventType::Eval, ev);
-    emit(EventType::Memory, memoryFields(tracker_, config_, compStats,
-                                         teacher ? &teacherTracker : nullptr, paramCounts));
+    memoryEvent();
   };
 
   profiler::ProfileController profile(
@@ -533,6 +665,8 @@ TrainResult Trainer::run() {
 
   const int64_t perMicro = static_cast<int64_t>(B) * T;
   std::vector<int32_t> inputs(static_cast<size_t>(perMicro * accum)), targets(inputs.size());
+  std::vector<int32_t> globalInputs(ranks > 1 ? inputs.size() * size_t(ranks) : 0),
+      globalTargets(globalInputs.size());
   const int64_t firstStep = step;
   double sumStepMs = 0;
   int64_t stepsHere = 0, tokensHere = 0;
@@ -560,18 +694,39 @@ TrainResult Trainer::run() {
         profiler::ScopedRange r("data", profiler::SpanCategory::Data);
         difficulty = core::curriculumFraction(config_, step);
         data->setDifficulty(difficulty);
-        for (int a = 0; a < accum; ++a)
-          data->nextTrainBatch(inputs.data() + a * perMicro, targets.data() + a * perMicro, B, T);
+        if (ranks == 1) {
+          for (int a = 0; a < accum; ++a)
+            data->nextTrainBatch(inputs.data() + a * perMicro, targets.data() + a * perMicro, B,
+                                 T);
+        } else {
+          // Every rank draws the same global micro-batch of ranks * B rows (what one rank with
+          // micro_batch ranks * B would see) and trains rows [rank * B, (rank + 1) * B).
+          for (int a = 0; a < accum; ++a) {
+            int32_t* gi = globalInputs.data() + a * perMicro * ranks;
+            int32_t* gt = globalTargets.data() + a * perMicro * ranks;
+            data->nextTrainBatch(gi, gt, B * ranks, T);
+            std::copy(gi + rank * perMicro, gi + (rank + 1) * perMicro,
+                      inputs.data() + a * perMicro);
+            std::copy(gt + rank * perMicro, gt + (rank + 1) * perMicro,
+                      targets.data() + a * perMicro);
+          }
+        }
       }
       int64_t total = 0;
-      for (int32_t t : targets) total += t >= 0 ? 1 : 0;
+      for (int32_t t : ranks == 1 ? targets : globalTargets) total += t >= 0 ? 1 : 0;
       // Gradient accumulation: every token loss is divided by the total number of target tokens
       // of the whole step, not by each micro-batch's own count.
       // fp16: the loss (hence every gradient) is multiplied by the loss scale before backward.
       const float dloss = total > 0 ? lossScale / static_cast<float>(total) : 0.f;
-      model->zeroGrad();
+      if (dp) {
+        dp->beginStep();
+        dp->zeroGrad();
+      } else {
+        model->zeroGrad();
+      }
       for (int a = 0; a < accum; ++a) {
         int64_t c = 0;
+        if (dp) dp->beginMicroBatch(a == accum - 1);
         // Dropout masks keyed by the global micro-step: a resumed run draws the same ones.
         model->setDropoutKey(static_cast<uint64_t>(step) * accum + a);
         const int32_t* in = inputs.data() + a * perMicro;
@@ -593,8 +748,16 @@ TrainResult Trainer::run() {
         }
         count += c;
         compStats = model->compressionStats();
+        if (dp) dp->beginBackward();
         model->backward();
+        if (dp) dp->endMicroBatch();
       }
+    }
+    if (ranks > 1) {  // the global batch's loss
+      lossSum = comm->allReduceSum(lossSum);
+      count = static_cast<int64_t>(comm->allReduceSum(static_cast<double>(count)));
+      dsum.ce = comm->allReduceSum(dsum.ce);
+      dsum.kl = comm->allReduceSum(dsum.kl);
     }
     const double loss = count > 0 ? lossSum / static_cast<double>(count) : 0.0;
     if (!std::isfinite(loss)) {
@@ -613,24 +776,35 @@ TrainResult Trainer::run() {
       break;
     }
     // 16-bit gradients; fp16: unscale in fp32, skip the step on inf/NaN (GradScaler).
-    model->roundGrads();
+    dp ? dp->roundGrads() : model->roundGrads();
     bool skipped = false;
     if (scaler) {
       ParamArena& pa = model->arena();
-      backend_->scale(pa.grads().f32(), pa.gradSize(), 1.f / lossScale);
-      skipped = !scaler->update(backend_->countNonFinite(pa.grads().f32(), pa.gradSize()) > 0);
+      if (dp) {
+        dp->scaleGrads(1.f / lossScale);
+        skipped = !scaler->update(dp->countNonFinite() > 0);
+      } else {
+        backend_->scale(pa.grads().f32(), pa.gradSize(), 1.f / lossScale);
+        skipped = !scaler->update(backend_->countNonFinite(pa.grads().f32(), pa.gradSize()) > 0);
+      }
     }
     double gradNorm = 0.0;  // not computed for a skipped step (its gradients hold inf/NaN)
     const double lr = core::learningRate(config_, step);
     if (!skipped) {
-      gradNorm = clipGradNorm(model->arena(), backend_, config_.train.grad_clip);
-      opt->step(static_cast<float>(lr));
+      if (dp) {
+        gradNorm = dp->clipGradNorm(config_.train.grad_clip);
+        dp->optimizerStep(*opt, static_cast<float>(lr));
+      } else {
+        gradNorm = clipGradNorm(model->arena(), backend_, config_.train.grad_clip);
+        opt->step(static_cast<float>(lr));
+      }
     }
+    if (dp) dp->endStep();
     const double stepMs = msSince(t0);
     ++step;
-    tokens += perMicro * accum;
+    tokens += perMicro * accum * ranks;
     ++stepsHere;
-    tokensHere += perMicro * accum;
+    tokensHere += perMicro * accum * ranks;
     sumStepMs += stepMs;
     result.finalLoss = loss;
 
@@ -641,12 +815,16 @@ TrainResult Trainer::run() {
     se.grad_norm = gradNorm;
     se.tokens = tokens;
     se.step_ms = stepMs;
-    se.tokens_per_s = stepMs > 0 ? perMicro * accum / (stepMs / 1000.0) : 0;
+    se.tokens_per_s = stepMs > 0 ? perMicro * accum * ranks / (stepMs / 1000.0) : 0;
     se.loss_scale = lossScale;  // the scale this step's backward used
     se.skipped = skipped;
     nlohmann::json sf = core::toJson(se);
     sf["total_steps"] = config_.train.steps;
     sf["target_tokens"] = count;
+    if (ranks > 1) {
+      sf["ranks"] = ranks;
+      sf["comm_bytes"] = comm->takeBytesSent();  // this rank's, as a ring sends them
+    }
     // Curriculum: the fraction of the data's difficulty (or length) range this batch drew from.
     if (config_.curriculum.type != "none") sf["difficulty"] = difficulty;
     if (teacher && count > 0) {  // both terms, per token: loss = alpha T^2 kl + (1 - alpha) ce
@@ -658,8 +836,7 @@ TrainResult Trainer::run() {
     for (auto& w : profile.takeWarnings()) emit(EventType::Warning, {{"message", w}});
 
     if (step == firstStep + 1)
-      emit(EventType::Memory, memoryFields(tracker_, config_, compStats,
-                                           teacher ? &teacherTracker : nullptr, paramCounts));
+      memoryEvent();
     const bool last = step >= config_.train.steps;
     if ((config_.train.eval_every > 0 && step % config_.train.eval_every == 0) || last) evaluate();
     drainCommands();

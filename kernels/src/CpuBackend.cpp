@@ -1,6 +1,7 @@
 // The CPU backend: forwards to the free functions in kernels/cpu/ and owns the thread count.
 #include <cpuid.h>
 #include <omp.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -16,6 +17,11 @@ namespace ts::kernels {
 namespace {
 
 constexpr size_t kAlign = 64;
+constexpr size_t kPageAligned = size_t(1) << 16;  // from 64 KiB on, allocations start on a page
+size_t pageBytes() {
+  static const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  return page;
+}
 
 std::string cpuModelName() {
   std::ifstream in("/proc/cpuinfo");
@@ -77,12 +83,15 @@ class CpuBackend final : public Backend {
 
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
-    const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-    void* p = std::aligned_alloc(kAlign, rounded);
+    // Large buffers start on a page, so whole pages of them can be discarded.
+    const size_t align = bytes >= kPageAligned ? pageBytes() : kAlign;
+    const size_t rounded = (bytes + align - 1) / align * align;
+    void* p = std::aligned_alloc(align, rounded);
     if (!p) throw std::bad_alloc();
     return p;
   }
   void release(void* p) override { std::free(p); }
+  bool discard(void* p, size_t bytes) override { return discardHostPages(p, bytes); }
   void copyToDevice(void* dst, const void* src, size_t bytes) override {
     if (bytes) std::memcpy(dst, src, bytes);
   }
@@ -103,6 +112,14 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+bool discardHostPages(void* p, size_t bytes) {
+  const size_t page = pageBytes();
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t lo = (a + page - 1) / page * page, hi = (a + bytes) / page * page;
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  return true;
+}
 
 std::unique_ptr<Backend> makeCpuBackend() {
   return std::make_unique<CpuBackend>();

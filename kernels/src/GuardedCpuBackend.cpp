@@ -89,6 +89,12 @@ class GuardedCpuBackend final : public Backend {
     ::munmap(it->second.map, it->second.mapBytes);
     live_.erase(it);
   }
+  bool discard(void* p, size_t bytes) override {
+    if (!bytes) return true;
+    Call call(*this, "discard");
+    call.open(p, bytes);
+    return discardHostPages(p, bytes);
+  }
   void copyToDevice(void* dst, const void* src, size_t bytes) override {
     if (!bytes) return;
     Call call(*this, "copyToDevice");

@@ -499,6 +499,7 @@ void visitSchema(C& c, V& v) {
     v.field("offload_optimizer", p.offload_optimizer, oneOf({"none", "cpu", "nvme"}));
     v.field("offload_params", p.offload_params, oneOf({"none", "cpu", "nvme"}));
     v.field("nvme_path", p.nvme_path, any());
+    v.field("hostfile", p.hostfile, any());
   });
   v.section("finetune", [&] {
     auto& f = c.finetune;

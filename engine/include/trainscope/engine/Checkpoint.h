@@ -61,7 +61,10 @@ struct LoadedCheckpoint {
 // policy the caller then rounds them (ParamArena::setWeightsFrom). Throws CheckpointError naming
 // the file and the problem (missing, truncated, checksum mismatch, shape mismatch); the model is
 // untouched in that case.
-LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& arena, Optimizer* optimizer);
+// A ZeRO rank reads its shard of the optimizer state (`shard`); a checkpoint written by another
+// number of ranks (its state.json's extra.zero_layout) is remapped tensor by tensor.
+LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& arena, Optimizer* optimizer,
+                                OptimizerShard shard = {});
 
 // A checkpoint of weights only (import-hf): `dir` itself, atomically, with model.safetensors,
 // an empty optimizer.safetensors (optimizer "none": it is a base to fine-tune, not a run to

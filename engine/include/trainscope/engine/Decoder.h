@@ -19,10 +19,13 @@ struct DecoderActivations {
 
 class Decoder {
  public:
-  // Before block l's forward (also before its recomputation under checkpointing, `recompute`
-  // true), and when block l's parameter gradients are complete for this micro-batch.
+  // Before and after block l's forward (also around its recomputation under checkpointing,
+  // `recompute` true), before its backward, and when block l's parameter gradients are complete
+  // for this micro-batch.
   struct Hooks {
     std::function<void(int layer, bool recompute)> beforeBlockForward;
+    std::function<void(int layer, bool recompute)> afterBlockForward;
+    std::function<void(int layer)> beforeBlockBackward;
     std::function<void(int layer)> blockGradientsReady;
   };
 

@@ -94,6 +94,7 @@ struct GptConfig {
   // Parameter arena: each group (embeddings, every block, the head) starts at a multiple of
   // this many elements (ParamArena.h; a ZeRO shard or a block as one aligned slice).
   int64_t arenaAlign = 1;
+  int64_t arenaPadTo = 1;  // total length padded to a multiple (ZeRO: ranks x aligned shards)
   // finetune.lora: adapters on the targeted projections (r > 0); the base is then frozen.
   core::LoraConfig lora;
   // finetune.base_quant nf4 (QLoRA, needs lora): the frozen block linear weights are stored as

@@ -27,8 +27,17 @@ class Optimizer {
   virtual std::string name() const = 0;
 };
 
+// The part of gradient space an optimizer updates and keeps state for: everything (hi < 0), or
+// a ZeRO rank's shard [lo, hi). A sharded optimizer writes the shard's new weights into the
+// arena (ParamArena::setWeightsRange) and leaves gathering them to the caller (DataParallel).
+struct OptimizerShard {
+  int64_t lo = 0, hi = -1;
+  bool sharded() const { return hi >= 0; }
+};
+
 std::unique_ptr<Optimizer> makeOptimizer(const core::OptimizerConfig& config, ParamArena& arena,
-                                         kernels::Backend* backend, MemoryTracker* tracker);
+                                         kernels::Backend* backend, MemoryTracker* tracker,
+                                         OptimizerShard shard = {});
 
 // Global L2 norm of all gradients (before clipping). With maxNorm > 0 and norm > maxNorm, the
 // gradients are scaled by maxNorm / (norm + 1e-6), as torch.nn.utils.clip_grad_norm_.

@@ -61,6 +61,9 @@ struct ArenaOptions {
   // fp32 buffers are compute copies, category workspace).
   DType working = DType::F32;
   int64_t align = 1;  // each group starts at a multiple of this many elements
+  // The value and gradient buffers' lengths are padded (in the last group) to a multiple of
+  // this: ZeRO splits them into equal, aligned rank shards.
+  int64_t padTo = 1;
   // An fp32 master copy of the trainable weights is kept by the optimizer (16-bit policies
   // except pure_bf16, whose optimizer updates the 16-bit weights and keeps bf16 state).
   bool masterWeights = true;
@@ -131,6 +134,20 @@ class ParamArena {
   // upcasts them back. No-op in fp32.
   void roundGrads();
   void zeroGrad();
+
+  // ZeRO (allTrainable() only: value space is gradient space). Sets the values of [lo, hi) from
+  // src[0, hi - lo) and rounds them to the stored 16-bit weights (mixed); then the stored
+  // weights are all-gathered and finishWeightUpdate() refreshes the fp32 compute copy of
+  // [lo, hi) from them (the whole arena by default) and runs onWeightsChanged.
+  void setWeightsRange(const float* src, int64_t lo, int64_t hi);
+  void roundWeightsRange(int64_t lo, int64_t hi);  // pure_bf16: the values updated in place
+  void finishWeightUpdate(int64_t lo = 0, int64_t hi = -1, bool notify = true);
+  // Rounds the fp32 gradients of [lo, hi) to the working dtype and back (roundGrads of a shard).
+  void roundGradsRange(int64_t lo, int64_t hi);
+  // The stored weights (16-bit when mixed, else the fp32 values) and their element size: the
+  // buffer ZeRO all-gathers.
+  void* storedValues() { return mixed() ? values16_.data() : values_.data(); }
+  size_t storedElementBytes() const { return mixed() ? 2 : 4; }
 
   std::function<void()> onWeightsChanged;
 

@@ -20,6 +20,8 @@
 
 namespace ts::engine {
 
+class Communicator;
+
 struct TrainerOptions {
   std::string runDir;      // checkpoints go to runDir/checkpoints
   std::string resumePath;  // checkpoint directory or its state.json; empty = fresh run
@@ -30,6 +32,9 @@ struct TrainerOptions {
   int keepCheckpoints = 3;  // newest checkpoints kept on disk
   int evalBatches = 8;      // validation batches per eval (at most)
   int exactMatchSamples = 64;
+  // The ranks of a parallel run (null: one rank). Rank 0 alone emits events and writes
+  // checkpoints; every rank trains its share of each batch.
+  Communicator* comm = nullptr;
 };
 
 struct TrainResult {

@@ -68,6 +68,14 @@ class Backend {
   // Memory (device memory for CUDA, 64-byte aligned host memory for the CPU).
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* p) = 0;
+  // Returns the whole pages inside [p, p + bytes) of an allocation to the system, keeping the
+  // addresses valid: they read as zero afterwards (ZeRO's sharded buffers keep their layout and
+  // give back what a rank does not own). False when the backend cannot (nothing happens).
+  virtual bool discard(void* p, size_t bytes) {
+    (void)p;
+    (void)bytes;
+    return false;
+  }
   virtual void copyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void copyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void synchronize() = 0;
@@ -79,6 +87,9 @@ class Backend {
 
 // The CPU backend (always present).
 std::unique_ptr<Backend> makeCpuBackend();
+// Host memory: madvise(MADV_DONTNEED) on the whole pages inside [p, p + bytes) (private
+// anonymous memory reads as zero afterwards). Backend::discard of the CPU backends.
+bool discardHostPages(void* p, size_t bytes);
 // The CUDA backend, or nullptr with `why` set when CUDA is not built in or no GPU is present
 // (decided from cudaGetDeviceCount's error code).
 std::unique_ptr<Backend> makeCudaBackend(std::string* why);

@@ -106,6 +106,8 @@ struct ParallelConfig {
   std::string offload_optimizer = "none";  // none | cpu | nvme
   std::string offload_params = "none";     // none | cpu | nvme
   std::string nvme_path;
+  // ranks > 1 on several machines: an mpirun hostfile (empty: every rank on this machine).
+  std::string hostfile;
 };
 
 struct LoraConfig {

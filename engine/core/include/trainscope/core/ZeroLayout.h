@@ -1,0 +1,68 @@
+#pragma once
+// How ZeRO lays out the parameter arena, shared by the engine (ParamArena) and the estimator so
+// that predicted and measured per-rank memory agree to the byte.
+//
+// With ranks > 1 and stage >= 1, every group of the arena (the embeddings, each block, the head)
+// starts on a multiple of kZeroAlign elements and the total length is padded to a multiple of
+// ranks * kZeroAlign, so the buffers split into `ranks` equal shards whose boundaries, like the
+// groups', fall on whole pages (kZeroAlign elements are 8 KiB of fp32 and 4 KiB of 16-bit
+// values): what a rank does not own is given back to the system page by page. Stage 0 keeps the
+// single-rank layout.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "trainscope/core/ModelSpec.h"
+
+namespace ts::core {
+
+inline constexpr int64_t kZeroAlign = 2048;
+
+struct ZeroLayout {
+  int64_t align = 1, padTo = 1;
+};
+
+inline ZeroLayout zeroLayoutOf(int ranks, int stage) {
+  if (ranks > 1 && stage >= 1) return {kZeroAlign, int64_t(ranks) * kZeroAlign};
+  return {};
+}
+
+// One group of the layout: [offset, offset + numel) including its trailing padding.
+struct ZeroGroup {
+  int block = -1;
+  int64_t offset = 0, numel = 0;
+};
+
+// The groups of the trainable tensors in storage order (as ParamArena's gradient space).
+inline std::vector<ZeroGroup> zeroGroups(const std::vector<TensorSpec>& tensors,
+                                         ZeroLayout layout) {
+  auto up = [](int64_t n, int64_t a) { return a > 1 ? (n + a - 1) / a * a : n; };
+  std::vector<ZeroGroup> groups;
+  int64_t off = 0;
+  bool open = false;
+  for (const auto& t : tensors) {
+    if (!t.trainable) continue;
+    if (!open || groups.back().block != t.block) {
+      if (open) {
+        off = up(off, layout.align);
+        groups.back().numel = off - groups.back().offset;
+      }
+      groups.push_back({t.block, off, 0});
+      open = true;
+    }
+    off += t.numel();
+  }
+  if (open) {
+    off = up(up(off, layout.align), layout.padTo);
+    groups.back().numel = off - groups.back().offset;
+  }
+  return groups;
+}
+
+// Rank r's shard of a padded buffer of `total` elements: [r * total / ranks, (r + 1) * ...).
+inline std::pair<int64_t, int64_t> zeroShard(int64_t total, int ranks, int r) {
+  const int64_t s = total / std::max(1, ranks);
+  return {int64_t(r) * s, int64_t(r + 1) * s};
+}
+
+}  // namespace ts::core

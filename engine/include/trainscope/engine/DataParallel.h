@@ -1,0 +1,115 @@
+#pragma once
+// Data parallelism and ZeRO stages 1-3 over a Communicator, as the decoder's hooks plus an
+// optimizer on the rank's shard (design.md). The parameter arena keeps its layout on every rank;
+// under ZeRO (core/ZeroLayout.h) its buffers split into equal, page-aligned shards, and the
+// pages of what a rank does not own are given back to the system (Backend::discard) when the
+// stage shards them, so measured memory is what the rank really holds:
+//
+// - stage 0: every rank keeps everything; gradients are all-reduced in buckets (one per block,
+//   started as soon as the block's backward is done, then the embeddings and head) on the last
+//   micro-batch of a step, and every rank runs the whole optimizer.
+// - stage 1: as 0, but the optimizer state (and fp32 master) covers the rank's shard only; after
+//   the update the shards' stored weights are all-gathered.
+// - stage 2: + gradients: each block's gradients are reduce-scattered when its backward is done
+//   (every micro-batch), the rank keeps its shard, the rest of the block's pages go back.
+// - stage 3: + parameters: a block's weights are all-gathered before its forward and again
+//   before its backward (the next one prefetched), and given back after; the embeddings, final
+//   norm and head (the groups outside the blocks) are gathered for the whole step.
+//
+// The loss is normalized by the target tokens of the global batch, so the summed gradients equal
+// those of one rank running the whole batch (up to fp32 summation order).
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "trainscope/engine/Communicator.h"
+#include "trainscope/engine/Decoder.h"
+#include "trainscope/engine/MemoryTracker.h"
+#include "trainscope/engine/Optimizer.h"
+#include "trainscope/engine/ParamArena.h"
+
+namespace ts::engine {
+
+class DataParallel {
+ public:
+  // Throws std::invalid_argument for a combination the stage cannot run (frozen tensors with
+  // stage >= 1, a backend that cannot give pages back with stage >= 2).
+  DataParallel(Communicator* comm, ParamArena* arena, kernels::Backend* backend,
+               MemoryTracker* tracker, int stage);
+  ~DataParallel();
+
+  int stage() const { return stage_; }
+  int rank() const { return comm_->rank(); }
+  int ranks() const { return comm_->size(); }
+  Communicator& comm() { return *comm_; }
+  // The optimizer's part of gradient space: everything for stage 0, the shard from stage 1.
+  OptimizerShard optimizerShard() const;
+  // Gradient space this rank holds after reduceGradients(): all (0/1) or its shard (2/3).
+  int64_t gradLo() const { return stage_ >= 2 ? lo_ : 0; }
+  int64_t gradHi() const { return stage_ >= 2 ? hi_ : arena_->gradSize(); }
+  int64_t shardLo() const { return lo_; }
+  int64_t shardHi() const { return hi_; }
+
+  Decoder::Hooks hooks();
+
+  // Per step, in order: beginStep, then per micro-batch beginMicroBatch(last) before its
+  // forward and endMicroBatch after its backward; then the gradient helpers and optimizerStep.
+  void beginStep();
+  void beginMicroBatch(bool last);
+  void beginBackward();
+  void endMicroBatch();
+  void zeroGrad();
+  void roundGrads();
+  void scaleGrads(float s);
+  int64_t countNonFinite();          // over the ranks
+  double clipGradNorm(double maxNorm);  // global norm, as clipGradNorm on one rank
+  void optimizerStep(Optimizer& opt, float lr);
+  void endStep();
+  // Stage 3 outside a training step (evaluation, checkpoints): the groups outside the blocks
+  // gathered, or given back.
+  void gatherResident();
+  void releaseResident();
+  // Checkpoints: stage 3 gathers every group (all weights whole on every rank), then gives the
+  // unowned pages back; after loading whole weights, reshard() gives them back again.
+  void gatherAll();
+  void releaseAll();
+  void reshard();
+  // Stage >= 1: the optimizer's state tensors, full length in this run's layout, on `root`
+  // (counted as workspace while they live); empty on the other ranks.
+  std::vector<std::pair<std::string, Tensor>> gatherOptimizerState(Optimizer& opt, int root);
+
+ private:
+  struct Group {
+    int block = -1;
+    int64_t lo = 0, hi = 0;  // gradient (= value, from stage 1) space
+    bool gathered = true;    // stage 3: parameters present
+    std::unique_ptr<Communicator::Pending> pendingGather;
+    bool gradsLive = false;  // stage 2/3: non-owned gradient pages in use
+    bool reduced = false;    // this micro-batch's reduction started/done
+  };
+  std::vector<int64_t> countsOf(const Group& g) const;
+  int64_t ownedIn(const Group& g) const;
+  void reduceGroup(Group& g);
+  void gather(Group& g, bool async);
+  void awaitGather(Group& g);
+  void release(Group& g);
+  void discardOutside(void* base, size_t elemBytes, const Group& g, core::MemoryCategory cat);
+  void commitOutside(size_t elemBytes, const Group& g, core::MemoryCategory cat);
+  void gradsLive(Group& g);
+  void gradsDone(Group& g);
+  void waitPending();
+  Group* blockGroup(int layer);
+
+  Communicator* comm_;
+  ParamArena* arena_;
+  kernels::Backend* backend_;
+  MemoryTracker* tracker_;
+  int stage_;
+  int64_t lo_ = 0, hi_ = 0;
+  bool reduceThisMicro_ = true;
+  std::vector<Group> groups_;
+  std::vector<std::unique_ptr<Communicator::Pending>> pending_;
+  Tensor scratch_;  // reduce-scatter output of one group
+};
+
+}  // namespace ts::engine

@@ -1,0 +1,379 @@
+#include "trainscope/engine/DataParallel.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "trainscope/core/ZeroLayout.h"
+#include "trainscope/profiler/Tracer.h"
+
+namespace ts::engine {
+
+using core::MemoryCategory;
+using core::MemoryTier;
+using profiler::ScopedRange;
+using profiler::SpanCategory;
+
+DataParallel::DataParallel(Communicator* comm, ParamArena* arena, kernels::Backend* backend,
+                           MemoryTracker* tracker, int stage)
+    : comm_(comm), arena_(arena), backend_(backend), tracker_(tracker), stage_(stage) {
+  const int N = comm_->size(), r = comm_->rank();
+  if (stage_ < 0 || stage_ > 3) throw std::invalid_argument("ZeRO stage must be 0..3");
+  if (stage_ >= 1 && !arena_->allTrainable())
+    throw std::invalid_argument(
+        "parallel.zero_stage " + std::to_string(stage_) +
+        " shards every parameter's state, but this run has frozen tensors (finetune.lora, "
+        "model.freeze): use parallel.zero_stage 0 (the trainable part is small and replicated)");
+  if (stage_ >= 1 && arena_->gradSize() % (int64_t(N) * core::kZeroAlign) != 0)
+    throw std::logic_error("the arena was not built with the ZeRO layout for " +
+                           std::to_string(N) + " ranks (core/ZeroLayout.h)");
+  if (stage_ >= 2 && !backend_->discard(arena_->grads().data(), 0))
+    throw std::invalid_argument(
+        "parallel.zero_stage " + std::to_string(stage_) + " needs a backend that can give pages " +
+        "of a buffer back (" + backend_->name() + " cannot yet): use zero_stage 1");
+  if (stage_ >= 1) {
+    std::tie(lo_, hi_) = core::zeroShard(arena_->gradSize(), N, r);
+  } else {
+    lo_ = 0;
+    hi_ = arena_->gradSize();
+  }
+  int64_t maxOwned = 0;
+  for (const auto& pg : arena_->groups()) {
+    Group g;
+    g.block = pg.block;
+    g.lo = pg.gradOffset;
+    g.hi = pg.gradOffset + pg.gradNumel;
+    if (stage_ >= 1 && pg.offset != pg.gradOffset)
+      throw std::logic_error("ZeRO: value and gradient space differ");
+    groups_.push_back(std::move(g));
+    maxOwned = std::max(maxOwned, ownedIn(groups_.back()));
+  }
+  const bool mixed = arena_->mixed();
+  const auto gradCat = mixed ? MemoryCategory::Workspace : MemoryCategory::Gradients;
+  if (stage_ >= 2) {
+    // Gradients: only the shard stays; a block's other pages live from its backward to its
+    // reduce-scatter. The 16-bit copy is only ever touched on the shard.
+    for (auto& g : groups_) {
+      discardOutside(arena_->grads().data(), 4, g, gradCat);
+      if (mixed) discardOutside(arena_->grads16().data(), 2, g, MemoryCategory::Gradients);
+    }
+    scratch_ = Tensor(backend_, tracker_, MemoryCategory::Workspace, DType::F32,
+                      {std::max<int64_t>(1, maxOwned)});
+  }
+  if (stage_ >= 3) {
+    for (auto& g : groups_) release(g);
+  }
+}
+
+DataParallel::~DataParallel() {
+  // Nothing may still write into the arena once it is gone.
+  for (auto& p : pending_)
+    if (p) try {
+        p->wait();
+      } catch (...) {
+      }
+  for (auto& g : groups_)
+    if (g.pendingGather) try {
+        g.pendingGather->wait();
+      } catch (...) {
+      }
+}
+
+OptimizerShard DataParallel::optimizerShard() const {
+  if (stage_ == 0) return {};
+  return {lo_, hi_};
+}
+
+int64_t DataParallel::ownedIn(const Group& g) const {
+  return std::max<int64_t>(0, std::min(g.hi, hi_) - std::max(g.lo, lo_));
+}
+
+std::vector<int64_t> DataParallel::countsOf(const Group& g) const {
+  const int N = comm_->size();
+  std::vector<int64_t> counts(static_cast<size_t>(N));
+  for (int r = 0; r < N; ++r) {
+    const auto [a, b] = core::zeroShard(arena_->gradSize(), N, r);
+    counts[size_t(r)] = std::max<int64_t>(0, std::min(g.hi, b) - std::max(g.lo, a));
+  }
+  return counts;
+}
+
+// The parts of g outside the shard: [g.lo, min(g.hi, lo)) and [max(g.lo, hi), g.hi).
+void DataParallel::discardOutside(void* base, size_t elemBytes, const Group& g,
+                                  MemoryCategory cat) {
+  auto* b = static_cast<char*>(base);
+  auto drop = [&](int64_t a, int64_t e) {
+    if (e <= a) return;
+    backend_->discard(b + a * int64_t(elemBytes), size_t(e - a) * elemBytes);
+    if (tracker_) tracker_->remove(MemoryTier::Device, cat, (e - a) * int64_t(elemBytes));
+  };
+  drop(g.lo, std::min(g.hi, lo_));
+  drop(std::max(g.lo, hi_), g.hi);
+}
+
+void DataParallel::commitOutside(size_t elemBytes, const Group& g, MemoryCategory cat) {
+  const int64_t outside = (g.hi - g.lo) - ownedIn(g);
+  if (tracker_ && outside > 0) tracker_->add(MemoryTier::Device, cat, outside * int64_t(elemBytes));
+}
+
+void DataParallel::gradsLive(Group& g) {
+  if (stage_ < 2 || g.gradsLive) return;
+  commitOutside(4, g, arena_->mixed() ? MemoryCategory::Workspace : MemoryCategory::Gradients);
+  g.gradsLive = true;
+}
+
+void DataParallel::gradsDone(Group& g) {
+  if (stage_ < 2 || !g.gradsLive) return;
+  discardOutside(arena_->grads().data(), 4, g,
+                 arena_->mixed() ? MemoryCategory::Workspace : MemoryCategory::Gradients);
+  g.gradsLive = false;
+}
+
+DataParallel::Group* DataParallel::blockGroup(int layer) {
+  for (auto& g : groups_)
+    if (g.block == layer) return &g;
+  return nullptr;
+}
+
+void DataParallel::reduceGroup(Group& g) {
+  if (g.reduced) return;
+  g.reduced = true;
+  float* grads = arena_->grads().f32();
+  if (stage_ <= 1) {
+    if (!reduceThisMicro_) return;
+    pending_.push_back(comm_->allReduceSum(grads + g.lo, g.hi - g.lo));
+    for (auto& p : pending_) p->test();  // progress the ones in flight
+    return;
+  }
+  // Stage 2/3: the shard receives the sum over ranks of everyone's copy of it. Only this rank's
+  // copy of its own part holds the earlier micro-batches' sum (the other ranks gave theirs back,
+  // so theirs read zero plus this micro-batch): the result is the running total.
+  ScopedRange r("reduce_scatter", SpanCategory::Communication);
+  const auto counts = countsOf(g);
+  const int64_t mine = counts[size_t(comm_->rank())];
+  comm_->reduceScatterSum(grads + g.lo, scratch_.f32(), counts);
+  if (mine > 0)
+    backend_->copyOnDevice(grads + std::max(g.lo, lo_), scratch_.f32(),
+                           mine * int64_t(sizeof(float)));
+  gradsDone(g);
+}
+
+void DataParallel::waitPending() {
+  if (pending_.empty()) return;
+  ScopedRange r("all_reduce_wait", SpanCategory::Communication);
+  for (auto& p : pending_) p->wait();
+  pending_.clear();
+}
+
+// ---- Stage 3: parameters ----------------------------------------------------------------------
+
+void DataParallel::gather(Group& g, bool async) {
+  if (stage_ < 3) return;
+  if (!g.gathered && !g.pendingGather) {
+    const bool mixed = arena_->mixed();
+    commitOutside(arena_->storedElementBytes(), g, MemoryCategory::Parameters);
+    if (mixed) commitOutside(4, g, MemoryCategory::Workspace);  // the fp32 compute copy
+    const size_t eb = arena_->storedElementBytes();
+    g.pendingGather =
+        comm_->allGather(static_cast<char*>(arena_->storedValues()) + g.lo * int64_t(eb),
+                         countsOf(g), eb);
+  }
+  if (!async) awaitGather(g);
+}
+
+void DataParallel::awaitGather(Group& g) {
+  if (!g.pendingGather) return;
+  {
+    ScopedRange r("all_gather_wait", SpanCategory::Communication);
+    g.pendingGather->wait();
+  }
+  g.pendingGather.reset();
+  // The fp32 compute copy of the whole group from the gathered 16-bit weights.
+  arena_->finishWeightUpdate(g.lo, g.hi, false);
+  g.gathered = true;
+}
+
+void DataParallel::release(Group& g) {
+  if (stage_ < 3) return;
+  awaitGather(g);
+  if (!g.gathered) return;
+  if (arena_->mixed()) {
+    discardOutside(arena_->values16().data(), 2, g, MemoryCategory::Parameters);
+    discardOutside(arena_->values().data(), 4, g, MemoryCategory::Workspace);
+  } else {
+    discardOutside(arena_->values().data(), 4, g, MemoryCategory::Parameters);
+  }
+  g.gathered = false;
+}
+
+void DataParallel::gatherResident() {
+  for (auto& g : groups_)
+    if (g.block < 0) gather(g, true);
+  for (auto& g : groups_)
+    if (g.block < 0) awaitGather(g);
+}
+
+void DataParallel::releaseResident() {
+  for (auto& g : groups_)
+    if (g.block < 0) release(g);
+}
+
+void DataParallel::gatherAll() {
+  for (auto& g : groups_) gather(g, true);
+  for (auto& g : groups_) awaitGather(g);
+}
+
+void DataParallel::releaseAll() {
+  for (auto& g : groups_) release(g);
+}
+
+void DataParallel::reshard() {
+  if (stage_ < 3) return;
+  // Whole weights were written over every page (a checkpoint load): those not gathered go back.
+  for (auto& g : groups_) {
+    if (g.gathered) continue;
+    auto drop = [&](void* base, size_t eb) {
+      auto* b = static_cast<char*>(base);
+      const int64_t e1 = std::min(g.hi, lo_), a2 = std::max(g.lo, hi_);
+      if (e1 > g.lo) backend_->discard(b + g.lo * int64_t(eb), size_t(e1 - g.lo) * eb);
+      if (g.hi > a2) backend_->discard(b + a2 * int64_t(eb), size_t(g.hi - a2) * eb);
+    };
+    drop(arena_->values().data(), 4);
+    if (arena_->mixed()) drop(arena_->values16().data(), 2);
+  }
+}
+
+std::vector<std::pair<std::string, Tensor>> DataParallel::gatherOptimizerState(Optimizer& opt,
+                                                                               int root) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  const bool here = comm_->rank() == root;
+  for (auto& [name, t] : opt.state()) {
+    Tensor full;
+    if (here)
+      full = Tensor(backend_, tracker_, MemoryCategory::Workspace, t->dtype(),
+                    {t->numel() * comm_->size()});
+    comm_->gatherBytes(t->data(), t->bytes(), here ? full.data() : nullptr, root);
+    if (here) out.emplace_back(name, std::move(full));
+  }
+  return out;
+}
+
+Decoder::Hooks DataParallel::hooks() {
+  Decoder::Hooks h;
+  const int L = [&] {
+    int n = 0;
+    for (const auto& g : groups_) n = std::max(n, g.block + 1);
+    return n;
+  }();
+  if (stage_ >= 3) {
+    h.beforeBlockForward = [this, L](int l, bool recompute) {
+      if (Group* g = blockGroup(l)) gather(*g, false);
+      if (!recompute && l + 1 < L)
+        if (Group* n = blockGroup(l + 1)) gather(*n, true);  // prefetch
+    };
+    h.afterBlockForward = [this](int l, bool recompute) {
+      if (recompute) return;  // its backward follows
+      if (Group* g = blockGroup(l)) release(*g);
+    };
+  }
+  h.beforeBlockBackward = [this](int l) {
+    Group* g = blockGroup(l);
+    if (!g) return;
+    gather(*g, false);
+    if (stage_ >= 3 && l > 0)
+      if (Group* p = blockGroup(l - 1)) gather(*p, true);  // prefetch
+    gradsLive(*g);
+  };
+  h.blockGradientsReady = [this](int l) {
+    Group* g = blockGroup(l);
+    if (!g) return;
+    reduceGroup(*g);
+    release(*g);
+  };
+  return h;
+}
+
+// ---- The step ---------------------------------------------------------------------------------
+
+void DataParallel::beginStep() {
+  gatherResident();
+}
+
+void DataParallel::beginMicroBatch(bool last) {
+  // Stages 0/1 reduce once per step (the last micro-batch carries the accumulated sum);
+  // 2/3 reduce-scatter every micro-batch, so the full gradients never accumulate.
+  reduceThisMicro_ = stage_ >= 2 || last;
+  for (auto& g : groups_) g.reduced = false;
+}
+
+void DataParallel::beginBackward() {
+  for (auto& g : groups_)
+    if (g.block < 0) gradsLive(g);  // the head's and embeddings' gradients
+}
+
+void DataParallel::endMicroBatch() {
+  for (auto& g : groups_)
+    if (g.block < 0) reduceGroup(g);
+  if (reduceThisMicro_) waitPending();
+}
+
+void DataParallel::zeroGrad() {
+  if (stage_ <= 1) {
+    arena_->zeroGrad();
+    return;
+  }
+  // The shard only: the other pages are given back (they read zero).
+  backend_->fillF32(arena_->grads().f32() + lo_, 0.f, hi_ - lo_);
+}
+
+void DataParallel::roundGrads() {
+  if (stage_ <= 1)
+    arena_->roundGrads();
+  else
+    arena_->roundGradsRange(lo_, hi_);
+}
+
+void DataParallel::scaleGrads(float s) {
+  backend_->scale(arena_->grads().f32() + gradLo(), gradHi() - gradLo(), s);
+}
+
+int64_t DataParallel::countNonFinite() {
+  const int64_t n = backend_->countNonFinite(arena_->grads().f32() + gradLo(), gradHi() - gradLo());
+  if (stage_ <= 1) return n;  // every rank holds the same reduced gradients
+  return static_cast<int64_t>(comm_->allReduceSum(static_cast<double>(n)));
+}
+
+double DataParallel::clipGradNorm(double maxNorm) {
+  ScopedRange r("grad_norm", SpanCategory::Optimizer);
+  float* g = arena_->grads().f32() + gradLo();
+  const int64_t n = gradHi() - gradLo();
+  double ss = backend_->sumSquares(g, n);
+  if (stage_ >= 2) ss = comm_->allReduceSum(ss);
+  const double norm = std::sqrt(ss);
+  if (maxNorm > 0 && std::isfinite(norm) && norm > maxNorm)
+    backend_->scale(g, n, static_cast<float>(maxNorm / (norm + 1e-6)));
+  return norm;
+}
+
+void DataParallel::optimizerStep(Optimizer& opt, float lr) {
+  opt.step(lr);
+  if (stage_ == 0) return;  // every rank ran the whole update
+  if (stage_ >= 3) {
+    // Each rank's shard is current; the rest is gathered when a block next needs it.
+    arena_->finishWeightUpdate(lo_, hi_, false);
+    return;
+  }
+  ScopedRange r("all_gather_weights", SpanCategory::Communication);
+  const int N = comm_->size();
+  std::vector<int64_t> counts(size_t(N), (hi_ - lo_));
+  comm_->allGather(arena_->storedValues(), counts, arena_->storedElementBytes())->wait();
+  arena_->finishWeightUpdate();
+}
+
+void DataParallel::endStep() {
+  releaseResident();
+}
+
+}  // namespace ts::engine
