@@ -429,6 +429,15 @@ TrainResult Trainer::run() {
     }
   }
 
+  // ZeRO 2/3: initialization and loading wrote whole buffers before the unowned pages went back
+  // (this engine has no partitioned init yet); that setup peak is reported on its own, and the
+  // peaks from here on are the training's.
+  int64_t setupPeak = -1;
+  if (dp && dp->stage() >= 2) {
+    setupPeak = tracker_.totalPeak();
+    tracker_.resetPeaks();
+  }
+
   // ---- Helpers ----------------------------------------------------------------------------
   auto saveCkpt = [&](const char* why) -> bool {
     TrainingState st;
@@ -499,6 +508,7 @@ TrainResult Trainer::run() {
   auto memoryEvent = [&] {
     nlohmann::json f = memoryFields(tracker_, config_, compStats,
                                     teacher ? &teacherTracker : nullptr, paramCounts);
+    if (setupPeak >= 0) f["process"]["setup_peak"] = setupPeak;
     if (ranks > 1) {
       nlohmann::json mine = {{"ranks", f["ranks"]}, {"process", f["process"]}};
       const auto all = comm->gatherStrings(mine.dump(), 0);

@@ -60,6 +60,26 @@ int MemoryBars::extraTierRows() const {
   return n;
 }
 
+const core::RankMemory* MemoryBars::markFor(const core::RankMemory& bar) const {
+  if (!marks_) return nullptr;
+  for (const auto& m : marks_->ranks)
+    if (m.rank == bar.rank) return &m;
+  return nullptr;
+}
+
+std::vector<MemoryBars::Row> MemoryBars::rows() const {
+  std::vector<Row> out;
+  if (!bars_) return out;
+  for (int i = 0; i < rowsNeeded(); ++i) {
+    const auto& r = bars_->ranks[i];
+    Row row{r.rank, r.totalPeak(core::MemoryTier::Device), std::nullopt};
+    if (const auto* m = markFor(r))
+      row.predictedDeviceBytes = m->totalPeak(core::MemoryTier::Device);
+    out.push_back(row);
+  }
+  return out;
+}
+
 QSize MemoryBars::sizeHint() const {
   return {320, 100 + rowsNeeded() * 76 + extraTierRows() * 26};
 }
@@ -144,8 +164,8 @@ void MemoryBars::paintEvent(QPaintEvent*) {
       p.setPen(QPen(QColor("#b42318"), 1.5, Qt::DashLine));
       p.drawLine(QPointF(cx, y - 3), QPointF(cx, y + barH + 3));
     }
-    if (marks_ && i < static_cast<int>(marks_->ranks.size())) {  // predicted peak per category
-      const auto& m = marks_->ranks[i];
+    if (const auto* mark = markFor(r)) {  // predicted peak per category
+      const auto& m = *mark;
       double mx = left;
       p.setPen(Qt::NoPen);
       for (int c = 0; c < core::kMemoryCategoryCount; ++c) {

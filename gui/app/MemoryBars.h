@@ -5,6 +5,7 @@
 // prediction marked (dashboard).
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include <QColor>
 #include <QWidget>
@@ -23,9 +24,18 @@ class MemoryBars : public QWidget {
  public:
   explicit MemoryBars(QWidget* parent = nullptr);
   // bars: what is drawn (measured, or the estimate when nothing is measured yet);
-  // marks: drawn as ticks over the bars (the prediction next to a measurement).
+  // marks: drawn as ticks over the bars (the prediction next to a measurement), each on the
+  // bar of the rank with the same number (LiveRun::predictedPerRank lines them up).
   void setReports(std::optional<core::MemoryReport> bars, std::optional<core::MemoryReport> marks,
                   int64_t capacity, bool barsArePredicted);
+  // What is drawn, one row per rank shown (up to 8; the rest are summarized): the device-tier
+  // peak of the bar and of its prediction mark, when there is one.
+  struct Row {
+    int rank = 0;
+    int64_t deviceBytes = 0;
+    std::optional<int64_t> predictedDeviceBytes;
+  };
+  std::vector<Row> rows() const;
   QSize sizeHint() const override;
   QSize minimumSizeHint() const override;
 
@@ -35,6 +45,7 @@ class MemoryBars : public QWidget {
  private:
   int rowsNeeded() const;
   int extraTierRows() const;
+  const core::RankMemory* markFor(const core::RankMemory& bar) const;
   std::optional<core::MemoryReport> bars_, marks_;
   int64_t capacity_ = 0;
   bool predicted_ = true;

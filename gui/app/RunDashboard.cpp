@@ -261,12 +261,19 @@ void RunDashboard::refresh() {
       run_->hello().is_object()
           ? QString::fromStdString(run_->hello().value("backend", std::string()))
           : QString();
+  // Several ranks: what rank 0 sent in collectives in the last step.
+  const QString comm = run_->lastCommBytes() >= 0
+                           ? QStringLiteral(" · %1 ranks, comm %2/step")
+                                 .arg(run_->ranks())
+                                 .arg(formatBytes(static_cast<double>(run_->lastCommBytes())))
+                           : QString();
   stats_->setText(
-      QStringLiteral("step %1%2 · loss %3 · %4%5%6")
+      QStringLiteral("step %1%2 · loss %3 · %4%5%6%7")
           .arg(run_->lastStep())
           .arg(run_->totalSteps() > 0 ? QStringLiteral(" / %1").arg(run_->totalSteps()) : QString())
           .arg(run_->lastLoss(), 0, 'f', 4)
           .arg(rate(run_->lastTokensPerS()))
+          .arg(comm)
           .arg(run_->skippedSteps() > 0 ? QStringLiteral(" · %1 skipped").arg(run_->skippedSteps())
                                         : QString())
           .arg(backend.isEmpty() ? QString() : " · " + backend));
@@ -333,9 +340,10 @@ void RunDashboard::refresh() {
     for (auto& p : pts) p.setY(p.y() / (1024.0 * 1024.0));
     memTime_->setPoints(memTimeS_[r], pts);
   }
-  // Memory bars: measured when there is a measurement (prediction marked), else the plan.
+  // Memory bars: measured when there is a measurement (each rank's prediction marked), else
+  // the plan.
   if (run_->measured())
-    bars_->setReports(run_->measured(), run_->predicted(), capacity_, false);
+    bars_->setReports(run_->measured(), run_->predictedPerRank(), capacity_, false);
   else
     bars_->setReports(run_->predicted(), std::nullopt, capacity_, true);
 

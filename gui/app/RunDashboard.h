@@ -40,6 +40,9 @@ class RunDashboard : public QWidget {
   int lossRawSeries() const { return lossRaw_; }
   int lossSmoothSeries() const { return lossSmooth_; }
   QPushButton* stopButton() const { return stop_; }
+  MemoryBars* memoryBars() const { return bars_; }
+  // The figures line under the title: step, loss, throughput (and communication per step).
+  QLabel* statsLabel() const { return stats_; }
   uint64_t redraws() const { return redraws_; }
 
  signals:

@@ -766,6 +766,11 @@ QWidget* RunWizard::buildParallelPage() {
                  {"3: + shard parameters", 3}},
                 "Each stage divides one more model state by the rank count, at the price of more "
                 "communication (stage 3 gathers parameters every forward and backward)."));
+  f->addRow("Hostfile",
+            binder_->text("parallel.hostfile", "empty: every rank on this machine",
+                          "Optional: an mpirun hostfile (one machine per line, with its slots) "
+                          "to spread the ranks over several machines. Leave it empty to run "
+                          "every rank on this machine."));
   v->addWidget(g);
   auto* o = group("Offload", &f);
   f->addRow("Optimizer state",

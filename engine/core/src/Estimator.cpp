@@ -1,5 +1,7 @@
 #include "trainscope/core/Estimator.h"
 
+#include "trainscope/core/ZeroLayout.h"
+
 #include "trainscope/core/ModelSpec.h"
 
 #include <algorithm>
@@ -531,6 +533,12 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
   const int64_t accum = std::max(1, cfg.train.grad_accum);
 
   const int reported = opt.rank0_only ? 1 : ranks;
+  // The engine's ZeRO layout (stage >= 1 over several ranks, every tensor trainable).
+  const bool zeroEngine = opt.activation_model == ActivationModel::Engine && ranks > 1 &&
+                          stage >= 1 && P == est.params.total;
+  const std::vector<ZeroGroup> zgroups =
+      zeroEngine ? zeroGroups(tensors, zeroLayoutOf(ranks, stage)) : std::vector<ZeroGroup>{};
+  const int64_t zeroTotal = zgroups.empty() ? 0 : zgroups.back().offset + zgroups.back().numel;
   for (int r = 0; r < reported; ++r) {
     RankMemory rm;
     rm.rank = r;
@@ -540,14 +548,14 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
     // Parameters.
     const double pTrain = stage >= 3 ? trainParamBytes * frac : trainParamBytes;
     const double pFrozen = stage >= 3 ? frozenBytes * fracFrozen : frozenBytes;
-    setEntry(rm, paramTier, Cat::Parameters, pTrain + pFrozen, pTrain + pFrozen);
+    if (!zeroEngine) setEntry(rm, paramTier, Cat::Parameters, pTrain + pFrozen, pTrain + pFrozen);
     if (teacherParams > 0) setEntry(rm, Tier::Device, Cat::Parameters, teacherParams, 0);
     // Gradients: with the optimizer offloaded they go where the optimizer runs (ZeRO-Offload).
     const double g = stage >= 2 ? gradBytes * frac : gradBytes;
-    setEntry(rm, optTier, Cat::Gradients, g, g);
+    if (!zeroEngine) setEntry(rm, optTier, Cat::Gradients, g, g);
     // Optimizer state.
     const double o = stage >= 1 ? optBytes * frac : optBytes;
-    setEntry(rm, optTier, Cat::OptimizerState, o, o);
+    if (!zeroEngine) setEntry(rm, optTier, Cat::OptimizerState, o, o);
     // Activations and workspace (per micro-batch; accumulation adds nothing).
     setEntry(rm, Tier::Device, Cat::Activations, act.steady + teacherActSteady,
              act.peak + teacherActPeak);
@@ -569,6 +577,40 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
     }
     if (optTier != Tier::Device) {
       wsPeak += largestBlockLinear * pb.grad;  // device bucket the gradients leave through
+    }
+    if (zeroEngine) {
+      // The engine's ZeRO exactly (core/ZeroLayout.h): padded, page-aligned shards; what a rank
+      // holds at a step boundary (current) and the most it gathers or keeps live (peak).
+      const ZeroRankShare z = zeroRankShare(zgroups, ranks, r);
+      const double own = double(z.owned), full = double(zeroTotal);
+      const double res = double(z.residentOutside), one = double(z.maxBlockOutside),
+                   two = double(z.maxTwoBlocksOutside);
+      const double extra = trainParamBytes - double(P) * pb.param;  // fp8 copies and scales
+      const double pCur = stage >= 3 ? own : full, pPeak = stage >= 3 ? own + res + two : full;
+      setEntry(rm, Tier::Device, Cat::Parameters, pCur * pb.param + extra,
+               pPeak * pb.param + extra);
+      const double gCur = stage >= 2 ? own : full, gPeak = stage >= 2 ? own + res + one : full;
+      if (engine16) {
+        setEntry(rm, Tier::Device, Cat::Gradients, gCur * 2, gCur * 2);  // 16-bit: the shard
+      } else {
+        setEntry(rm, Tier::Device, Cat::Gradients, gCur * 4, gPeak * 4);
+      }
+      setEntry(rm, Tier::Device, Cat::OptimizerState, own * (optBytes / double(P)),
+               own * (optBytes / double(P)));
+      double wsC = act.wsSteady + teacherWs, wsP = act.wsPeak + teacherWs;
+      if (engine16) {  // fp32 compute copies of the weights and of the gradients
+        wsC += pCur * 4 + gCur * 4;
+        if (stage >= 3)  // both vary: the larger of a forward's and a backward's moment
+          wsP += 4 * std::max(own + res + two + own, 2 * (own + res) + double(z.maxBackwardOutside));
+        else
+          wsP += pPeak * 4 + gPeak * 4;
+      }
+      if (stage >= 2) {  // the reduce-scatter's output buffer
+        wsC += double(z.maxGroupOwned) * 4;
+        wsP += double(z.maxGroupOwned) * 4;
+      }
+      wsSteady = wsC;
+      wsPeak = wsP;
     }
     setEntry(rm, Tier::Device, Cat::Workspace, wsSteady, wsPeak);
     if (optTier == Tier::Nvme || paramTier == Tier::Nvme) {

@@ -64,17 +64,13 @@ EngineClient::~EngineClient() {
 }
 
 std::pair<QString, QStringList> EngineClient::commandLine(const QString& engine,
-                                                          const QString& mpirun, int ranks,
                                                           const QString& configPath,
                                                           const LaunchOptions& options) {
-  QStringList engineArgs{"run", configPath};
-  if (!options.dbPath.isEmpty()) engineArgs << "--db" << options.dbPath;
-  if (!options.runDir.isEmpty()) engineArgs << "--run-dir" << options.runDir;
-  engineArgs << options.extraArgs;
-  if (ranks <= 1) return {engine, engineArgs};
-  QStringList args{"-np", QString::number(ranks), "--oversubscribe", engine};
-  args << engineArgs;
-  return {mpirun, args};
+  QStringList args{"run", configPath};
+  if (!options.dbPath.isEmpty()) args << "--db" << options.dbPath;
+  if (!options.runDir.isEmpty()) args << "--run-dir" << options.runDir;
+  args << options.extraArgs;
+  return {engine, args};
 }
 
 bool EngineClient::start(const nlohmann::json& config, const LaunchOptions& options) {
@@ -129,12 +125,18 @@ bool EngineClient::start(const nlohmann::json& config, const LaunchOptions& opti
   f.write(QByteArray::fromStdString(config.dump(2)));
   f.close();
 
-  auto [program, args] = commandLine(engine, mpirun, ranks, configPath_, options);
+  auto [program, args] = commandLine(engine, configPath_, options);
   process_ = new QProcess(this);
   process_->setProgram(program);
   process_->setArguments(args);
   QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-  if (ranks > 1) {  // OpenMPI refuses root without these; harmless otherwise
+  if (ranks > 1) {
+    // The engine starts the ranks itself (`mpirun -np N`, with parallel.hostfile when set), as a
+    // headless run does: it finds mpirun on PATH, so the one found here goes first.
+    const QString bin = QFileInfo(mpirun).absolutePath();
+    const QString path = env.value("PATH");
+    if (!path.split(':').contains(bin)) env.insert("PATH", path.isEmpty() ? bin : bin + ':' + path);
+    // OpenMPI refuses root without these; harmless otherwise.
     env.insert("OMPI_ALLOW_RUN_AS_ROOT", "1");
     env.insert("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
   }

@@ -1,5 +1,6 @@
 #include "trainscope/gui/LiveRun.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ts::gui {
@@ -111,6 +112,7 @@ void LiveRun::apply(const core::Event& e) {
       }
       case EventType::MemoryPlan:
         predicted_ = core::memoryReportFromJson(e.body);
+        alignPrediction();
         break;
       case EventType::Step: {
         applyStep(core::stepEventFromJson(e.body), e.time);
@@ -119,10 +121,15 @@ void LiveRun::apply(const core::Event& e) {
           distillCe_.append(x, e.body["distill_ce"].get<double>());
         if (e.body.contains("distill_kl") && e.body["distill_kl"].is_number())
           distillKl_.append(x, e.body["distill_kl"].get<double>());
+        if (auto it = e.body.find("ranks"); it != e.body.end() && it->is_number_integer())
+          ranks_ = std::max(1, it->get<int>());
+        if (auto it = e.body.find("comm_bytes"); it != e.body.end() && it->is_number())
+          commBytes_ = std::max<int64_t>(0, it->get<int64_t>());
         break;
       }
       case EventType::Memory: {
         measured_ = core::memoryReportFromJson(e.body);
+        alignPrediction();
         if (e.body.contains("params") && e.body["params"].is_object()) params_ = e.body["params"];
         if (memTime_.size() < measured_->ranks.size())
           memTime_.resize(measured_->ranks.size(), SeriesBuffer(1 << 16));
@@ -193,6 +200,34 @@ void LiveRun::apply(const core::Event& e) {
                           .arg(QString::fromStdString(e.typeName), ex.what()));
   }
   dirty_ = true;
+}
+
+core::MemoryReport predictionPerRank(const core::MemoryReport& measured,
+                                     const core::MemoryReport& plan) {
+  core::MemoryReport out;
+  if (plan.ranks.empty()) return out;
+  auto find = [&plan](int rank) -> const core::RankMemory* {
+    for (const auto& r : plan.ranks)
+      if (r.rank == rank) return &r;
+    return nullptr;
+  };
+  const core::RankMemory* fallback = find(0);
+  if (!fallback) fallback = &plan.ranks.front();
+  out.ranks.reserve(measured.ranks.size());
+  for (const auto& m : measured.ranks) {
+    const core::RankMemory* p = find(m.rank);
+    core::RankMemory r = p ? *p : *fallback;
+    r.rank = m.rank;
+    out.ranks.push_back(r);
+  }
+  return out;
+}
+
+void LiveRun::alignPrediction() {
+  if (measured_ && predicted_)
+    predictedPerRank_ = predictionPerRank(*measured_, *predicted_);
+  else
+    predictedPerRank_.reset();
 }
 
 void LiveRun::applyBatch(const std::vector<core::Event>& events) {

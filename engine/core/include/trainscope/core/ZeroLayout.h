@@ -65,4 +65,42 @@ inline std::pair<int64_t, int64_t> zeroShard(int64_t total, int ranks, int r) {
   return {int64_t(r) * s, int64_t(r + 1) * s};
 }
 
+// What rank r holds of a layout (elements), for the memory it reports:
+// - owned: its shard; maxGroupOwned: the most of one group inside it (the reduce-scatter buffer);
+// - residentOutside: the unowned part of the groups outside the blocks (gathered for a whole
+//   step under stage 3; their gradients live through a backward under stage 2/3);
+// - maxBlockOutside / maxTwoBlocksOutside: the unowned part of the largest block, and of the
+//   largest two adjacent blocks (a block and the one prefetched next to it).
+struct ZeroRankShare {
+  int64_t owned = 0, maxGroupOwned = 0, residentOutside = 0, maxBlockOutside = 0,
+          maxTwoBlocksOutside = 0;
+  // Backward of block l: its weights and the prefetched l-1 gathered, its gradients live.
+  int64_t maxBackwardOutside = 0;
+};
+
+inline ZeroRankShare zeroRankShare(const std::vector<ZeroGroup>& groups, int ranks, int r) {
+  ZeroRankShare z;
+  if (groups.empty()) return z;
+  const int64_t total = groups.back().offset + groups.back().numel;
+  const auto [lo, hi] = zeroShard(total, ranks, r);
+  z.owned = hi - lo;
+  std::vector<int64_t> blockOutside;
+  for (const auto& g : groups) {
+    const int64_t own = std::max<int64_t>(0, std::min(g.offset + g.numel, hi) - std::max(g.offset, lo));
+    z.maxGroupOwned = std::max(z.maxGroupOwned, own);
+    if (g.block < 0)
+      z.residentOutside += g.numel - own;
+    else
+      blockOutside.push_back(g.numel - own);
+  }
+  for (size_t i = 0; i < blockOutside.size(); ++i) {
+    z.maxBlockOutside = std::max(z.maxBlockOutside, blockOutside[i]);
+    const int64_t pair = blockOutside[i] + (i + 1 < blockOutside.size() ? blockOutside[i + 1] : 0);
+    z.maxTwoBlocksOutside = std::max(z.maxTwoBlocksOutside, pair);
+    const int64_t bwd = 2 * blockOutside[i] + (i > 0 ? blockOutside[i - 1] : 0);
+    z.maxBackwardOutside = std::max(z.maxBackwardOutside, bwd);
+  }
+  return z;
+}
+
 }  // namespace ts::core

@@ -1,7 +1,8 @@
 #pragma once
-// Runs `trainscope-engine run CONFIG` (or `mpirun -np N trainscope-engine run CONFIG`) as a
-// child process, decodes its NDJSON events in batches and feeds them to a LiveRun; sends
-// commands on its stdin. A missing binary or a failed start is reported, never waited on.
+// Runs `trainscope-engine run CONFIG` as a child process (with parallel.ranks > 1 the engine
+// relaunches itself under `mpirun -np N [--hostfile H]`), decodes its NDJSON events in batches and
+// feeds them to a LiveRun; sends commands on its stdin. A missing binary or a failed start is
+// reported, never waited on.
 #include <memory>
 #include <optional>
 
@@ -25,8 +26,10 @@ struct EngineLocator {
 };
 
 struct LaunchOptions {
-  QString enginePath;     // empty = EngineLocator::findEngine()
-  QString mpirunPath;     // empty = EngineLocator::findMpirun() (only used when ranks > 1)
+  QString enginePath;  // empty = EngineLocator::findEngine()
+  // empty = EngineLocator::findMpirun(); when ranks > 1, checked to exist and put first on the
+  // engine's PATH (the engine starts its ranks with it)
+  QString mpirunPath;
   QString dbPath;         // passed as --db when set
   QString runDir;         // where run.json is written (and --run-dir); empty = a temp dir
   QStringList extraArgs;  // e.g. {"--set", "train.steps=20"}
@@ -42,8 +45,9 @@ class EngineClient : public QObject {
   // binary, no mpirun for several ranks, an unwritable run directory.
   bool start(const nlohmann::json& config, const LaunchOptions& options);
   // The program and arguments start() would use (for display and tests).
-  static std::pair<QString, QStringList> commandLine(const QString& engine, const QString& mpirun,
-                                                     int ranks, const QString& configPath,
+  // The same for any rank count: the engine itself starts several ranks under mpirun.
+  static std::pair<QString, QStringList> commandLine(const QString& engine,
+                                                     const QString& configPath,
                                                      const LaunchOptions& options);
 
   void send(core::CommandType type, int steps = 0);

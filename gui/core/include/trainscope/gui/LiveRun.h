@@ -28,6 +28,12 @@ struct LogLine {
   QString text;
 };
 
+// The prediction to mark on each measured rank's bar: one entry per rank of `measured`, in its
+// order, each the plan's entry of the same rank, else the plan's rank 0 (a plan made for one
+// representative rank), else its first. Empty when the plan has no ranks.
+core::MemoryReport predictionPerRank(const core::MemoryReport& measured,
+                                     const core::MemoryReport& plan);
+
 class LiveRun : public QObject {
   Q_OBJECT
  public:
@@ -43,6 +49,7 @@ class LiveRun : public QObject {
   void setRunId(int64_t id) { runId_ = id; }
   void setPredicted(const core::MemoryReport& r) {
     predicted_ = r;
+    alignPrediction();
     dirty_ = true;
   }
 
@@ -86,6 +93,12 @@ class LiveRun : public QObject {
   const std::vector<SeriesBuffer>& memoryOverTime() const { return memTime_; }
   const std::optional<core::MemoryReport>& measured() const { return measured_; }
   const std::optional<core::MemoryReport>& predicted() const { return predicted_; }
+  // The prediction matched to the measured ranks (predictionPerRank), once both exist.
+  const std::optional<core::MemoryReport>& predictedPerRank() const { return predictedPerRank_; }
+  // Several ranks: the rank count and the bytes rank 0 sent in collectives in the last step
+  // (step events' `ranks` / `comm_bytes`); 1 and -1 when the run does not report them.
+  int ranks() const { return ranks_; }
+  int64_t lastCommBytes() const { return commBytes_; }
   const nlohmann::json& hello() const { return hello_; }
   const nlohmann::json& config() const { return config_; }
   const std::deque<LogLine>& log() const { return log_; }
@@ -99,6 +112,8 @@ class LiveRun : public QObject {
   void stateChanged(ts::gui::RunState state);
 
  private:
+  void alignPrediction();
+
   QString name_;
   RunState state_ = RunState::Starting;
   QString reason_;
@@ -115,7 +130,9 @@ class LiveRun : public QObject {
   SeriesBuffer loss_, lossEma_, evalLoss_, lr_, tps_, lossScale_, distillCe_, distillKl_;
   nlohmann::json params_;
   std::vector<SeriesBuffer> memTime_;
-  std::optional<core::MemoryReport> measured_, predicted_;
+  std::optional<core::MemoryReport> measured_, predicted_, predictedPerRank_;
+  int ranks_ = 1;
+  int64_t commBytes_ = -1;
   nlohmann::json hello_, config_;
   std::deque<LogLine> log_;
   uint64_t logAppended_ = 0;
