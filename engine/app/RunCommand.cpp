@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -188,6 +188,20 @@ void relaunchUnderMpirun(const RunOptions& o, const std::string& runDir, int ran
                ranks, std::strerror(errno));
 }
 
+// The newest checkpoint directory under runDir/checkpoints (step_NNNNNNNN), "" if none.
+std::string newestCheckpoint(const std::string& runDir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::string best;
+  for (const auto& e : fs::directory_iterator(fs::path(runDir) / "checkpoints", ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step_", 0) == 0 && n.find('.') == std::string::npos &&
+        fs::exists(e.path() / "state.json", ec) && e.path().string() > best)
+      best = e.path().string();
+  }
+  return best;
+}
+
 int runMain(const RunOptions& o) {
   engine::ensurePassiveOmpWaitPolicy();
   // Ranks: started by mpirun (one process per rank), or relaunched under it.
@@ -331,7 +345,8 @@ int runMain(const RunOptions& o) {
         {"backend", backend->name()},
         {"threads", backend->threads()}},
        false);
-  emit(core::EventType::Config, {{"config", core::toJson(config)}, {"run_id", recorder ? recorder->runId() : int64_t(0)}},
+  emit(core::EventType::Config,
+       {{"config", core::toJson(config)}, {"run_id", recorder ? recorder->runId() : int64_t(0)}},
        false);
 #ifdef TRAINSCOPE_HAVE_ESTIMATOR
   try {
@@ -391,8 +406,20 @@ int runMain(const RunOptions& o) {
   });
 
   engine::TrainResult tr;
+  bool ranksLost = false;
   try {
     tr = trainer.run();
+  } catch (const engine::CommError& e) {
+    // Another rank died or hangs: record the failure with the newest checkpoint, then take the
+    // whole job down (MPI_Finalize would wait for the lost rank).
+    ranksLost = true;
+    tr.status = "failed";
+    tr.lastCheckpoint = newestCheckpoint(ro.runDir);
+    tr.reason = std::string("a rank was lost: ") + e.what() + "; " +
+                (tr.lastCheckpoint.empty()
+                     ? "no checkpoint was written"
+                     : "last checkpoint " + tr.lastCheckpoint + " (continue with --resume)");
+    emit(core::EventType::Error, {{"message", tr.reason}, {"fatal", true}}, false);
   } catch (const std::exception& e) {
     tr.status = "failed";
     tr.reason = std::string("internal error: ") + e.what();
@@ -422,7 +449,9 @@ int runMain(const RunOptions& o) {
     code = tr.badInput ? kExitBadInput : kExitRunFailed;
   else if (tr.status == "stopped" && tr.interrupted)
     code = kExitInterrupted;
-  return finish(tr.status, tr.reason, code);
+  const int rc = finish(tr.status, tr.reason, code);
+  if (ranksLost) engine::abortRanks(rc);
+  return rc;
 }
 
 }  // namespace

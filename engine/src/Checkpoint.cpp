@@ -346,8 +346,9 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Opti
     const nlohmann::json extra = s.value("extra", nlohmann::json::object());
     const auto zl = extra.value("zero_layout", nlohmann::json::object());
     const int64_t srcAlign = zl.value("align", int64_t(1)), srcPad = zl.value("pad_to", int64_t(1));
-    const bool remap = shard.sharded() || (zl.size() > 0 && (srcAlign != model.options().align ||
-                                                              srcPad != model.options().padTo));
+    const bool remap =
+        shard.sharded() ||
+        (zl.size() > 0 && (srcAlign != model.options().align || srcPad != model.options().padTo));
     std::pair<std::vector<int64_t>, int64_t> src;
     if (remap) src = gradLayout(model, srcAlign, srcPad);
     if (optimizer) {

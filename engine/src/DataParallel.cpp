@@ -27,12 +27,12 @@ DataParallel::DataParallel(Communicator* comm, ParamArena* arena, kernels::Backe
         " shards every parameter's state, but this run has frozen tensors (finetune.lora, "
         "model.freeze): use parallel.zero_stage 0 (the trainable part is small and replicated)");
   if (stage_ >= 1 && arena_->gradSize() % (int64_t(N) * core::kZeroAlign) != 0)
-    throw std::logic_error("the arena was not built with the ZeRO layout for " +
-                           std::to_string(N) + " ranks (core/ZeroLayout.h)");
+    throw std::logic_error("the arena was not built with the ZeRO layout for " + std::to_string(N) +
+                           " ranks (core/ZeroLayout.h)");
   if (stage_ >= 2 && !backend_->discard(arena_->grads().data(), 0))
-    throw std::invalid_argument(
-        "parallel.zero_stage " + std::to_string(stage_) + " needs a backend that can give pages " +
-        "of a buffer back (" + backend_->name() + " cannot yet): use zero_stage 1");
+    throw std::invalid_argument("parallel.zero_stage " + std::to_string(stage_) +
+                                " needs a backend that can give pages " + "of a buffer back (" +
+                                backend_->name() + " cannot yet): use zero_stage 1");
   if (stage_ >= 1) {
     std::tie(lo_, hi_) = core::zeroShard(arena_->gradSize(), N, r);
   } else {
@@ -176,9 +176,8 @@ void DataParallel::gather(Group& g, bool async) {
     commitOutside(arena_->storedElementBytes(), g, MemoryCategory::Parameters);
     if (mixed) commitOutside(4, g, MemoryCategory::Workspace);  // the fp32 compute copy
     const size_t eb = arena_->storedElementBytes();
-    g.pendingGather =
-        comm_->allGather(static_cast<char*>(arena_->storedValues()) + g.lo * int64_t(eb),
-                         countsOf(g), eb);
+    g.pendingGather = comm_->allGather(
+        static_cast<char*>(arena_->storedValues()) + g.lo * int64_t(eb), countsOf(g), eb);
   }
   if (!async) awaitGather(g);
 }

@@ -107,8 +107,7 @@ class MpiCommunicator final : public Communicator {
     bool test() override {
       if (done_) return true;
       int flag = 0;
-      check(MPI_Testall(int(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE),
-            what_.c_str());
+      check(MPI_Testall(int(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE), what_.c_str());
       if (flag) finish();
       return done_;
     }
@@ -298,16 +297,15 @@ class MpiCommunicator final : public Communicator {
     auto pause = std::chrono::microseconds(2);
     for (;;) {
       int flag = 0;
-      check(MPI_Testall(int(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE),
-            what.c_str());
+      check(MPI_Testall(int(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE), what.c_str());
       if (flag) return;
       if (interrupt && interrupt->load())
         throw CommError(what + " interrupted by a signal while waiting for the other ranks");
       const double s = std::chrono::duration<double>(Clock::now() - start).count();
       if (s > timeoutSeconds)
         throw CommError(what + ": no answer from the other ranks for " +
-                        std::to_string(int(timeoutSeconds)) +
-                        " s (a rank died or hangs); rank " + std::to_string(rank_) + " gives up");
+                        std::to_string(int(timeoutSeconds)) + " s (a rank died or hangs); rank " +
+                        std::to_string(rank_) + " gives up");
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(500));
     }
@@ -353,4 +351,13 @@ std::unique_ptr<Communicator> makeMpiCommunicator(kernels::Backend* backend) {
   return std::make_unique<MpiCommunicator>(backend);
 }
 
+}  // namespace ts::engine
+
+namespace ts::engine {
+void abortRanks(int code) {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Abort(MPI_COMM_WORLD, code);
+}
 }  // namespace ts::engine

@@ -196,8 +196,7 @@ TrainResult Trainer::run() {
   if (ranks != config_.parallel.ranks)
     return fail("parallel.ranks is " + std::to_string(config_.parallel.ranks) +
                     " but the engine was started on " + std::to_string(ranks) +
-                    " rank(s): start it with mpirun -np " +
-                    std::to_string(config_.parallel.ranks) +
+                    " rank(s): start it with mpirun -np " + std::to_string(config_.parallel.ranks) +
                     " (scripts/trainscope run and the app do), or set parallel.ranks " +
                     std::to_string(ranks),
                 true);
@@ -706,8 +705,7 @@ TrainResult Trainer::run() {
         data->setDifficulty(difficulty);
         if (ranks == 1) {
           for (int a = 0; a < accum; ++a)
-            data->nextTrainBatch(inputs.data() + a * perMicro, targets.data() + a * perMicro, B,
-                                 T);
+            data->nextTrainBatch(inputs.data() + a * perMicro, targets.data() + a * perMicro, B, T);
         } else {
           // Every rank draws the same global micro-batch of ranks * B rows (what one rank with
           // micro_batch ranks * B would see) and trains rows [rank * B, (rank + 1) * B).
@@ -845,8 +843,7 @@ TrainResult Trainer::run() {
     if (auto w = profile.endStep(step - 1)) emitWindow(*w);
     for (auto& w : profile.takeWarnings()) emit(EventType::Warning, {{"message", w}});
 
-    if (step == firstStep + 1)
-      memoryEvent();
+    if (step == firstStep + 1) memoryEvent();
     const bool last = step >= config_.train.steps;
     if ((config_.train.eval_every > 0 && step % config_.train.eval_every == 0) || last) evaluate();
     drainCommands();

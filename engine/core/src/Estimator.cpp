@@ -601,7 +601,8 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       if (engine16) {  // fp32 compute copies of the weights and of the gradients
         wsC += pCur * 4 + gCur * 4;
         if (stage >= 3)  // both vary: the larger of a forward's and a backward's moment
-          wsP += 4 * std::max(own + res + two + own, 2 * (own + res) + double(z.maxBackwardOutside));
+          wsP +=
+              4 * std::max(own + res + two + own, 2 * (own + res) + double(z.maxBackwardOutside));
         else
           wsP += pPeak * 4 + gPeak * 4;
       }

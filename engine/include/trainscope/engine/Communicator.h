@@ -82,5 +82,7 @@ int launcherWorldRank();  // 0 when not started by a launcher
 // MPI_COMM_WORLD over `backend`'s memory: initializes MPI (once per process; finalized at exit).
 // Throws CommError when MPI cannot start.
 std::unique_ptr<Communicator> makeMpiCommunicator(kernels::Backend* backend);
+// Ends every rank of the job (MPI_Abort) when MPI runs; otherwise returns.
+void abortRanks(int code);
 
 }  // namespace ts::engine

@@ -61,7 +61,7 @@ class DataParallel {
   void zeroGrad();
   void roundGrads();
   void scaleGrads(float s);
-  int64_t countNonFinite();          // over the ranks
+  int64_t countNonFinite();             // over the ranks
   double clipGradNorm(double maxNorm);  // global norm, as clipGradNorm on one rank
   void optimizerStep(Optimizer& opt, float lr);
   void endStep();

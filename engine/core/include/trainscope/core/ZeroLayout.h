@@ -86,7 +86,8 @@ inline ZeroRankShare zeroRankShare(const std::vector<ZeroGroup>& groups, int ran
   z.owned = hi - lo;
   std::vector<int64_t> blockOutside;
   for (const auto& g : groups) {
-    const int64_t own = std::max<int64_t>(0, std::min(g.offset + g.numel, hi) - std::max(g.offset, lo));
+    const int64_t own =
+        std::max<int64_t>(0, std::min(g.offset + g.numel, hi) - std::max(g.offset, lo));
     z.maxGroupOwned = std::max(z.maxGroupOwned, own);
     if (g.block < 0)
       z.residentOutside += g.numel - own;
