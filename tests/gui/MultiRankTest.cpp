@@ -2,12 +2,15 @@
 // that rank's prediction marked, the figures line shows the bytes sent in collectives per
 // step, and the wizard writes the mpirun hostfile into the config.
 #include <gtest/gtest.h>
+#include <QDir>
+#include <QImage>
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "GuiTestUtil.h"
 #include "MainWindow.h"
 #include "MemoryBars.h"
 #include "RunDashboard.h"
@@ -139,7 +142,9 @@ TEST(MultiRank, DashboardDrawsOneBarPerRankWithItsPrediction) {
   EXPECT_EQ(rows[1].predictedDeviceBytes.value_or(-1), 8600);
   // Painting several ranks with marks does not trip over anything.
   QTest::qWait(20);
-  EXPECT_FALSE(d.dash.memoryBars()->grab().isNull());
+  const QImage img = d.dash.memoryBars()->grab().toImage();
+  ASSERT_FALSE(img.isNull());
+  EXPECT_TRUE(img.save(QDir(testutil::screenshotDir()).filePath("memory-two-ranks.png")));
 }
 
 TEST(MultiRank, CommunicationPerStepInTheFigures) {
