@@ -33,12 +33,14 @@ core::RunConfig gpt2() {
   return c ? c->base : core::RunConfig{};
 }
 
+// What a rank keeps between steps (current): under ZeRO-3 the peak adds the weights gathered
+// for the step (the embeddings and two blocks), which the paper's division leaves out.
 int64_t modelStates(const core::MemoryEstimate& e) {
   const auto& r = e.report.ranks.at(0);
   int64_t s = 0;
   for (auto c : {core::MemoryCategory::Parameters, core::MemoryCategory::Gradients,
                  core::MemoryCategory::OptimizerState})
-    s += r.at(core::MemoryTier::Device, c).peak;
+    s += r.at(core::MemoryTier::Device, c).current;
   return s;
 }
 
