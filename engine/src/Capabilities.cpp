@@ -174,7 +174,17 @@ nlohmann::json capabilitiesJson() {
       {"mixed_precision", cap(true)},
       {"activation_checkpointing", cap(true)},
       {"activation_compression", onlyOn(cap(true), {"cpu"}, "runs on the cpu backend only so far")},
-      {"zero", cap(false, later)},
+      // parallel.ranks > 1 under mpirun (MPI; NCCL where GPUs are), ZeRO stages 0-3. Stages 2
+      // and 3 give unowned pages back, which the cuda backend cannot yet.
+      {"zero", [&] {
+         json z = cap(true);
+         z["communicator"] = "mpi";
+         z["stages"] = {0, 1, 2, 3};
+         z["cuda_stages"] = {0, 1};
+         z["limits"] = "stage >= 1: every tensor trainable (no LoRA/QLoRA base), 32-bit optimizer "
+                       "state; stage 3: not with fp8";
+         return z;
+       }()},
       {"offload", cap(false, later)},
       {"lora", cap(true)},  // finetune.lora on any policy; bases from trainscope checkpoints
       // finetune.base_quant nf4: frozen linears as NF4 (double quantization), bf16 GEMMs

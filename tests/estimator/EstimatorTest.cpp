@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "trainscope/core/Estimator.h"
+#include "trainscope/core/ZeroLayout.h"
 
 using namespace ts::core;
 
@@ -28,6 +29,25 @@ int64_t modelStates(const RankMemory& r) {
          r.at(t, MemoryCategory::OptimizerState).peak;
   }
   return s;
+}
+
+// What a rank keeps between steps (a ZeRO-3 peak adds the weights gathered for a step).
+int64_t modelStatesKept(const RankMemory& r) {
+  int64_t s = 0;
+  for (auto t : {MemoryTier::Device, MemoryTier::Host, MemoryTier::Nvme}) {
+    s += r.at(t, MemoryCategory::Parameters).current +
+         r.at(t, MemoryCategory::Gradients).current +
+         r.at(t, MemoryCategory::OptimizerState).current;
+  }
+  return s;
+}
+
+// The engine's ZeRO layout pads each group to whole pages and the total to equal shards
+// (core/ZeroLayout.h): the Ψ its shards divide.
+double paddedPsi(const RunConfig& c, int64_t vocab) {
+  const auto groups = zeroGroups(modelTensors(archSpecOf(c.model, vocab)),
+                                 zeroLayoutOf(c.parallel.ranks, c.parallel.zero_stage));
+  return static_cast<double>(groups.back().offset + groups.back().numel);
 }
 
 RunConfig presetRun(const std::string& name) {
@@ -71,16 +91,22 @@ TEST(Estimator, ModelStatesFollowZeroForEveryStage) {
       auto e = estimateMemory(c);
       ASSERT_EQ(e.report.ranks.size(), static_cast<size_t>(ranks));
       const double psi = static_cast<double>(e.params.trainable);
+      const double padded = paddedPsi(c, e.vocab);
+      EXPECT_GE(padded, psi);
+      EXPECT_LT(padded, psi + (2.0 * c.model.layers + 8 + ranks) * kZeroAlign);
       for (const auto& r : e.report.ranks) {
-        EXPECT_NEAR(static_cast<double>(modelStates(r)), zeroModelStateBytes(psi, ranks, stage),
-                    16.0)
+        // Exactly the formula over the layout's Ψ (every rank holds an equal shard).
+        EXPECT_NEAR(static_cast<double>(modelStatesKept(r)),
+                    zeroModelStateBytes(ranks > 1 && stage >= 1 ? padded : psi, ranks, stage),
+                    0.5)
             << "ranks " << ranks << " stage " << stage;
+        EXPECT_GE(modelStates(r), modelStatesKept(r));
       }
     }
   }
 }
 
-// ZeRO-3 shards sum to the unsharded total; ranks differ by at most one element.
+// ZeRO-3 shards sum to the padded total, equal on every rank, with an odd rank count too.
 TEST(Estimator, ShardsCoverEverythingWithOddRankCounts) {
   RunConfig c = presetRun("gpt2");
   c.parallel.ranks = 7;
@@ -88,13 +114,14 @@ TEST(Estimator, ShardsCoverEverythingWithOddRankCounts) {
   auto e = estimateMemory(c);
   int64_t params = 0, lo = INT64_MAX, hi = 0;
   for (const auto& r : e.report.ranks) {
-    int64_t p = entry(r, MemoryTier::Device, MemoryCategory::Parameters);
+    int64_t p = r.at(MemoryTier::Device, MemoryCategory::Parameters).current;
     params += p;
     lo = std::min(lo, p);
     hi = std::max(hi, p);
   }
-  EXPECT_EQ(params, e.params.total * 4);  // fp32
-  EXPECT_LE(hi - lo, 4);
+  EXPECT_EQ(params, static_cast<int64_t>(paddedPsi(c, e.vocab)) * 4);  // fp32
+  EXPECT_GE(params, e.params.total * 4);
+  EXPECT_EQ(hi, lo);
 }
 
 // DeepSpeed stage3.py estimator, documented example: 2851e6 params, 32e6 largest layer,

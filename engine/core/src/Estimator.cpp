@@ -535,7 +535,8 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
   const int reported = opt.rank0_only ? 1 : ranks;
   // The engine's ZeRO layout (stage >= 1 over several ranks, every tensor trainable).
   const bool zeroEngine = opt.activation_model == ActivationModel::Engine && ranks > 1 &&
-                          stage >= 1 && P == est.params.total;
+                          stage >= 1 && P == est.params.total && optTier == Tier::Device &&
+                          paramTier == Tier::Device;
   const std::vector<ZeroGroup> zgroups =
       zeroEngine ? zeroGroups(tensors, zeroLayoutOf(ranks, stage)) : std::vector<ZeroGroup>{};
   const int64_t zeroTotal = zgroups.empty() ? 0 : zgroups.back().offset + zgroups.back().numel;
