@@ -176,13 +176,15 @@ nlohmann::json capabilitiesJson() {
       {"activation_compression", onlyOn(cap(true), {"cpu"}, "runs on the cpu backend only so far")},
       // parallel.ranks > 1 under mpirun (MPI; NCCL where GPUs are), ZeRO stages 0-3. Stages 2
       // and 3 give unowned pages back, which the cuda backend cannot yet.
-      {"zero", [&] {
+      {"zero",
+       [&] {
          json z = cap(true);
          z["communicator"] = "mpi";
          z["stages"] = {0, 1, 2, 3};
          z["cuda_stages"] = {0, 1};
-         z["limits"] = "stage >= 1: every tensor trainable (no LoRA/QLoRA base), 32-bit optimizer "
-                       "state; stage 3: not with fp8";
+         z["limits"] =
+             "stage >= 1: 32-bit optimizer state; stage 3: not with fp8; a QLoRA base's NF4 "
+             "weights stay whole on every rank";
          return z;
        }()},
       {"offload", cap(false, later)},

@@ -357,6 +357,8 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Opti
         throw CheckpointError(statePath.string() + ": optimizer is " + type + ", the run uses " +
                               optimizer->name());
       for (auto& [name, t] : optimizer->state()) {
+        // A master the writer did not keep (fp32 without ZeRO) starts from the weights.
+        if (remap && name == "master" && !of.has(name)) continue;
         if (remap) {
           const size_t eb = of.has(name) ? stateElementBytes(of.entry(name).dtype) : 0;
           if (!of.has(name) || eb == 0 ||
@@ -398,6 +400,17 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Opti
       const int64_t lo = shard.sharded() ? shard.lo : 0;
       const int64_t hi = shard.sharded() ? shard.hi : model.gradSize();
       for (auto& [name, t] : optimizer->state()) {
+        if (name == "master" && !of.has(name)) {
+          std::vector<float> m(size_t(t->numel()), 0.f);
+          for (const auto& p : model.params()) {
+            if (!p.trainable()) continue;
+            const int64_t a = std::max(p.gradOffset, lo), b = std::min(p.gradOffset + p.numel, hi);
+            for (int64_t i = a; i < b; ++i)
+              m[size_t(i - lo)] = params[size_t(p.offset + (i - p.gradOffset))];
+          }
+          t->copyFromHost(m.data());
+          continue;
+        }
         const size_t eb = stateElementBytes(of.entry(name).dtype);
         const std::string_view from = of.bytes(name);
         std::vector<char> host(size_t(t->bytes()), 0);

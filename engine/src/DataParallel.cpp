@@ -21,12 +21,12 @@ DataParallel::DataParallel(Communicator* comm, ParamArena* arena, kernels::Backe
     : comm_(comm), arena_(arena), backend_(backend), tracker_(tracker), stage_(stage) {
   const int N = comm_->size(), r = comm_->rank();
   if (stage_ < 0 || stage_ > 3) throw std::invalid_argument("ZeRO stage must be 0..3");
-  if (stage_ >= 1 && !arena_->allTrainable())
+  if (stage_ >= 1 && !arena_->allTrainable() && arena_->options().pureBf16())
     throw std::invalid_argument(
-        "parallel.zero_stage " + std::to_string(stage_) +
-        " shards every parameter's state, but this run has frozen tensors (finetune.lora, "
-        "model.freeze): use parallel.zero_stage 0 (the trainable part is small and replicated)");
-  if (stage_ >= 1 && arena_->gradSize() % (int64_t(N) * core::kZeroAlign) != 0)
+        "pure_bf16 with frozen tensors keeps no master to shard: use "
+        "precision.policy bf16 with parallel.zero_stage >= 1");
+  if (stage_ >= 1 && (arena_->gradSize() % (int64_t(N) * core::kZeroAlign) != 0 ||
+                      arena_->size() % (int64_t(N) * core::kZeroAlign) != 0))
     throw std::logic_error("the arena was not built with the ZeRO layout for " + std::to_string(N) +
                            " ranks (core/ZeroLayout.h)");
   if (stage_ >= 2 && !backend_->discard(arena_->grads().data(), 0))
@@ -35,9 +35,12 @@ DataParallel::DataParallel(Communicator* comm, ParamArena* arena, kernels::Backe
                                 backend_->name() + " cannot yet): use zero_stage 1");
   if (stage_ >= 1) {
     std::tie(lo_, hi_) = core::zeroShard(arena_->gradSize(), N, r);
+    std::tie(vlo_, vhi_) = core::zeroShard(arena_->size(), N, r);
   } else {
     lo_ = 0;
     hi_ = arena_->gradSize();
+    vlo_ = 0;
+    vhi_ = arena_->size();
   }
   int64_t maxOwned = 0;
   for (const auto& pg : arena_->groups()) {
@@ -45,8 +48,8 @@ DataParallel::DataParallel(Communicator* comm, ParamArena* arena, kernels::Backe
     g.block = pg.block;
     g.lo = pg.gradOffset;
     g.hi = pg.gradOffset + pg.gradNumel;
-    if (stage_ >= 1 && pg.offset != pg.gradOffset)
-      throw std::logic_error("ZeRO: value and gradient space differ");
+    g.vlo = pg.offset;
+    g.vhi = pg.offset + pg.numel;
     groups_.push_back(std::move(g));
     maxOwned = std::max(maxOwned, ownedIn(groups_.back()));
   }
@@ -59,9 +62,10 @@ DataParallel::DataParallel(Communicator* comm, ParamArena* arena, kernels::Backe
       discardOutside(arena_->grads().data(), 4, g, gradCat);
       if (mixed) discardOutside(arena_->grads16().data(), 2, g, MemoryCategory::Gradients);
     }
+  }
+  if (stage_ >= 1)  // the reduce-scatter's output (stage 1 reduce-scatters too: 2Ψ, not 3Ψ)
     scratch_ = Tensor(backend_, tracker_, MemoryCategory::Workspace, DType::F32,
                       {std::max<int64_t>(1, maxOwned)});
-  }
   if (stage_ >= 3) {
     for (auto& g : groups_) release(g);
   }
@@ -86,35 +90,41 @@ OptimizerShard DataParallel::optimizerShard() const {
   return {lo_, hi_};
 }
 
-int64_t DataParallel::ownedIn(const Group& g) const {
-  return std::max<int64_t>(0, std::min(g.hi, hi_) - std::max(g.lo, lo_));
+int64_t DataParallel::ownedIn(const Group& g, bool values) const {
+  const int64_t a = values ? g.vlo : g.lo, b = values ? g.vhi : g.hi;
+  return std::max<int64_t>(0, std::min(b, values ? vhi_ : hi_) - std::max(a, values ? vlo_ : lo_));
 }
 
-std::vector<int64_t> DataParallel::countsOf(const Group& g) const {
+std::vector<int64_t> DataParallel::countsOf(const Group& g, bool values) const {
   const int N = comm_->size();
+  const int64_t ga = values ? g.vlo : g.lo, gb = values ? g.vhi : g.hi;
   std::vector<int64_t> counts(static_cast<size_t>(N));
   for (int r = 0; r < N; ++r) {
-    const auto [a, b] = core::zeroShard(arena_->gradSize(), N, r);
-    counts[size_t(r)] = std::max<int64_t>(0, std::min(g.hi, b) - std::max(g.lo, a));
+    const auto [a, b] = core::zeroShard(values ? arena_->size() : arena_->gradSize(), N, r);
+    counts[size_t(r)] = std::max<int64_t>(0, std::min(gb, b) - std::max(ga, a));
   }
   return counts;
 }
 
-// The parts of g outside the shard: [g.lo, min(g.hi, lo)) and [max(g.lo, hi), g.hi).
-void DataParallel::discardOutside(void* base, size_t elemBytes, const Group& g,
-                                  MemoryCategory cat) {
+// The parts of g outside the shard: [g.lo, min(g.hi, lo)) and [max(g.lo, hi), g.hi), in gradient
+// or value space.
+void DataParallel::discardOutside(void* base, size_t elemBytes, const Group& g, MemoryCategory cat,
+                                  bool values, bool track) {
   auto* b = static_cast<char*>(base);
   auto drop = [&](int64_t a, int64_t e) {
     if (e <= a) return;
     backend_->discard(b + a * int64_t(elemBytes), size_t(e - a) * elemBytes);
-    if (tracker_) tracker_->remove(MemoryTier::Device, cat, (e - a) * int64_t(elemBytes));
+    if (tracker_ && track) tracker_->remove(MemoryTier::Device, cat, (e - a) * int64_t(elemBytes));
   };
-  drop(g.lo, std::min(g.hi, lo_));
-  drop(std::max(g.lo, hi_), g.hi);
+  const int64_t ga = values ? g.vlo : g.lo, gb = values ? g.vhi : g.hi;
+  const int64_t sa = values ? vlo_ : lo_, sb = values ? vhi_ : hi_;
+  drop(ga, std::min(gb, sa));
+  drop(std::max(ga, sb), gb);
 }
 
-void DataParallel::commitOutside(size_t elemBytes, const Group& g, MemoryCategory cat) {
-  const int64_t outside = (g.hi - g.lo) - ownedIn(g);
+void DataParallel::commitOutside(size_t elemBytes, const Group& g, MemoryCategory cat,
+                                 bool values) {
+  const int64_t outside = (values ? g.vhi - g.vlo : g.hi - g.lo) - ownedIn(g, values);
   if (tracker_ && outside > 0) tracker_->add(MemoryTier::Device, cat, outside * int64_t(elemBytes));
 }
 
@@ -141,8 +151,8 @@ void DataParallel::reduceGroup(Group& g) {
   if (g.reduced) return;
   g.reduced = true;
   float* grads = arena_->grads().f32();
-  if (stage_ <= 1) {
-    if (!reduceThisMicro_) return;
+  if (!reduceThisMicro_) return;
+  if (stage_ == 0) {
     pending_.push_back(comm_->allReduceSum(grads + g.lo, g.hi - g.lo));
     for (auto& p : pending_) p->test();  // progress the ones in flight
     return;
@@ -157,6 +167,8 @@ void DataParallel::reduceGroup(Group& g) {
   if (mine > 0)
     backend_->copyOnDevice(grads + std::max(g.lo, lo_), scratch_.f32(),
                            mine * int64_t(sizeof(float)));
+  // Stage 1 keeps whole gradient buffers (only its shard is used from here); 2/3 give the
+  // rest back.
   gradsDone(g);
 }
 
@@ -173,11 +185,11 @@ void DataParallel::gather(Group& g, bool async) {
   if (stage_ < 3) return;
   if (!g.gathered && !g.pendingGather) {
     const bool mixed = arena_->mixed();
-    commitOutside(arena_->storedElementBytes(), g, MemoryCategory::Parameters);
-    if (mixed) commitOutside(4, g, MemoryCategory::Workspace);  // the fp32 compute copy
+    commitOutside(arena_->storedElementBytes(), g, MemoryCategory::Parameters, true);
+    if (mixed) commitOutside(4, g, MemoryCategory::Workspace, true);  // the fp32 compute copy
     const size_t eb = arena_->storedElementBytes();
     g.pendingGather = comm_->allGather(
-        static_cast<char*>(arena_->storedValues()) + g.lo * int64_t(eb), countsOf(g), eb);
+        static_cast<char*>(arena_->storedValues()) + g.vlo * int64_t(eb), countsOf(g, true), eb);
   }
   if (!async) awaitGather(g);
 }
@@ -190,7 +202,7 @@ void DataParallel::awaitGather(Group& g) {
   }
   g.pendingGather.reset();
   // The fp32 compute copy of the whole group from the gathered 16-bit weights.
-  arena_->finishWeightUpdate(g.lo, g.hi, false);
+  arena_->finishWeightUpdate(g.vlo, g.vhi, false);
   g.gathered = true;
 }
 
@@ -199,10 +211,10 @@ void DataParallel::release(Group& g) {
   awaitGather(g);
   if (!g.gathered) return;
   if (arena_->mixed()) {
-    discardOutside(arena_->values16().data(), 2, g, MemoryCategory::Parameters);
-    discardOutside(arena_->values().data(), 4, g, MemoryCategory::Workspace);
+    discardOutside(arena_->values16().data(), 2, g, MemoryCategory::Parameters, true);
+    discardOutside(arena_->values().data(), 4, g, MemoryCategory::Workspace, true);
   } else {
-    discardOutside(arena_->values().data(), 4, g, MemoryCategory::Parameters);
+    discardOutside(arena_->values().data(), 4, g, MemoryCategory::Parameters, true);
   }
   g.gathered = false;
 }
@@ -233,14 +245,9 @@ void DataParallel::reshard() {
   // Whole weights were written over every page (a checkpoint load): those not gathered go back.
   for (auto& g : groups_) {
     if (g.gathered) continue;
-    auto drop = [&](void* base, size_t eb) {
-      auto* b = static_cast<char*>(base);
-      const int64_t e1 = std::min(g.hi, lo_), a2 = std::max(g.lo, hi_);
-      if (e1 > g.lo) backend_->discard(b + g.lo * int64_t(eb), size_t(e1 - g.lo) * eb);
-      if (g.hi > a2) backend_->discard(b + a2 * int64_t(eb), size_t(g.hi - a2) * eb);
-    };
-    drop(arena_->values().data(), 4);
-    if (arena_->mixed()) drop(arena_->values16().data(), 2);
+    const auto cat = MemoryCategory::Parameters;  // untracked: the tracker counts them as gone
+    discardOutside(arena_->values().data(), 4, g, cat, true, false);
+    if (arena_->mixed()) discardOutside(arena_->values16().data(), 2, g, cat, true, false);
   }
 }
 
@@ -328,7 +335,7 @@ void DataParallel::zeroGrad() {
 }
 
 void DataParallel::roundGrads() {
-  if (stage_ <= 1)
+  if (stage_ == 0)
     arena_->roundGrads();
   else
     arena_->roundGradsRange(lo_, hi_);
@@ -340,7 +347,7 @@ void DataParallel::scaleGrads(float s) {
 
 int64_t DataParallel::countNonFinite() {
   const int64_t n = backend_->countNonFinite(arena_->grads().f32() + gradLo(), gradHi() - gradLo());
-  if (stage_ <= 1) return n;  // every rank holds the same reduced gradients
+  if (stage_ == 0) return n;  // every rank holds the same reduced gradients
   return static_cast<int64_t>(comm_->allReduceSum(static_cast<double>(n)));
 }
 
@@ -349,7 +356,7 @@ double DataParallel::clipGradNorm(double maxNorm) {
   float* g = arena_->grads().f32() + gradLo();
   const int64_t n = gradHi() - gradLo();
   double ss = backend_->sumSquares(g, n);
-  if (stage_ >= 2) ss = comm_->allReduceSum(ss);
+  if (stage_ >= 1) ss = comm_->allReduceSum(ss);
   const double norm = std::sqrt(ss);
   if (maxNorm > 0 && std::isfinite(norm) && norm > maxNorm)
     backend_->scale(g, n, static_cast<float>(maxNorm / (norm + 1e-6)));
@@ -359,9 +366,24 @@ double DataParallel::clipGradNorm(double maxNorm) {
 void DataParallel::optimizerStep(Optimizer& opt, float lr) {
   opt.step(lr);
   if (stage_ == 0) return;  // every rank ran the whole update
+  if (!arena_->allTrainable()) {
+    // Frozen tensors (a LoRA run): the trainable shards' new values (the optimizer's fp32
+    // master, gradient space) are gathered whole (the adapters: small) and set on every rank;
+    // under stage 3 what lands on unowned value pages goes back again.
+    ScopedRange r("all_gather_weights", SpanCategory::Communication);
+    const Tensor* m = opt.shardMaster();
+    if (!m) throw std::logic_error("a sharded optimizer over frozen tensors keeps a master");
+    Tensor full(backend_, tracker_, MemoryCategory::Workspace, DType::F32, {arena_->gradSize()});
+    backend_->copyOnDevice(full.f32() + lo_, m->f32(), (hi_ - lo_) * int64_t(sizeof(float)));
+    const std::vector<int64_t> counts(static_cast<size_t>(comm_->size()), hi_ - lo_);
+    comm_->allGather(full.data(), counts, sizeof(float))->wait();
+    arena_->setWeightsFrom(full.f32());
+    reshard();
+    return;
+  }
   if (stage_ >= 3) {
     // Each rank's shard is current; the rest is gathered when a block next needs it.
-    arena_->finishWeightUpdate(lo_, hi_, false);
+    arena_->finishWeightUpdate(vlo_, vhi_, false);
     return;
   }
   ScopedRange r("all_gather_weights", SpanCategory::Communication);

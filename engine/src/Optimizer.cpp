@@ -20,11 +20,26 @@ using profiler::SpanCategory;
 // Of the trainable tensors only (gradient space, ParamArena.h).
 Tensor makeMaster(ParamArena& arena, kernels::Backend* backend, MemoryTracker* tracker,
                   const OptimizerShard& sh) {
-  if (!arena.mixed() || !arena.options().masterWeights) return {};
-  if (sh.sharded()) {  // allTrainable: the shard of gradient space is the shard of the values
+  // A shard over frozen tensors keeps an fp32 master in fp32 too: the shard's trainable values
+  // are not one slice of the values, and the caller gathers the new ones from here.
+  const bool frozenShard = sh.sharded() && !arena.allTrainable();
+  if (!frozenShard && (!arena.mixed() || !arena.options().masterWeights)) return {};
+  if (sh.sharded()) {
     Tensor t(backend, tracker, MemoryCategory::OptimizerState, DType::F32, {sh.hi - sh.lo});
-    backend->copyOnDevice(t.f32(), arena.values().f32() + sh.lo,
-                          (sh.hi - sh.lo) * int64_t(sizeof(float)));
+    if (arena.allTrainable()) {  // the shard of gradient space is the shard of the values
+      backend->copyOnDevice(t.f32(), arena.values().f32() + sh.lo,
+                            (sh.hi - sh.lo) * int64_t(sizeof(float)));
+      return t;
+    }
+    t.zero();  // padding
+    for (const auto& p : arena.params()) {
+      if (!p.trainable()) continue;
+      const int64_t a = std::max(p.gradOffset, sh.lo), b = std::min(p.gradOffset + p.numel, sh.hi);
+      if (b > a)
+        backend->copyOnDevice(t.f32() + (a - sh.lo),
+                              arena.values().f32() + p.offset + (a - p.gradOffset),
+                              (b - a) * int64_t(sizeof(float)));
+    }
     return t;
   }
   Tensor t(backend, tracker, MemoryCategory::OptimizerState, DType::F32, {arena.gradSize()});
@@ -62,6 +77,7 @@ int64_t stateLength(const ParamArena& arena, const OptimizerShard& sh) {
 // After the update: the stored weights follow the master (a shard: only its range; the caller
 // gathers the rest).
 void publish(ParamArena& arena, Tensor& master, bool pure, const OptimizerShard& sh) {
+  if (sh.sharded() && !arena.allTrainable()) return;  // the caller gathers the master
   if (sh.sharded()) {
     if (!master.empty()) arena.setWeightsRange(master.f32(), sh.lo, sh.hi);
     if (pure) arena.roundWeightsRange(sh.lo, sh.hi);
@@ -163,6 +179,7 @@ class AdamW final : public Optimizer {
     return {{"exp_avg", &m_}, {"exp_avg_sq", &v_}};
   }
   std::string name() const override { return "adamw"; }
+  const Tensor* shardMaster() const override { return master_.empty() ? nullptr : &master_; }
 
  private:
   core::OptimizerConfig config_;
@@ -314,6 +331,7 @@ class Sgd final : public Optimizer {
     return {{"momentum_buffer", &buf_}};
   }
   std::string name() const override { return "sgd"; }
+  const Tensor* shardMaster() const override { return master_.empty() ? nullptr : &master_; }
 
  private:
   core::OptimizerConfig config_;
@@ -330,8 +348,6 @@ class Sgd final : public Optimizer {
 std::unique_ptr<Optimizer> makeOptimizer(const core::OptimizerConfig& config, ParamArena& arena,
                                          kernels::Backend* backend, MemoryTracker* tracker,
                                          OptimizerShard shard) {
-  if (shard.sharded() && !arena.allTrainable())
-    throw std::invalid_argument("a sharded optimizer needs every parameter trainable");
   if (config.type == "adamw" && config.state_bits == 8) {
     if (shard.sharded())
       throw std::invalid_argument(

@@ -75,10 +75,9 @@ std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
     add("memory.activation_compression", c.memory.activation_compression,
         "activation compression runs on the cpu backend only");
   const int stage = c.parallel.zero_stage;
-  if (stage >= 1 && (c.finetune.lora.r > 0 || c.finetune.base_quant == "nf4"))
+  if (stage >= 1 && pol == "pure_bf16" && c.finetune.lora.r > 0)
     add("parallel.zero_stage", stage,
-        "ZeRO shards every parameter's state; a fine-tuning run's frozen base is not sharded "
-        "(use parallel.zero_stage 0: the adapters' state is small)");
+        "pure_bf16 keeps no fp32 master to shard over a frozen base: use precision.policy bf16");
   if (stage >= 1 && c.optimizer.state_bits == 8)
     add("parallel.zero_stage", stage,
         "8-bit AdamW keeps blockwise state per tensor, which is not sharded (use zero_stage 0 "

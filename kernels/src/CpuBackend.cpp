@@ -114,10 +114,18 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 bool discardHostPages(void* p, size_t bytes) {
+  if (bytes == 0) return true;
   const size_t page = pageBytes();
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  const uintptr_t lo = (a + page - 1) / page * page, hi = (a + bytes) / page * page;
-  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  const auto a = reinterpret_cast<uintptr_t>(p), e = a + bytes;
+  const uintptr_t lo = (a + page - 1) / page * page, hi = e / page * page;
+  if (hi > lo) {
+    ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+    // The partial pages at either end stay; they must read as zero too.
+    std::memset(p, 0, lo - a);
+    std::memset(reinterpret_cast<void*>(hi), 0, e - hi);
+  } else {
+    std::memset(p, 0, bytes);
+  }
   return true;
 }
 

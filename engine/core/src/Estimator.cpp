@@ -607,7 +607,7 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
         else
           wsP += pPeak * 4 + gPeak * 4;
       }
-      if (stage >= 2) {  // the reduce-scatter's output buffer
+      if (stage >= 1) {  // the reduce-scatter's output buffer
         wsC += double(z.maxGroupOwned) * 4;
         wsP += double(z.maxGroupOwned) * 4;
       }

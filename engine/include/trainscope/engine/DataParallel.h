@@ -8,8 +8,9 @@
 // - stage 0: every rank keeps everything; gradients are all-reduced in buckets (one per block,
 //   started as soon as the block's backward is done, then the embeddings and head) on the last
 //   micro-batch of a step, and every rank runs the whole optimizer.
-// - stage 1: as 0, but the optimizer state (and fp32 master) covers the rank's shard only; after
-//   the update the shards' stored weights are all-gathered.
+// - stage 1: the optimizer state (and fp32 master) covers the rank's shard only: gradients are
+//   reduce-scattered per block on the last micro-batch (the buffers stay whole), and after the
+//   update the shards' stored weights are all-gathered (2Ψ per step, as stage 0).
 // - stage 2: + gradients: each block's gradients are reduce-scattered when its backward is done
 //   (every micro-batch), the rank keeps its shard, the rest of the block's pages go back.
 // - stage 3: + parameters: a block's weights are all-gathered before its forward and again
@@ -44,9 +45,10 @@ class DataParallel {
   Communicator& comm() { return *comm_; }
   // The optimizer's part of gradient space: everything for stage 0, the shard from stage 1.
   OptimizerShard optimizerShard() const;
-  // Gradient space this rank holds after reduceGradients(): all (0/1) or its shard (2/3).
-  int64_t gradLo() const { return stage_ >= 2 ? lo_ : 0; }
-  int64_t gradHi() const { return stage_ >= 2 ? hi_ : arena_->gradSize(); }
+  // Gradient space that holds reduced gradients after a step's backward: all (stage 0) or the
+  // shard (stages 1-3: reduce-scattered).
+  int64_t gradLo() const { return stage_ >= 1 ? lo_ : 0; }
+  int64_t gradHi() const { return stage_ >= 1 ? hi_ : arena_->gradSize(); }
   int64_t shardLo() const { return lo_; }
   int64_t shardHi() const { return hi_; }
 
@@ -81,20 +83,23 @@ class DataParallel {
  private:
   struct Group {
     int block = -1;
-    int64_t lo = 0, hi = 0;  // gradient (= value, from stage 1) space
-    bool gathered = true;    // stage 3: parameters present
+    int64_t lo = 0, hi = 0;    // gradient space
+    int64_t vlo = 0, vhi = 0;  // value space (the same when every tensor is trainable)
+    bool gathered = true;      // stage 3: parameters present
     std::unique_ptr<Communicator::Pending> pendingGather;
     bool gradsLive = false;  // stage 2/3: non-owned gradient pages in use
     bool reduced = false;    // this micro-batch's reduction started/done
   };
-  std::vector<int64_t> countsOf(const Group& g) const;
-  int64_t ownedIn(const Group& g) const;
+  std::vector<int64_t> countsOf(const Group& g, bool values = false) const;
+  int64_t ownedIn(const Group& g, bool values = false) const;
   void reduceGroup(Group& g);
   void gather(Group& g, bool async);
   void awaitGather(Group& g);
   void release(Group& g);
-  void discardOutside(void* base, size_t elemBytes, const Group& g, core::MemoryCategory cat);
-  void commitOutside(size_t elemBytes, const Group& g, core::MemoryCategory cat);
+  void discardOutside(void* base, size_t elemBytes, const Group& g, core::MemoryCategory cat,
+                      bool values = false, bool track = true);
+  void commitOutside(size_t elemBytes, const Group& g, core::MemoryCategory cat,
+                     bool values = false);
   void gradsLive(Group& g);
   void gradsDone(Group& g);
   void waitPending();
@@ -105,7 +110,8 @@ class DataParallel {
   kernels::Backend* backend_;
   MemoryTracker* tracker_;
   int stage_;
-  int64_t lo_ = 0, hi_ = 0;
+  int64_t lo_ = 0, hi_ = 0;    // the gradient shard
+  int64_t vlo_ = 0, vhi_ = 0;  // the value shard (stage 3)
   bool reduceThisMicro_ = true;
   std::vector<Group> groups_;
   std::vector<std::unique_ptr<Communicator::Pending>> pending_;

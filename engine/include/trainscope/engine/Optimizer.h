@@ -25,6 +25,8 @@ class Optimizer {
   // Named state tensors (flat, same length as the parameters) for checkpoints.
   virtual std::vector<std::pair<std::string, Tensor*>> state() = 0;
   virtual std::string name() const = 0;
+  // The fp32 master of the part this optimizer updates (null without one).
+  virtual const Tensor* shardMaster() const { return nullptr; }
 };
 
 // The part of gradient space an optimizer updates and keeps state for: everything (hi < 0), or

@@ -68,9 +68,9 @@ class Backend {
   // Memory (device memory for CUDA, 64-byte aligned host memory for the CPU).
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* p) = 0;
-  // Returns the whole pages inside [p, p + bytes) of an allocation to the system, keeping the
-  // addresses valid: they read as zero afterwards (ZeRO's sharded buffers keep their layout and
-  // give back what a rank does not own). False when the backend cannot (nothing happens).
+  // [p, p + bytes) of an allocation reads as zero afterwards, and its whole pages go back to
+  // the system, keeping the addresses valid (ZeRO's sharded buffers keep their layout and give
+  // back what a rank does not own). False when the backend cannot (nothing happens).
   virtual bool discard(void* p, size_t bytes) {
     (void)p;
     (void)bytes;
