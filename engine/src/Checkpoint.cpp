@@ -427,10 +427,12 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Opti
         t->copyFromHost(host.data());
       }
       optimizer->setStepCount(s.at("optimizer").at("step_count").get<int64_t>());
+      optimizer->stateLoaded();
     } else if (optimizer) {
       for (auto& [name, t] : optimizer->state())
         t->copyFromHost(of.bytes(name).data());  // size and dtype checked above
       optimizer->setStepCount(s.at("optimizer").at("step_count").get<int64_t>());
+      optimizer->stateLoaded();
     }
     LoadedCheckpoint out;
     out.state.step = s.at("step").get<int64_t>();

@@ -374,7 +374,10 @@ void DataParallel::optimizerStep(Optimizer& opt, float lr) {
     const Tensor* m = opt.shardMaster();
     if (!m) throw std::logic_error("a sharded optimizer over frozen tensors keeps a master");
     Tensor full(backend_, tracker_, MemoryCategory::Workspace, DType::F32, {arena_->gradSize()});
-    backend_->copyOnDevice(full.f32() + lo_, m->f32(), (hi_ - lo_) * int64_t(sizeof(float)));
+    if (m->tier() == MemoryTier::Host)  // an offloaded optimizer's master
+      backend_->copyToDevice(full.f32() + lo_, m->f32(), size_t(hi_ - lo_) * sizeof(float));
+    else
+      backend_->copyOnDevice(full.f32() + lo_, m->f32(), (hi_ - lo_) * int64_t(sizeof(float)));
     const std::vector<int64_t> counts(static_cast<size_t>(comm_->size()), hi_ - lo_);
     comm_->allGather(full.data(), counts, sizeof(float))->wait();
     arena_->setWeightsFrom(full.f32());

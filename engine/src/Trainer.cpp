@@ -19,6 +19,7 @@
 #include "trainscope/engine/Gpt.h"
 #include "trainscope/engine/LossScaler.h"
 #include "trainscope/engine/ModelSource.h"
+#include "trainscope/engine/OffloadStore.h"
 #include "trainscope/engine/Optimizer.h"
 #include "trainscope/kernels/CpuOps.h"
 #include "trainscope/profiler/Aggregation.h"
@@ -90,8 +91,11 @@ std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
     add("parallel.zero_stage", stage,
         "ZeRO 2 and 3 give a rank's unowned pages back, which the cuda backend cannot yet (use "
         "zero_stage 1 on cuda)");
-  if (c.parallel.offload_optimizer != "none")
-    add("parallel.offload_optimizer", c.parallel.offload_optimizer, "offload " + later);
+  if (c.parallel.offload_optimizer != "none" &&
+      (c.optimizer.type != "adamw" || c.optimizer.state_bits != 32 || pol == "pure_bf16"))
+    add("parallel.offload_optimizer", c.parallel.offload_optimizer,
+        "the offloaded optimizer is AdamW with 32-bit state and an fp32 master (optimizer.type "
+        "adamw, optimizer.state_bits 32, a policy other than pure_bf16)");
   if (c.parallel.offload_params != "none")
     add("parallel.offload_params", c.parallel.offload_params, "offload " + later);
   if (c.finetune.base_quant == "nf4" && pol == "fp8")
@@ -264,10 +268,24 @@ TrainResult Trainer::run() {
                                           config_.parallel.zero_stage);
       model->setHooks(dp->hooks());
     }
-    opt = makeOptimizer(config_.optimizer, model->arena(), backend_, &tracker_,
-                        dp ? dp->optimizerShard() : OptimizerShard{});
+    if (config_.parallel.offload_optimizer != "none") {
+      OffloadOptions oo;
+      oo.where = config_.parallel.offload_optimizer;
+      oo.dir = config_.parallel.nvme_path;
+      oo.rank = rank;
+      opt = makeOffloadedOptimizer(config_.optimizer, model->arena(), backend_, &tracker_,
+                                   dp ? dp->optimizerShard() : OptimizerShard{}, oo);
+      log("optimizer offloaded to " + oo.where +
+          (oo.where == "nvme" ? " (" + oo.dir + "/rank" + std::to_string(rank) + ")" : "") +
+          ": AdamW state and fp32 master of this rank's shard, updated on the host");
+    } else {
+      opt = makeOptimizer(config_.optimizer, model->arena(), backend_, &tracker_,
+                          dp ? dp->optimizerShard() : OptimizerShard{});
+    }
   } catch (const std::bad_alloc&) {
     return outOfMemory();
+  } catch (const OffloadError& e) {
+    return fail(std::string("parallel.nvme_path: ") + e.what(), true);
   } catch (const std::exception& e) {
     return fail(std::string("model: ") + e.what(), true);
   }
@@ -832,6 +850,8 @@ TrainResult Trainer::run() {
       sf["ranks"] = ranks;
       sf["comm_bytes"] = comm->takeBytesSent();  // this rank's, as a ring sends them
     }
+    const nlohmann::json optStats = opt->takeStepStats();
+    for (auto it = optStats.begin(); it != optStats.end(); ++it) sf[it.key()] = it.value();
     // Curriculum: the fraction of the data's difficulty (or length) range this batch drew from.
     if (config_.curriculum.type != "none") sf["difficulty"] = difficulty;
     if (teacher && count > 0) {  // both terms, per token: loss = alpha T^2 kl + (1 - alpha) ce

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "trainscope/core/Config.h"
 #include "trainscope/engine/ParamArena.h"
 
@@ -27,6 +29,10 @@ class Optimizer {
   virtual std::string name() const = 0;
   // The fp32 master of the part this optimizer updates (null without one).
   virtual const Tensor* shardMaster() const { return nullptr; }
+  // After a checkpoint was loaded into state(): an offloaded optimizer moves it to its tier.
+  virtual void stateLoaded() {}
+  // Per-step numbers for step events (offload: bytes moved, I/O time); empty by default.
+  virtual nlohmann::json takeStepStats() { return nlohmann::json::object(); }
 };
 
 // The part of gradient space an optimizer updates and keeps state for: everything (hi < 0), or
@@ -36,6 +42,19 @@ struct OptimizerShard {
   int64_t lo = 0, hi = -1;
   bool sharded() const { return hi >= 0; }
 };
+
+// parallel.offload_optimizer: where the shard's state lives and its update runs.
+struct OffloadOptions {
+  std::string where = "none";  // cpu | nvme
+  std::string dir;             // nvme: parallel.nvme_path (a subdirectory per rank)
+  int rank = 0;
+};
+// AdamW (32-bit state) with its state in host memory or NVMe files, updated on the host
+// (OffloadedOptimizer.cpp). Throws std::invalid_argument / OffloadError (the directory).
+std::unique_ptr<Optimizer> makeOffloadedOptimizer(const core::OptimizerConfig& config,
+                                                  ParamArena& arena, kernels::Backend* backend,
+                                                  MemoryTracker* tracker, OptimizerShard shard,
+                                                  const OffloadOptions& offload);
 
 std::unique_ptr<Optimizer> makeOptimizer(const core::OptimizerConfig& config, ParamArena& arena,
                                          kernels::Backend* backend, MemoryTracker* tracker,
