@@ -535,8 +535,9 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
   const int reported = opt.rank0_only ? 1 : ranks;
   // The engine's ZeRO layout (stage >= 1 over several ranks, every tensor trainable).
   const bool zeroEngine = opt.activation_model == ActivationModel::Engine && ranks > 1 &&
-                          stage >= 1 && P == est.params.total && optTier == Tier::Device &&
-                          paramTier == Tier::Device;
+                          stage >= 1 && P == est.params.total && paramTier == Tier::Device &&
+                          (optTier == Tier::Device || (lower(cfg.optimizer.type) == "adamw" &&
+                                                       cfg.optimizer.state_bits == 32));
   const std::vector<ZeroGroup> zgroups =
       zeroEngine ? zeroGroups(tensors, zeroLayoutOf(ranks, stage)) : std::vector<ZeroGroup>{};
   const int64_t zeroTotal = zgroups.empty() ? 0 : zgroups.back().offset + zgroups.back().numel;
@@ -596,8 +597,20 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       } else {
         setEntry(rm, Tier::Device, Cat::Gradients, gCur * 4, gPeak * 4);
       }
-      setEntry(rm, Tier::Device, Cat::OptimizerState, own * (optBytes / double(P)),
-               own * (optBytes / double(P)));
+      if (optTier == Tier::Device) {
+        setEntry(rm, Tier::Device, Cat::OptimizerState, own * (optBytes / double(P)),
+                 own * (optBytes / double(P)));
+      } else {
+        // Offloaded (OffloadedOptimizer.cpp): m, v and an fp32 master of the shard on the host
+        // or in files, the shard's reduced gradients copied to the host each step; nvme streams
+        // through two host chunks of the three state buffers (at most 2^20 elements each).
+        setEntry(rm, optTier, Cat::OptimizerState, own * 12, own * 12);
+        setEntry(rm, Tier::Host, Cat::Gradients, own * 4, own * 4);
+        if (optTier == Tier::Nvme) {
+          const double chunk = std::min(double(int64_t(1) << 20), std::max(own, 1.0));
+          setEntry(rm, Tier::Host, Cat::Workspace, 2 * 3 * chunk * 4, 2 * 3 * chunk * 4);
+        }
+      }
       double wsC = act.wsSteady + teacherWs, wsP = act.wsPeak + teacherWs;
       if (engine16) {  // fp32 compute copies of the weights and of the gradients
         wsC += pCur * 4 + gCur * 4;
@@ -615,7 +628,7 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       wsPeak = wsP;
     }
     setEntry(rm, Tier::Device, Cat::Workspace, wsSteady, wsPeak);
-    if (optTier == Tier::Nvme || paramTier == Tier::Nvme) {
+    if (!zeroEngine && (optTier == Tier::Nvme || paramTier == Tier::Nvme)) {
       // Pinned host staging buffers, double-buffered, one largest tensor each.
       const double staging = 2 * largestBlockLinear * 4.0;
       setEntry(rm, Tier::Host, Cat::Workspace, staging, staging);
