@@ -38,8 +38,8 @@ class OffloadedAdamW final : public Optimizer {
     host_ = kernels::makeCpuBackend();
     host_->setThreads(backend->threads());
     // The reduced gradients arrive here each step (ZeRO-Offload: they go where the optimizer is).
-    grad_ = Tensor(host_.get(), tracker, MemoryCategory::Gradients, DType::F32, {n},
-                   MemoryTier::Host);
+    grad_ =
+        Tensor(host_.get(), tracker, MemoryCategory::Gradients, DType::F32, {n}, MemoryTier::Host);
     std::vector<float> init(static_cast<size_t>(n), 0.f);
     // The master starts from the trainable weights of the shard.
     std::vector<float> values(static_cast<size_t>(arena.size()));
@@ -62,11 +62,9 @@ class OffloadedAdamW final : public Optimizer {
       const std::string dir = (fs::path(o.dir) / ("rank" + std::to_string(o.rank))).string();
       store_ = std::make_unique<OffloadStore>(
           OffloadStore::Options{dir, 2},
-          std::vector<std::pair<std::string, int64_t>>{{"exp_avg", n * 4},
-                                                       {"exp_avg_sq", n * 4},
-                                                       {"master", n * 4}});
-      if (tracker)
-        tracker->add(MemoryTier::Nvme, MemoryCategory::OptimizerState, 3 * n * 4);
+          std::vector<std::pair<std::string, int64_t>>{
+              {"exp_avg", n * 4}, {"exp_avg_sq", n * 4}, {"master", n * 4}});
+      if (tracker) tracker->add(MemoryTier::Nvme, MemoryCategory::OptimizerState, 3 * n * 4);
       // Double-buffered staging: two chunks of each of the three state buffers.
       const int64_t chunk = std::min(kChunk, std::max<int64_t>(n, 1));
       for (auto& s : stage_)
@@ -127,7 +125,8 @@ class OffloadedAdamW final : public Optimizer {
     return &master_;
   }
   nlohmann::json takeStepStats() override {
-    nlohmann::json j = {{"offload", opts_.where}, {"offload_bytes", moved_},
+    nlohmann::json j = {{"offload", opts_.where},
+                        {"offload_bytes", moved_},
                         {"offload_host_ms", hostSeconds_ * 1000}};
     if (store_) {
       const auto s = store_->takeStats();

@@ -262,6 +262,87 @@ TEST_F(Distributed, LoraAdaptersShardOverAFrozenBase) {
   EXPECT_LE(maxDiff(w1, weightsAt(finalCheckpoint(rest, 6))), kWeightTol);
 }
 
+TEST_F(Distributed, OptimizerOffloadToHostAndNvmeTrainsTheSameWeights) {
+  const RunOutput ref = train("ref", 1, {"train.micro_batch=16", "train.steps=6"});
+  ASSERT_EQ(ref.exitCode, 0) << describe(ref);
+  const Weights w1 = weightsAt(finalCheckpoint(ref, 6));
+  const fs::path nvme = root_ / "nvme";
+  fs::create_directories(nvme);
+  for (const std::string where : {"cpu", "nvme"}) {
+    for (int stage : {1, 3}) {
+      SCOPED_TRACE(where + ", stage " + std::to_string(stage));
+      const RunOutput r = train(
+          where + std::to_string(stage), 2,
+          {"train.micro_batch=8", "train.steps=6", "parallel.zero_stage=" + std::to_string(stage),
+           "parallel.offload_optimizer=" + where, "parallel.nvme_path=" + nvme.string()});
+      ASSERT_EQ(r.exitCode, 0) << describe(r);
+      EXPECT_LE(maxDiff(w1, weightsAt(finalCheckpoint(r, 6))), kWeightTol);
+      // The state is where the config put it: 12 bytes (m, v, fp32 master) per shard element,
+      // none on the device; the plan predicted every tier.
+      const json* mem = r.first("memory");
+      const json* plan = r.first("memory_plan");
+      ASSERT_TRUE(mem && plan);
+      const json& planRanks =
+          plan->contains("report") ? plan->at("report").at("ranks") : plan->at("ranks");
+      int64_t shard = 0;
+      for (const auto& rk : mem->at("ranks")) {
+        const json& t = rk.at("tiers");
+        auto cur = [&](const char* tier, const char* c) {
+          return t.at(tier).at(c).at("current").get<int64_t>();
+        };
+        EXPECT_EQ(cur("device", "optimizer_state"), 0);
+        const int64_t off = cur(where == "cpu" ? "host" : "nvme", "optimizer_state");
+        EXPECT_GT(off, 0);
+        EXPECT_EQ(off % 12, 0);
+        shard = off / 12;
+        EXPECT_EQ(cur("host", "gradients"), 4 * shard);  // the reduced gradients come over
+        const json& p = planRanks.at(size_t(rk.at("rank").get<int>())).at("tiers");
+        for (const char* tier : {"device", "host", "nvme"})
+          for (const char* c : {"parameters", "gradients", "optimizer_state", "workspace"})
+            EXPECT_EQ(t.at(tier).at(c), p.at(tier).at(c)) << tier << " " << c;
+      }
+      // Step events say what moved: nvme reads and writes the whole state once per step.
+      const json* step = r.first("step");
+      ASSERT_TRUE(step);
+      EXPECT_EQ(step->value("offload", ""), where);
+      EXPECT_EQ(step->value("offload_bytes", int64_t(0)), 2 * 4 * shard);  // grads in, weights out
+      if (where == "nvme") {
+        EXPECT_EQ(step->value("offload_read_bytes", int64_t(0)), 12 * shard);
+        EXPECT_EQ(step->value("offload_write_bytes", int64_t(0)), 12 * shard);
+      }
+    }
+  }
+  // The offload files are the run's scratch: gone when it ends.
+  EXPECT_TRUE(fs::is_empty(nvme));
+  // A checkpoint resumes into offloaded state (and the state it resumes is the checkpoint's).
+  const RunOutput half =
+      train("half", 2,
+            {"train.micro_batch=8", "train.steps=3", "parallel.zero_stage=2",
+             "parallel.offload_optimizer=nvme", "parallel.nvme_path=" + nvme.string()});
+  ASSERT_EQ(half.exitCode, 0) << describe(half);
+  const RunOutput rest =
+      train("rest", 2,
+            {"train.micro_batch=8", "train.steps=6", "parallel.zero_stage=2",
+             "parallel.offload_optimizer=nvme", "parallel.nvme_path=" + nvme.string()},
+            finalCheckpoint(half, 3).string());
+  ASSERT_EQ(rest.exitCode, 0) << describe(rest);
+  EXPECT_LE(maxDiff(w1, weightsAt(finalCheckpoint(rest, 6))), kWeightTol);
+}
+
+TEST_F(Distributed, AMissingOffloadDirectoryFailsBeforeTraining) {
+  const std::string missing = (root_ / "no" / "such").string();
+  const RunOutput r = train("missing", 2,
+                            {"train.micro_batch=8", "parallel.zero_stage=1",
+                             "parallel.offload_optimizer=nvme", "parallel.nvme_path=" + missing});
+  EXPECT_EQ(r.exitCode, 2) << describe(r);  // bad input
+  EXPECT_EQ(r.first("step"), nullptr);
+  const json* err = r.first("error");
+  ASSERT_TRUE(err);
+  const std::string msg = err->value("message", "");
+  EXPECT_NE(msg.find("parallel.nvme_path"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
+}
+
 TEST_F(Distributed, PerRankMemoryEqualsTheZeroFormulaAndThePlan) {
   // fp32 AdamW: parameters 4, gradients 4, optimizer state 8 bytes per (padded) parameter;
   // stage 1 divides the optimizer state by N, stage 2 also the gradients, stage 3 also the
