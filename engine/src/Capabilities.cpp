@@ -187,7 +187,15 @@ nlohmann::json capabilitiesJson() {
              "weights stay whole on every rank";
          return z;
        }()},
-      {"offload", cap(false, later)},
+      // parallel.offload_optimizer cpu | nvme (ZeRO >= 1): AdamW state on the host or in files;
+      // parallel.offload_params (ZeRO-3 parameters to host/NVMe) not yet.
+      {"offload", [&] {
+         json o = cap(true);
+         o["optimizer"] = {"cpu", "nvme"};
+         o["params"] = json::array();
+         o["params_why"] = "parallel.offload_params " + later;
+         return o;
+       }()},
       {"lora", cap(true)},  // finetune.lora on any policy; bases from trainscope checkpoints
       // finetune.base_quant nf4: frozen linears as NF4 (double quantization), bf16 GEMMs
       {"qlora", cap(true)},

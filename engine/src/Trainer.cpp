@@ -97,7 +97,8 @@ std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
         "the offloaded optimizer is AdamW with 32-bit state and an fp32 master (optimizer.type "
         "adamw, optimizer.state_bits 32, a policy other than pure_bf16)");
   if (c.parallel.offload_params != "none")
-    add("parallel.offload_params", c.parallel.offload_params, "offload " + later);
+    add("parallel.offload_params", c.parallel.offload_params,
+        "parameter offload " + later + " (parallel.offload_optimizer cpu or nvme works)");
   if (c.finetune.base_quant == "nf4" && pol == "fp8")
     add("finetune.base_quant", c.finetune.base_quant,
         "an NF4 base multiplies in bf16 GEMMs: use precision.policy bf16 or fp32 with it");
