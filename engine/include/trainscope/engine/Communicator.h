@@ -85,4 +85,16 @@ std::unique_ptr<Communicator> makeMpiCommunicator(kernels::Backend* backend);
 // Ends every rank of the job (MPI_Abort) when MPI runs; otherwise returns.
 void abortRanks(int code);
 
+// Whether this build has the NCCL communicator (CUDA on and libnccl + nccl.h found at configure
+// time); when not, makeNcclCommunicator throws CommError saying why.
+bool ncclCompiled();
+// NCCL between GPU ranks, one rank per process on CUDA device `device` (cudaSetDevice). Buffers
+// are CUDA device memory (the CUDA backend's); operations run on the communicator's own stream,
+// ordered after the work already queued on the device's default stream. `bootstrap` (MPI, or
+// makeSingleCommunicator() for one rank) carries the NCCL unique id at creation, and barrier(),
+// the host reductions and gatherStrings afterwards: it must outlive the returned communicator,
+// whose timeoutSeconds and interrupt start as the bootstrap's. Collective over the bootstrap's
+// ranks; throws CommError (on every rank) when a device or NCCL cannot start.
+std::unique_ptr<Communicator> makeNcclCommunicator(Communicator* bootstrap, int device);
+
 }  // namespace ts::engine
