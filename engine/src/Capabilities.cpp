@@ -188,12 +188,12 @@ nlohmann::json capabilitiesJson() {
          return z;
        }()},
       // parallel.offload_optimizer cpu | nvme (ZeRO >= 1): AdamW state on the host or in files;
-      // parallel.offload_params (ZeRO-3 parameters to host/NVMe) not yet.
-      {"offload", [&] {
+      // parallel.offload_params cpu | nvme (ZeRO-3): the parameter shard there between uses.
+      {"offload",
+       [&] {
          json o = cap(true);
          o["optimizer"] = {"cpu", "nvme"};
-         o["params"] = json::array();
-         o["params_why"] = "parallel.offload_params " + later;
+         o["params"] = {"cpu", "nvme"};
          return o;
        }()},
       {"lora", cap(true)},  // finetune.lora on any policy; bases from trainscope checkpoints

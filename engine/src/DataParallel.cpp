@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 
 #include "trainscope/core/ZeroLayout.h"
+#include "trainscope/engine/OffloadStore.h"
 #include "trainscope/profiler/Tracer.h"
 
 namespace ts::engine {
@@ -187,6 +189,8 @@ void DataParallel::gather(Group& g, bool async) {
     const bool mixed = arena_->mixed();
     commitOutside(arena_->storedElementBytes(), g, MemoryCategory::Parameters, true);
     if (mixed) commitOutside(4, g, MemoryCategory::Workspace, true);  // the fp32 compute copy
+    if (paramsOffloaded())  // this rank's part comes from the host first
+      fetchOwned(std::max(g.vlo, vlo_), std::min(g.vhi, vhi_));
     const size_t eb = arena_->storedElementBytes();
     g.pendingGather = comm_->allGather(
         static_cast<char*>(arena_->storedValues()) + g.vlo * int64_t(eb), countsOf(g, true), eb);
@@ -216,6 +220,7 @@ void DataParallel::release(Group& g) {
   } else {
     discardOutside(arena_->values().data(), 4, g, MemoryCategory::Parameters, true);
   }
+  if (paramsOffloaded()) dropOwned(std::max(g.vlo, vlo_), std::min(g.vhi, vhi_));
   g.gathered = false;
 }
 
@@ -241,6 +246,16 @@ void DataParallel::releaseAll() {
 }
 
 void DataParallel::reshard() {
+  if (stage_ < 3) return;
+  if (paramsOffloaded()) {  // the loaded shard goes to its tier
+    storeOwned(vlo_, vhi_);
+    for (auto& g : groups_)
+      if (!g.gathered) dropOwned(std::max(g.vlo, vlo_), std::min(g.vhi, vhi_), false);
+  }
+  reshardOutside();
+}
+
+void DataParallel::reshardOutside() {
   if (stage_ < 3) return;
   // Whole weights were written over every page (a checkpoint load): those not gathered go back.
   for (auto& g : groups_) {
@@ -364,7 +379,23 @@ double DataParallel::clipGradNorm(double maxNorm) {
 }
 
 void DataParallel::optimizerStep(Optimizer& opt, float lr) {
+  // Offloaded parameters: the whole shard on the device for the update, back to its tier after.
+  if (paramsOffloaded())
+    for (auto& g : groups_)
+      if (!g.gathered) fetchOwned(std::max(g.vlo, vlo_), std::min(g.vhi, vhi_));
   opt.step(lr);
+  // Back to its tier once the new weights are in: the shard's device pages go again.
+  auto evict = [&] {
+    if (!paramsOffloaded()) return;
+    storeOwned(vlo_, vhi_);
+    for (auto& g : groups_)
+      if (!g.gathered) dropOwned(std::max(g.vlo, vlo_), std::min(g.vhi, vhi_));
+  };
+  if (paramsOffloaded() && arena_->allTrainable()) {
+    arena_->finishWeightUpdate(vlo_, vhi_, false);
+    evict();
+    return;
+  }
   if (stage_ == 0) return;  // every rank ran the whole update
   if (!arena_->allTrainable()) {
     // Frozen tensors (a LoRA run): the trainable shards' new values (the optimizer's fp32
@@ -381,7 +412,8 @@ void DataParallel::optimizerStep(Optimizer& opt, float lr) {
     const std::vector<int64_t> counts(static_cast<size_t>(comm_->size()), hi_ - lo_);
     comm_->allGather(full.data(), counts, sizeof(float))->wait();
     arena_->setWeightsFrom(full.f32());
-    reshard();
+    evict();
+    reshardOutside();
     return;
   }
   if (stage_ >= 3) {
@@ -394,6 +426,82 @@ void DataParallel::optimizerStep(Optimizer& opt, float lr) {
   std::vector<int64_t> counts(size_t(N), (hi_ - lo_));
   comm_->allGather(arena_->storedValues(), counts, arena_->storedElementBytes())->wait();
   arena_->finishWeightUpdate();
+}
+
+void DataParallel::offloadParams(const std::string& where, const std::string& dir) {
+  if (stage_ < 3) throw std::invalid_argument("parallel.offload_params needs ZeRO stage 3");
+  const int64_t bytes = (vhi_ - vlo_) * int64_t(arena_->storedElementBytes());
+  if (where == "cpu") {
+    hostBackend_ = kernels::makeCpuBackend();
+    hostParams_ = Tensor(hostBackend_.get(), nullptr, MemoryCategory::Parameters, DType::I8,
+                         {bytes}, MemoryTier::Host);
+  } else if (where == "nvme") {
+    namespace fs = std::filesystem;
+    paramStore_ = std::make_unique<OffloadStore>(
+        OffloadStore::Options{
+            (fs::path(dir) / ("rank" + std::to_string(comm_->rank()))).string() + "-params", 2},
+        std::vector<std::pair<std::string, int64_t>>{{"params", bytes}});
+  } else {
+    throw std::invalid_argument("parallel.offload_params must be cpu or nvme");
+  }
+  paramWhere_ = where;
+  if (tracker_)
+    tracker_->add(where == "cpu" ? MemoryTier::Host : MemoryTier::Nvme, MemoryCategory::Parameters,
+                  bytes);
+  // Every group is released (not gathered) here: the shard moves out now.
+  storeOwned(vlo_, vhi_);
+  for (auto& g : groups_)
+    if (!g.gathered) dropOwned(std::max(g.vlo, vlo_), std::min(g.vhi, vhi_));
+}
+
+void DataParallel::fetchOwned(int64_t a, int64_t b) {
+  if (b <= a) return;
+  const size_t eb = arena_->storedElementBytes();
+  const size_t bytes = size_t(b - a) * eb;
+  char* dev = static_cast<char*>(arena_->storedValues()) + a * int64_t(eb);
+  std::vector<char> host;
+  const char* src = nullptr;
+  if (hostParams_.empty()) {
+    host.resize(bytes);
+    paramStore_->wait(paramStore_->read(0, (a - vlo_) * int64_t(eb), host.data(), int64_t(bytes)));
+    src = host.data();
+  } else {
+    src = static_cast<const char*>(hostParams_.data()) + (a - vlo_) * int64_t(eb);
+  }
+  backend_->copyToDevice(dev, src, bytes);
+  if (arena_->mixed()) arena_->finishWeightUpdate(a, b, false);  // its fp32 compute copy
+  if (tracker_) {
+    tracker_->add(MemoryTier::Device, MemoryCategory::Parameters, int64_t(bytes));
+    if (arena_->mixed()) tracker_->add(MemoryTier::Device, MemoryCategory::Workspace, (b - a) * 4);
+  }
+}
+
+void DataParallel::storeOwned(int64_t a, int64_t b) {
+  if (b <= a) return;
+  const size_t eb = arena_->storedElementBytes();
+  const size_t bytes = size_t(b - a) * eb;
+  const char* dev = static_cast<const char*>(arena_->storedValues()) + a * int64_t(eb);
+  if (hostParams_.empty()) {
+    std::vector<char> host(bytes);
+    backend_->copyToHost(host.data(), dev, bytes);
+    paramStore_->wait(paramStore_->write(0, (a - vlo_) * int64_t(eb), host.data(), int64_t(bytes)));
+  } else {
+    backend_->copyToHost(static_cast<char*>(hostParams_.data()) + (a - vlo_) * int64_t(eb), dev,
+                         bytes);
+  }
+}
+
+void DataParallel::dropOwned(int64_t a, int64_t b, bool track) {
+  if (b <= a) return;
+  const size_t eb = arena_->storedElementBytes();
+  backend_->discard(static_cast<char*>(arena_->storedValues()) + a * int64_t(eb),
+                    size_t(b - a) * eb);
+  if (arena_->mixed()) backend_->discard(arena_->values().f32() + a, size_t(b - a) * sizeof(float));
+  if (tracker_ && track) {
+    tracker_->remove(MemoryTier::Device, MemoryCategory::Parameters, (b - a) * int64_t(eb));
+    if (arena_->mixed())
+      tracker_->remove(MemoryTier::Device, MemoryCategory::Workspace, (b - a) * 4);
+  }
 }
 
 void DataParallel::endStep() {

@@ -96,9 +96,7 @@ std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
     add("parallel.offload_optimizer", c.parallel.offload_optimizer,
         "the offloaded optimizer is AdamW with 32-bit state and an fp32 master (optimizer.type "
         "adamw, optimizer.state_bits 32, a policy other than pure_bf16)");
-  if (c.parallel.offload_params != "none")
-    add("parallel.offload_params", c.parallel.offload_params,
-        "parameter offload " + later + " (parallel.offload_optimizer cpu or nvme works)");
+
   if (c.finetune.base_quant == "nf4" && pol == "fp8")
     add("finetune.base_quant", c.finetune.base_quant,
         "an NF4 base multiplies in bf16 GEMMs: use precision.policy bf16 or fp32 with it");
@@ -282,6 +280,12 @@ TrainResult Trainer::run() {
     } else {
       opt = makeOptimizer(config_.optimizer, model->arena(), backend_, &tracker_,
                           dp ? dp->optimizerShard() : OptimizerShard{});
+    }
+    // After the optimizer took its master from the weights: the shard leaves the device.
+    if (dp && config_.parallel.offload_params != "none") {
+      dp->offloadParams(config_.parallel.offload_params, config_.parallel.nvme_path);
+      log("parameters offloaded to " + config_.parallel.offload_params +
+          ": this rank's shard comes to the device with each gathered block");
     }
   } catch (const std::bad_alloc&) {
     return outOfMemory();

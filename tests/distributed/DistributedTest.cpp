@@ -329,6 +329,44 @@ TEST_F(Distributed, OptimizerOffloadToHostAndNvmeTrainsTheSameWeights) {
   EXPECT_LE(maxDiff(w1, weightsAt(finalCheckpoint(rest, 6))), kWeightTol);
 }
 
+TEST_F(Distributed, ParameterOffloadUnderZeroThreeTrainsTheSameWeights) {
+  const fs::path nvme = root_ / "nvme";
+  fs::create_directories(nvme);
+  for (const std::string pol : {"fp32", "bf16"}) {
+    const RunOutput ref = train(
+        "ref" + pol, 1, {"train.micro_batch=16", "precision.policy=" + pol, "train.eval_every=2"});
+    ASSERT_EQ(ref.exitCode, 0) << describe(ref);
+    const Weights w1 = weightsAt(finalCheckpoint(ref, 4));
+    for (const std::string params : {"cpu", "nvme"}) {
+      for (const std::string opt : {"none", "nvme"}) {
+        SCOPED_TRACE(pol + ", params " + params + ", optimizer " + opt);
+        const RunOutput r =
+            train(pol + params + opt, 2,
+                  {"train.micro_batch=8", "precision.policy=" + pol, "train.eval_every=2",
+                   "parallel.zero_stage=3", "parallel.offload_params=" + params,
+                   "parallel.offload_optimizer=" + opt, "parallel.nvme_path=" + nvme.string()});
+        ASSERT_EQ(r.exitCode, 0) << describe(r);
+        // Equal to one rank; bf16 rounds the same sums in another order (one ulp is 2^-8 of a
+        // weight, and the measured difference is 1.2e-7).
+        EXPECT_LE(maxDiff(w1, weightsAt(finalCheckpoint(r, 4))), pol == "fp32" ? kWeightTol : 1e-3);
+        // Between steps the shard is in its tier and the device holds none of it.
+        const json* mem = r.first("memory");
+        ASSERT_TRUE(mem);
+        const size_t eb = pol == "fp32" ? 4 : 2;
+        for (const auto& rk : mem->at("ranks")) {
+          const json& t = rk.at("tiers");
+          EXPECT_EQ(t.at("device").at("parameters").at("current"), 0);
+          const int64_t there =
+              t.at(params == "cpu" ? "host" : "nvme").at("parameters").at("current").get<int64_t>();
+          EXPECT_GT(there, 0);
+          EXPECT_EQ(there % int64_t(eb), 0);
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(fs::is_empty(nvme));
+}
+
 TEST_F(Distributed, AMissingOffloadDirectoryFailsBeforeTraining) {
   const std::string missing = (root_ / "no" / "such").string();
   const RunOutput r = train("missing", 2,

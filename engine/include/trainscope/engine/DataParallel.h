@@ -71,6 +71,12 @@ class DataParallel {
   // gathered, or given back.
   void gatherResident();
   void releaseResident();
+  // ZeRO-3 parameter offload (parallel.offload_params cpu | nvme): the shard's stored weights
+  // live in host memory or a file (dir/rank<r>/params.bin) between uses; a group's part comes to
+  // the device when the group is gathered and leaves with it, all of it around the optimizer
+  // step. Call once after construction. Throws OffloadError for a bad directory.
+  void offloadParams(const std::string& where, const std::string& dir);
+
   // Checkpoints: stage 3 gathers every group (all weights whole on every rank), then gives the
   // unowned pages back; after loading whole weights, reshard() gives them back again.
   void gatherAll();
@@ -116,6 +122,16 @@ class DataParallel {
   std::vector<Group> groups_;
   std::vector<std::unique_ptr<Communicator::Pending>> pending_;
   Tensor scratch_;  // reduce-scatter output of one group
+  // Parameter offload.
+  void fetchOwned(int64_t a, int64_t b);  // value space, inside the shard: host -> device
+  void storeOwned(int64_t a, int64_t b);  // device -> host
+  void dropOwned(int64_t a, int64_t b, bool track = true);
+  bool paramsOffloaded() const { return !paramWhere_.empty(); }
+  void reshardOutside();
+  std::string paramWhere_;
+  std::unique_ptr<kernels::Backend> hostBackend_;  // before hostParams_: it must outlive it
+  Tensor hostParams_;
+  std::unique_ptr<class OffloadStore> paramStore_;
 };
 
 }  // namespace ts::engine
