@@ -321,10 +321,17 @@ int runMain(const RunOptions& o) {
   backend->setThreads(config.device.threads);
   ro.backend = backend->name();
   ro.ranks = world;
-  std::unique_ptr<engine::Communicator> comm;
+  std::unique_ptr<engine::Communicator> bootstrap, comm;  // comm (NCCL) goes first
   if (world > 1) {
     try {
       comm = engine::makeMpiCommunicator(backend.get());
+      // GPU ranks talk through NCCL (one device per rank on each machine), bootstrapped over MPI.
+      if (backend->kind() == kernels::DeviceKind::Cuda && engine::ncclCompiled()) {
+        int local = 0;
+        if (const char* l = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) local = std::atoi(l);
+        bootstrap = std::move(comm);
+        comm = engine::makeNcclCommunicator(bootstrap.get(), local);
+      }
     } catch (const std::exception& e) {
       emit(core::EventType::Error, {{"message", e.what()}, {"fatal", true}}, false);
       return finish("failed", "MPI did not start", kExitRunFailed);
