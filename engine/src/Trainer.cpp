@@ -651,10 +651,21 @@ TrainResult Trainer::run() {
           ? profiler::ProfileSchedule(config_.profile.wait, config_.profile.warmup,
                                       config_.profile.active, config_.profile.repeat)
           : profiler::ProfileSchedule());
+  // Several ranks: every rank profiles the same steps; rank 0 gathers their timelines and
+  // emits each rank's batches (the timeline's lane groups), its own summary first.
   auto emitWindow = [&](const profiler::ProfileWindow& w) {
+    auto mine = profiler::kernelsBatches(w, rank, profiler::Tracer::instance().epochUnixNs());
+    if (ranks > 1) {
+      const auto all = comm->gatherStrings(nlohmann::json(mine).dump(), 0);
+      if (rank != 0) return;
+      emit(EventType::KernelSummary, profiler::toJson(profiler::summarize(w, 0)));
+      for (const auto& text : all)
+        for (auto& batch : nlohmann::json::parse(text))
+          emit(EventType::Kernels, std::move(batch), true);
+      return;
+    }
     emit(EventType::KernelSummary, profiler::toJson(profiler::summarize(w, 0)));
-    for (auto& batch : profiler::kernelsBatches(w, 0, profiler::Tracer::instance().epochUnixNs()))
-      emit(EventType::Kernels, std::move(batch), true);
+    for (auto& batch : mine) emit(EventType::Kernels, std::move(batch), true);
   };
 
   // ---- Loop ---------------------------------------------------------------------------------

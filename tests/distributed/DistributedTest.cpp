@@ -459,7 +459,11 @@ TEST_F(Distributed, CheckpointFromTwoRanksResumesOnFourAndOnOne) {
 
 TEST_F(Distributed, RankZeroAloneRecordsAndTheEngineStartsMpirunItself) {
   // parallel.ranks 2 without mpirun: the engine relaunches itself under it.
-  const RunOutput r = train("self", 2, {"train.micro_batch=8", "parallel.zero_stage=1"}, "", false);
+  const RunOutput r =
+      train("self", 2,
+            {"train.micro_batch=8", "parallel.zero_stage=1", "train.steps=6",
+             "profile.enabled=true", "profile.wait=2", "profile.warmup=1", "profile.active=2"},
+            "", false);
   ASSERT_EQ(r.exitCode, 0) << describe(r);
   int hellos = 0, finished = 0;
   for (const auto& e : r.events) {
@@ -469,6 +473,18 @@ TEST_F(Distributed, RankZeroAloneRecordsAndTheEngineStartsMpirunItself) {
   EXPECT_EQ(hellos, 1);  // one event stream: rank 0's
   EXPECT_EQ(finished, 1);
   EXPECT_EQ(r.first("hello")->at("ranks"), 2);
+  // The profiled window's timeline of every rank, communication as its own category.
+  std::map<int, int> commSpans;
+  for (const auto& e : r.events) {
+    if (e.value("type", "") != "kernels") continue;
+    const int rank = e.value("rank", -1);
+    commSpans[rank] += 0;
+    for (const auto& sp : e.at("spans"))
+      if (sp.value("cat", "") == "communication") ++commSpans[rank];
+  }
+  ASSERT_EQ(commSpans.size(), 2u);
+  EXPECT_GT(commSpans[0], 0);
+  EXPECT_GT(commSpans[1], 0);
   auto store = ts::core::RunStore::open((root_ / "runs.db").string());
   const auto runs = store.listRuns({});
   ASSERT_EQ(runs.size(), 1u);
