@@ -22,17 +22,23 @@
 # A second table gives the single-rank baseline at the same global batch (micro-batch 8·N) for
 # scale. On a 2-core machine the 4-rank runs are oversubscribed, so their step times are not a
 # scaling result.
-# Usage: bench/distributed.sh [--steps N] [--warmup K] [--engine PATH] [--out FILE]
+# A third table: NVMe offload of the optimizer (2 ranks, ZeRO-2, parallel.offload_optimizer nvme
+# in --nvme DIR): bytes read and written per step, time in I/O calls (summed over the store's I/O
+# threads), time the step waited for them, and the I/O threads' rate next to the directory's raw
+# sequential write/read rate measured in the same run (`trainscope-engine bench --disk`).
+# Usage: bench/distributed.sh [--steps N] [--warmup K] [--engine PATH] [--out FILE] [--nvme DIR]
 #   --steps N      training steps per run (default 30)
 #   --warmup K     leading steps left out of the means (default 5)
 #   --engine PATH  trainscope-engine binary (default build/default/engine/trainscope-engine)
 #   --out FILE     also write the tables as markdown to FILE
+#   --nvme DIR     directory for the NVMe offload run (default: a temporary one)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ENGINE="$ROOT/build/default/engine/trainscope-engine"
 STEPS=30
 WARMUP=5
 OUT_FILE=""
+NVME_DIR=""
 RANKS="2 4"
 STAGES="0 1 2 3"
 MICRO=8
@@ -44,6 +50,7 @@ while [ $# -gt 0 ]; do
     --warmup) WARMUP="${2:?--warmup needs a value}"; shift 2 ;;
     --engine) ENGINE="${2:?--engine needs a value}"; shift 2 ;;
     --out) OUT_FILE="${2:?--out needs a value}"; shift 2 ;;
+    --nvme) NVME_DIR="${2:?--nvme needs a value}"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "distributed.sh: unknown option $1" >&2; usage; exit 2 ;;
   esac
@@ -101,3 +108,28 @@ echo >&2
 python3 "$ROOT/bench/distributed_report.py" "$WORK" --warmup "$WARMUP" --ranks "$RANKS" \
   --stages "$STAGES" --micro-batch "$MICRO" ${OUT_FILE:+--out "$OUT_FILE"} \
   --title "ZeRO communication per step (trainscope-engine, fp32, $(nproc) cores, $STEPS steps)"
+
+# ---- NVMe offload against the raw disk --------------------------------------------------------
+NVME="${NVME_DIR:-$WORK/nvme}"
+mkdir -p "$NVME"
+"$ENGINE" run "$PRESET" --db "$WORK/nvme.sqlite" --run-dir "$WORK/nvme-run" "${COMMON[@]}" \
+  --set train.micro_batch="$MICRO" --set parallel.ranks=2 --set parallel.zero_stage=2 \
+  --set parallel.offload_optimizer=nvme --set parallel.nvme_path="$NVME" \
+  >"$WORK/nvme.ndjson" 2>"$WORK/nvme.err" || { tail -20 "$WORK/nvme.err" >&2; exit 1; }
+"$ENGINE" bench --disk "$NVME" --disk-mib 256 --json | tail -1 >"$WORK/disk.json"
+python3 - "$WORK/nvme.ndjson" "$WORK/disk.json" "$WARMUP" "$NVME" <<'PY' | tee -a "${OUT_FILE:-/dev/null}"
+import json, sys
+events = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+disk = json.load(open(sys.argv[2]))
+warm = int(sys.argv[3])
+steps = [e for e in events if e.get("type") == "step"][warm:]
+mean = lambda k: sum(e.get(k, 0) for e in steps) / max(1, len(steps))
+rd, wr, io, wait = (mean(k) for k in ("offload_read_bytes", "offload_write_bytes",
+                                      "offload_io_ms", "offload_wait_ms"))
+rate = (rd + wr) / (io / 1000) if io > 0 else float("nan")
+print(f"\nNVMe offload (rank 0, 2 ranks, ZeRO-2, {sys.argv[4]}), mean over {len(steps)} steps\n")
+print("| read B/step | written B/step | I/O ms (threads) | waited ms | I/O-thread MB/s | raw write MB/s | raw read MB/s |")
+print("|---|---|---|---|---|---|---|")
+print(f"| {rd:.0f} | {wr:.0f} | {io:.2f} | {wait:.2f} | {rate / 1e6:.0f} | "
+      f"{disk['write_bytes_per_s'] / 1e6:.0f} | {disk['read_bytes_per_s'] / 1e6:.0f} |")
+PY

@@ -5,6 +5,7 @@
 #include "Commands.h"
 #include "trainscope/engine/Bench.h"
 #include "trainscope/engine/Capabilities.h"
+#include "trainscope/engine/OffloadStore.h"
 
 namespace ts::app {
 
@@ -12,6 +13,8 @@ void addBenchCommand(CLI::App& app, int& exitCode) {
   auto opts = std::make_shared<engine::BenchOptions>();
   auto json = std::make_shared<bool>(false);
   auto precision = std::make_shared<bool>(false);
+  auto disk = std::make_shared<std::string>();
+  auto diskMiB = std::make_shared<int64_t>(256);
   auto* cmd = app.add_subcommand("bench", "Benchmark training throughput against the GEMM peak");
   cmd->add_option("--threads", opts->threads, "Thread counts to run (default 1 2)");
   cmd->add_option("--steps", opts->steps, "Timed steps per shape (best is reported)");
@@ -21,7 +24,28 @@ void addBenchCommand(CLI::App& app, int& exitCode) {
                 "pure_bf16): tokens/s and peak "
                 "memory on one shape");
   cmd->add_flag("--json", *json, "Print the results as JSON after the table");
-  cmd->callback([opts, json, precision, &exitCode] {
+  cmd->add_option("--disk", *disk,
+                  "Only the raw sequential write and read rate of this directory (what NVMe "
+                  "offload is compared against), in MB/s");
+  cmd->add_option("--disk-mib", *diskMiB, "Size of the --disk test file in MiB (default 256)");
+  cmd->callback([opts, json, precision, disk, diskMiB, &exitCode] {
+    if (!disk->empty()) {
+      try {
+        const auto [w, r] = engine::measureDiskRate(*disk, *diskMiB << 20);
+        std::cout << "disk " << *disk << ": write " << w / 1e6 << " MB/s, read " << r / 1e6
+                  << " MB/s (" << *diskMiB << " MiB, sequential)\n";
+        if (*json)
+          std::cout << nlohmann::json(
+                           {{"dir", *disk}, {"write_bytes_per_s", w}, {"read_bytes_per_s", r}})
+                           .dump()
+                    << "\n";
+        exitCode = kExitOk;
+      } catch (const std::exception& e) {
+        std::cerr << "trainscope-engine bench --disk: " << e.what() << "\n";
+        exitCode = kExitBadInput;
+      }
+      return;
+    }
     engine::ensurePassiveOmpWaitPolicy();
     auto caps = engine::capabilitiesJson();
     std::cout << "CPU: " << caps["cpu"]["model"].get<std::string>() << " features:";
