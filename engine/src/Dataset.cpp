@@ -152,6 +152,13 @@ std::string resolveTokenizerPath(const core::RunConfig& config) {
   return HfTokenizer::findIn(config.finetune.base_checkpoint);
 }
 
+void Dataset::nextTrainRows(int32_t* inputs, int32_t* targets, int B, int T, int first, int count) {
+  std::vector<int32_t> in(size_t(B) * size_t(T)), tg(in.size());
+  nextTrainBatch(in.data(), tg.data(), B, T);
+  std::copy(in.begin() + size_t(first) * T, in.begin() + size_t(first + count) * T, inputs);
+  std::copy(tg.begin() + size_t(first) * T, tg.begin() + size_t(first + count) * T, targets);
+}
+
 std::unique_ptr<Dataset> makeDataset(const core::RunConfig& config) {
   const core::DataConfig& d = config.data;
   if (!(d.val_fraction >= 0.0 && d.val_fraction < 1.0))

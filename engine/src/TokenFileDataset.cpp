@@ -80,6 +80,11 @@ class TokenFileDataset final : public Dataset {
   }
 
   void nextTrainBatch(int32_t* inputs, int32_t* targets, int B, int T) override {
+    nextTrainRows(inputs, targets, B, T, 0, B);
+  }
+  // Only the rows asked for are read from the file; the cursor advances over all B.
+  void nextTrainRows(int32_t* inputs, int32_t* targets, int B, int T, int first,
+                     int count) override {
     const int64_t windows = windowCount(trainCount_, T);
     if (windows <= 0)
       throw DatasetError(fileWord() + " '" + path_ + "': training part has " +
@@ -98,8 +103,9 @@ class TokenFileDataset final : public Dataset {
         shuffle(windows);
       }
       const int64_t start = perm_[cursor_++] * T;
-      int32_t* in = inputs + static_cast<size_t>(r) * T;
-      int32_t* tg = targets + static_cast<size_t>(r) * T;
+      if (r < first || r >= first + count) continue;
+      int32_t* in = inputs + static_cast<size_t>(r - first) * T;
+      int32_t* tg = targets + static_cast<size_t>(r - first) * T;
       for (int t = 0; t < T; ++t) {
         in[t] = t < len ? tokens_[start + t] : 0;
         tg[t] = t < len ? tokens_[start + t + 1] : -1;

@@ -707,8 +707,6 @@ TrainResult Trainer::run() {
 
   const int64_t perMicro = static_cast<int64_t>(B) * T;
   std::vector<int32_t> inputs(static_cast<size_t>(perMicro * accum)), targets(inputs.size());
-  std::vector<int32_t> globalInputs(ranks > 1 ? inputs.size() * size_t(ranks) : 0),
-      globalTargets(globalInputs.size());
   const int64_t firstStep = step;
   double sumStepMs = 0;
   int64_t stepsHere = 0, tokensHere = 0;
@@ -740,21 +738,17 @@ TrainResult Trainer::run() {
           for (int a = 0; a < accum; ++a)
             data->nextTrainBatch(inputs.data() + a * perMicro, targets.data() + a * perMicro, B, T);
         } else {
-          // Every rank draws the same global micro-batch of ranks * B rows (what one rank with
-          // micro_batch ranks * B would see) and trains rows [rank * B, (rank + 1) * B).
-          for (int a = 0; a < accum; ++a) {
-            int32_t* gi = globalInputs.data() + a * perMicro * ranks;
-            int32_t* gt = globalTargets.data() + a * perMicro * ranks;
-            data->nextTrainBatch(gi, gt, B * ranks, T);
-            std::copy(gi + rank * perMicro, gi + (rank + 1) * perMicro,
-                      inputs.data() + a * perMicro);
-            std::copy(gt + rank * perMicro, gt + (rank + 1) * perMicro,
-                      targets.data() + a * perMicro);
-          }
+          // The global micro-batch is ranks * B rows (what one rank with micro_batch ranks * B
+          // would see); this rank reads rows [rank * B, (rank + 1) * B) of it.
+          for (int a = 0; a < accum; ++a)
+            data->nextTrainRows(inputs.data() + a * perMicro, targets.data() + a * perMicro,
+                                B * ranks, T, rank * B, B);
         }
       }
       int64_t total = 0;
-      for (int32_t t : ranks == 1 ? targets : globalTargets) total += t >= 0 ? 1 : 0;
+      for (int32_t t : targets) total += t >= 0 ? 1 : 0;
+      // The loss is normalized by the global batch's target tokens.
+      if (ranks > 1) total = static_cast<int64_t>(comm->allReduceSum(static_cast<double>(total)));
       // Gradient accumulation: every token loss is divided by the total number of target tokens
       // of the whole step, not by each micro-batch's own count.
       // fp16: the loss (hence every gradient) is multiplied by the loss scale before backward.

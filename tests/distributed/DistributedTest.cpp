@@ -233,6 +233,35 @@ TEST_F(Distributed, GradientAccumulationAndMixedPrecisionMatchOneRank) {
   }
 }
 
+TEST_F(Distributed, RanksReadTheirRowsOfATextFile) {
+  // A text file: each rank reads only its rows of the global batch, and the loss is normalized
+  // over the whole batch's targets, so the weights are one rank's.
+  const fs::path text = root_ / "corpus.txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 400; ++i)
+      f << "line " << i << ": the quick brown fox jumps over the lazy dog " << i * 7919 % 1000
+        << "\n";
+  }
+  const std::vector<std::string> data = {"data.source=text", "data.path=" + text.string(),
+                                         "model.vocab=256", "model.seq_len=32"};
+  auto with = [&](std::vector<std::string> s) {
+    s.insert(s.end(), data.begin(), data.end());
+    return s;
+  };
+  const RunOutput ref = train("ref", 1, with({"train.micro_batch=16"}));
+  ASSERT_EQ(ref.exitCode, 0) << describe(ref);
+  for (int stage : {0, 2}) {
+    const RunOutput r =
+        train("z" + std::to_string(stage), 2,
+              with({"train.micro_batch=8", "parallel.zero_stage=" + std::to_string(stage)}));
+    ASSERT_EQ(r.exitCode, 0) << describe(r);
+    EXPECT_LE(maxDiff(weightsAt(finalCheckpoint(ref, 4)), weightsAt(finalCheckpoint(r, 4))),
+              kWeightTol)
+        << "stage " << stage;
+  }
+}
+
 TEST_F(Distributed, LoraAdaptersShardOverAFrozenBase) {
   // LoRA on a frozen (random) base: the adapters' state is sharded; stage 3 shards the base too.
   const std::vector<std::string> lora = {"finetune.lora.r=4",

@@ -35,6 +35,10 @@ class Dataset {
   // Next training batch: inputs/targets are B*T row-major; targets -1 = ignored position.
   // Inputs at ignored positions are still valid ids (< vocabSize()).
   virtual void nextTrainBatch(int32_t* inputs, int32_t* targets, int B, int T) = 0;
+  // Rows [first, first + count) of the next B-row batch (a data-parallel rank's share): the
+  // data position advances by the whole batch, so every rank stays in step, but only these rows
+  // are read. inputs/targets hold count*T. By default the whole batch is drawn and cut.
+  virtual void nextTrainRows(int32_t* inputs, int32_t* targets, int B, int T, int first, int count);
   // Validation batches are fixed (independent of training progress and difficulty).
   // 0 when there is no validation data (val_fraction 0).
   virtual int64_t valBatchCount(int B, int T) const = 0;
