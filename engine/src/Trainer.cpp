@@ -670,6 +670,7 @@ TrainResult Trainer::run() {
 
   // ---- Loop ---------------------------------------------------------------------------------
   bool paused = false, stopRequested = false, ckptRequested = false;
+  int profileAsk = 0;  // steps a profile command asked for (applied in syncControl)
   auto drainCommands = [&] {
     std::deque<core::Command> cmds;
     {
@@ -693,9 +694,9 @@ TrainResult Trainer::run() {
           ckptRequested = true;
           break;
         case core::CommandType::Profile:
-          profile.requestSteps(c.steps > 0                  ? c.steps
-                               : config_.profile.active > 0 ? config_.profile.active
-                                                            : 3);
+          profileAsk = c.steps > 0                  ? c.steps
+                       : config_.profile.active > 0 ? config_.profile.active
+                                                    : 3;
           log("profiling the next " + std::to_string(c.steps > 0 ? c.steps : 3) + " steps");
           break;
         default:
@@ -704,6 +705,22 @@ TrainResult Trainer::run() {
     }
   };
   auto interrupted = [&] { return options_.interrupt && options_.interrupt->load(); };
+  // Commands reach rank 0 only (mpirun forwards stdin there) and signals may reach ranks at
+  // different steps: every decision that starts or skips collectives (stop, pause, an extra
+  // checkpoint, a profiled window) is agreed on by all ranks at the step boundary.
+  auto syncControl = [&] {
+    if (ranks > 1) {
+      const bool stop = stopRequested || interrupted();
+      stopRequested = comm->allReduceMax(stop ? 1.0 : 0.0) > 0;
+      // Rank 0's word (the others offer -1): it alone reads the commands.
+      auto fromRoot = [&](double v) { return comm->allReduceMax(rank == 0 ? v : -1.0); };
+      paused = fromRoot(paused ? 1.0 : 0.0) > 0;
+      ckptRequested = fromRoot(ckptRequested ? 1.0 : 0.0) > 0;
+      profileAsk = static_cast<int>(fromRoot(static_cast<double>(profileAsk)));
+    }
+    if (profileAsk > 0) profile.requestSteps(profileAsk);
+    profileAsk = 0;
+  };
 
   const int64_t perMicro = static_cast<int64_t>(B) * T;
   std::vector<int32_t> inputs(static_cast<size_t>(perMicro * accum)), targets(inputs.size());
@@ -714,11 +731,15 @@ TrainResult Trainer::run() {
 
   while (step < config_.train.steps) {
     drainCommands();
-    while (paused && !stopRequested && !interrupted()) {
+    syncControl();
+    // Several ranks stop on the agreed flag only (a signal seen by one rank alone waits a step).
+    auto stopNow = [&] { return stopRequested || (ranks == 1 && interrupted()); };
+    while (paused && !stopNow()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       drainCommands();
+      syncControl();
     }
-    if (stopRequested || interrupted()) break;
+    if (stopNow()) break;
 
     profile.beginStep(step);
     profiler::Tracer::instance().setStep(step);
@@ -876,6 +897,7 @@ TrainResult Trainer::run() {
     const bool last = step >= config_.train.steps;
     if ((config_.train.eval_every > 0 && step % config_.train.eval_every == 0) || last) evaluate();
     drainCommands();
+    syncControl();
     if (!last &&
         ((config_.train.checkpoint_every > 0 && step % config_.train.checkpoint_every == 0) ||
          ckptRequested)) {

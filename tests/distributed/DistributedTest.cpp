@@ -10,11 +10,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -71,6 +73,32 @@ Proc start(const std::vector<std::string>& args, const fs::path& out, const fs::
     ::execvp(argv[0], argv.data());
     ::_exit(127);
   }
+  return p;
+}
+
+// As start(), with the child's stdin a pipe: *in receives its write end.
+Proc startWithInput(const std::vector<std::string>& args, const fs::path& out, const fs::path& err,
+                    int* in) {
+  int fds[2];
+  if (::pipe(fds) != 0) return {};
+  Proc p;
+  p.pid = ::fork();
+  if (p.pid == 0) {
+    ::setpgid(0, 0);
+    const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fds[0], 0);
+    ::dup2(o, 1);
+    ::dup2(e, 2);
+    ::close(fds[1]);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(fds[0]);
+  *in = fds[1];
   return p;
 }
 
@@ -557,4 +585,69 @@ TEST_F(Distributed, AKilledRankEndsTheRunFailedWithItsLastCheckpoint) {
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0].status, "failed");
   EXPECT_NE(runs[0].reason.find("last checkpoint"), std::string::npos) << runs[0].reason;
+}
+
+TEST_F(Distributed, CommandsToRankZeroReachEveryRank) {
+  // The app's commands arrive on rank 0's stdin only; pause, a profile request, a checkpoint and
+  // stop must be taken by every rank at the same step, or the ranks' collectives would differ.
+  std::vector<std::string> args = mpirun(2);
+  const fs::path dir = root_ / "cmd";
+  args.insert(args.end(),
+              {kEngine, "run", kPreset, "--db", (root_ / "runs.db").string(), "--run-dir",
+               dir.string(), "--set", "parallel.ranks=2", "--set", "parallel.zero_stage=3", "--set",
+               "device.threads=1", "--set", "train.micro_batch=8", "--set", "train.steps=1000000",
+               "--set", "train.eval_every=0"});
+  int in = -1;
+  Proc p = startWithInput(args, root_ / "cmd.out", root_ / "cmd.err", &in);
+  ASSERT_GT(in, 0);
+  auto stepsSoFar = [&] {
+    int n = 0;
+    std::ifstream f(root_ / "cmd.out");
+    for (std::string line; std::getline(f, line);)
+      n += line.find("\"type\":\"step\"") != std::string::npos;
+    return n;
+  };
+  auto send = [&](const std::string& line) {
+    const std::string l = line + "\n";
+    ASSERT_EQ(::write(in, l.data(), l.size()), ssize_t(l.size()));
+  };
+  auto waitSteps = [&](int n) {
+    for (int i = 0; i < 3000 && stepsSoFar() < n; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  waitSteps(3);
+  send(R"({"cmd":"pause"})");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const int paused = stepsSoFar();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_LE(stepsSoFar(), paused + 1);  // at most the step in flight
+  send(R"({"cmd":"resume"})");
+  send(R"({"cmd":"profile","steps":2})");
+  send(R"({"cmd":"checkpoint"})");
+  waitSteps(paused + 6);
+  send(R"({"cmd":"stop"})");
+  bool timedOut = false;
+  const int code = p.wait(60, &timedOut);
+  ::close(in);
+  ASSERT_FALSE(timedOut) << readText(root_ / "cmd.err");
+  EXPECT_EQ(code, 0) << readText(root_ / "cmd.err");
+  RunOutput r;
+  std::ifstream f(root_ / "cmd.out");
+  for (std::string line; std::getline(f, line);)
+    if (!line.empty()) r.events.push_back(json::parse(line, nullptr, false));
+  std::set<int> profiledRanks;
+  std::vector<std::string> reasons;
+  for (const auto& e : r.events) {
+    if (e.value("type", "") == "kernels") profiledRanks.insert(e.value("rank", -1));
+    if (e.value("type", "") == "checkpoint") reasons.push_back(e.value("reason", ""));
+  }
+  EXPECT_EQ(profiledRanks, (std::set<int>{0, 1}));
+  EXPECT_NE(std::find(reasons.begin(), reasons.end(), "requested"), reasons.end());
+  ASSERT_FALSE(reasons.empty());
+  EXPECT_EQ(reasons.back(), "stopped");
+  const json* fin = nullptr;
+  for (const auto& e : r.events)
+    if (e.value("type", "") == "finished") fin = &e;
+  ASSERT_TRUE(fin);
+  EXPECT_EQ(fin->value("status", ""), "stopped");
 }
