@@ -424,6 +424,22 @@ TEST_F(Distributed, ParameterOffloadUnderZeroThreeTrainsTheSameWeights) {
   EXPECT_TRUE(fs::is_empty(nvme));
 }
 
+TEST_F(Distributed, RanksDifferentFromTheConfigAreABadInput) {
+  // mpirun -np 2 but parallel.ranks 3: refused before training, naming the key and what to do.
+  std::vector<std::string> args = mpirun(2);
+  args.insert(args.end(), {kEngine, "run", kPreset, "--db", (root_ / "runs.db").string(),
+                           "--run-dir", (root_ / "mismatch").string(), "--set", "parallel.ranks=3",
+                           "--set", "device.threads=1"});
+  Proc p = start(args, root_ / "mismatch.out", root_ / "mismatch.err");
+  EXPECT_EQ(p.wait(120), 2);
+  const std::string out = readText(root_ / "mismatch.out");
+  EXPECT_NE(out.find("parallel.ranks is 3 but the engine was started on 2 rank(s)"),
+            std::string::npos)
+      << out.substr(0, 2000);
+  EXPECT_NE(out.find("mpirun -np 3"), std::string::npos);
+  EXPECT_EQ(out.find("\"type\":\"step\""), std::string::npos);
+}
+
 TEST_F(Distributed, AMissingOffloadDirectoryFailsBeforeTraining) {
   const std::string missing = (root_ / "no" / "such").string();
   const RunOutput r = train("missing", 2,

@@ -35,8 +35,7 @@ int64_t modelStates(const RankMemory& r) {
 int64_t modelStatesKept(const RankMemory& r) {
   int64_t s = 0;
   for (auto t : {MemoryTier::Device, MemoryTier::Host, MemoryTier::Nvme}) {
-    s += r.at(t, MemoryCategory::Parameters).current +
-         r.at(t, MemoryCategory::Gradients).current +
+    s += r.at(t, MemoryCategory::Parameters).current + r.at(t, MemoryCategory::Gradients).current +
          r.at(t, MemoryCategory::OptimizerState).current;
   }
   return s;
@@ -97,8 +96,7 @@ TEST(Estimator, ModelStatesFollowZeroForEveryStage) {
       for (const auto& r : e.report.ranks) {
         // Exactly the formula over the layout's Ψ (every rank holds an equal shard).
         EXPECT_NEAR(static_cast<double>(modelStatesKept(r)),
-                    zeroModelStateBytes(ranks > 1 && stage >= 1 ? padded : psi, ranks, stage),
-                    0.5)
+                    zeroModelStateBytes(ranks > 1 && stage >= 1 ? padded : psi, ranks, stage), 0.5)
             << "ranks " << ranks << " stage " << stage;
         EXPECT_GE(modelStates(r), modelStatesKept(r));
       }
