@@ -359,22 +359,14 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Opti
       for (auto& [name, t] : optimizer->state()) {
         // A master the writer did not keep (fp32 without ZeRO) starts from the weights.
         if (remap && name == "master" && !of.has(name)) continue;
-        if (remap) {
-          const size_t eb = of.has(name) ? stateElementBytes(of.entry(name).dtype) : 0;
-          if (!of.has(name) || eb == 0 ||
-              of.entry(name).end - of.entry(name).begin != size_t(src.second) * eb)
-            throw CheckpointError((dir / "optimizer.safetensors").string() + ": state '" + name +
-                                  "' is missing or does not match the layout in state.json");
-          if (of.entry(name).dtype != stateDtype(t->dtype()))
-            throw CheckpointError((dir / "optimizer.safetensors").string() + ": state '" + name +
-                                  "' is " + of.entry(name).dtype + ", the run keeps it as " +
-                                  stateDtype(t->dtype()) + " (different precision policy?)");
-          continue;
-        }
-        if (!of.has(name) ||
-            of.entry(name).end - of.entry(name).begin != static_cast<size_t>(t->bytes()))
+        // Remapped: the whole buffer in the writer's layout; else exactly this run's tensor.
+        const size_t eb = of.has(name) ? stateElementBytes(of.entry(name).dtype) : 0;
+        const size_t want = remap ? size_t(src.second) * eb : static_cast<size_t>(t->bytes());
+        if (!of.has(name) || (remap && eb == 0) ||
+            of.entry(name).end - of.entry(name).begin != want)
           throw CheckpointError((dir / "optimizer.safetensors").string() + ": state '" + name +
-                                "' is missing or has the wrong size");
+                                (remap ? "' is missing or does not match the layout in state.json"
+                                       : "' is missing or has the wrong size"));
         if (of.entry(name).dtype != stateDtype(t->dtype()))
           throw CheckpointError((dir / "optimizer.safetensors").string() + ": state '" + name +
                                 "' is " + of.entry(name).dtype + ", the run keeps it as " +
