@@ -15,6 +15,7 @@ PACKAGES=(
   qt6-base-dev qt6-base-dev-tools qt6-charts-dev         # desktop app: Qt Widgets + Charts
   libqt6opengl6-dev libgl-dev                            # Qt6Charts' CMake package requires Qt6OpenGL
   xvfb xauth fonts-dejavu-core                           # GUI tests and screenshots
+  clang libclang-rt-14-dev libomp-14-dev                 # fuzzing (libFuzzer + sanitizers, OpenMP for clang)
 )
 if [ "${1:-}" = "--list" ]; then
   printf '%s\n' "${PACKAGES[@]}"
