@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../support/WaitUntil.h"
 #include "trainscope/core/Config.h"
 
 namespace fs = std::filesystem;
@@ -28,7 +29,8 @@ struct Child {
   std::vector<std::string> lines;
 
   // Reads until a line satisfies `pred` (true) or EOF/timeout (false).
-  bool readUntil(const std::function<bool(const std::string&)>& pred, double seconds = 60) {
+  bool readUntil(const std::function<bool(const std::string&)>& pred,
+                 double seconds = testsupport::kWaitCapMs / 1000.0) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
     for (;;) {
       size_t nl;

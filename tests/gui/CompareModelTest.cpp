@@ -15,6 +15,7 @@
 #include <QTest>
 
 #include "CompareTestRuns.h"
+#include "GuiTestUtil.h"
 #include "trainscope/gui/CompareModel.h"
 
 using namespace ts::gui;
@@ -243,16 +244,16 @@ TEST_F(CompareModelTest, LoadsOnWorkerAndReportsErrors) {
   QSignalSpy loaded(&m, &CompareModel::loaded);
   QSignalSpy failed(&m, &CompareModel::failed);
   m.load({idA_, idB_, idLong_});
-  ASSERT_TRUE(loaded.wait(30000));
+  ASSERT_TRUE(loaded.wait(testutil::kWaitCapMs));
   EXPECT_EQ(m.runCount(), 3);
   EXPECT_EQ(m.summaryModel()->columnCount(), 4);
   EXPECT_FALSE(m.loading());
 
   m.load({idA_});
-  ASSERT_TRUE(failed.wait(30000));
+  ASSERT_TRUE(failed.wait(testutil::kWaitCapMs));
   EXPECT_TRUE(failed.takeFirst().at(0).toString().contains("two"));
   m.load({idA_, 987654});
-  ASSERT_TRUE(failed.wait(30000));
+  ASSERT_TRUE(failed.wait(testutil::kWaitCapMs));
   EXPECT_TRUE(failed.takeFirst().at(0).toString().contains("987654"));
   EXPECT_EQ(m.runCount(), 3);  // a failed load leaves the last comparison in place
 
@@ -260,7 +261,7 @@ TEST_F(CompareModelTest, LoadsOnWorkerAndReportsErrors) {
   loaded.clear();
   m.load({idA_, idLong_});
   m.load({idA_, idB_});
-  ASSERT_TRUE(loaded.wait(30000));
+  ASSERT_TRUE(loaded.wait(testutil::kWaitCapMs));
   for (int i = 0; i < 50 && m.loading(); ++i) QTest::qWait(20);
   EXPECT_EQ(loaded.size(), 1);
   ASSERT_EQ(m.runCount(), 2);

@@ -56,7 +56,7 @@ class ComparePageTest : public ::testing::Test {
   void load(RunsPage& page) {
     QSignalSpy spy(page.browser(), &RunsBrowser::detailsLoaded);  // configs: badges, search
     page.reload();
-    ASSERT_TRUE(spy.wait(30000));
+    ASSERT_TRUE(spy.wait(testutil::kWaitCapMs));
     for (int i = 0; i < 500 && page.browser()->busy(); ++i) QTest::qWait(10);
   }
   void waitExtras(RunsPage& page, int64_t id) {
@@ -190,7 +190,7 @@ TEST_F(ComparePageTest, ResumeAndTraceFollowTheRunsCheckpointsAndProfile) {
   QTemporaryDir out;
   const QString path = out.filePath("alpha-trace.json");
   page.browser()->exportTrace(idAlpha_, path);
-  ASSERT_TRUE(done.wait(30000));
+  ASSERT_TRUE(done.wait(testutil::kWaitCapMs));
   ASSERT_TRUE(done.at(0).at(0).toBool()) << done.at(0).at(1).toString().toStdString();
   QFile f(path);
   ASSERT_TRUE(f.open(QIODevice::ReadOnly));
@@ -201,7 +201,7 @@ TEST_F(ComparePageTest, ResumeAndTraceFollowTheRunsCheckpointsAndProfile) {
   EXPECT_EQ(names, (std::set<std::string>{"matmul_fwd", "attention_fwd", "adamw_step"}));
   done.clear();
   page.browser()->exportTrace(idGamma_, out.filePath("gamma.json"));
-  ASSERT_TRUE(done.wait(30000));
+  ASSERT_TRUE(done.wait(testutil::kWaitCapMs));
   EXPECT_FALSE(done.at(0).at(0).toBool());
   EXPECT_TRUE(done.at(0).at(1).toString().contains("no profile"));
   EXPECT_FALSE(QFile::exists(out.filePath("gamma.json")));
@@ -214,7 +214,7 @@ TEST_F(ComparePageTest, ComparePageFillsWithTwoRuns) {
   ASSERT_TRUE(QTest::qWaitForWindowExposed(&page));
   QSignalSpy loaded(page.model(), &CompareModel::loaded);
   page.compareRuns({idAlpha_, idBeta_});
-  ASSERT_TRUE(loaded.wait(30000));
+  ASSERT_TRUE(loaded.wait(testutil::kWaitCapMs));
   using M = CompareModel::Metric;
   for (M m : {M::TrainLoss, M::EvalLoss, M::Lr, M::TokensPerS}) ASSERT_NE(page.chart(m), nullptr);
   // Undownsampled runs: one mean series per run, one point per step (eval: per eval).
@@ -236,7 +236,7 @@ TEST_F(ComparePageTest, ComparePageFillsWithTwoRuns) {
 
   // A second comparison replaces the charts.
   page.compareRuns({idAlpha_, idBeta_, idGamma_});
-  ASSERT_TRUE(loaded.wait(30000));
+  ASSERT_TRUE(loaded.wait(testutil::kWaitCapMs));
   QCoreApplication::processEvents();
   EXPECT_EQ(page.chart(M::TrainLoss)->pointCount(2), gamma_.steps);
   EXPECT_EQ(page.summaryView()->model()->columnCount(), 4);
@@ -285,7 +285,7 @@ TEST(Screenshots, CompareFp32VsBf16) {
   ASSERT_TRUE(QTest::qWaitForWindowExposed(&page));
   QSignalSpy loaded(page.model(), &CompareModel::loaded);
   page.compareRuns({a, b});
-  ASSERT_TRUE(loaded.wait(30000));
+  ASSERT_TRUE(loaded.wait(testutil::kWaitCapMs));
   saveShot(&page, "compare-fp32-vs-bf16-step");
   page.setAxis(CompareModel::Axis::WallTime);
   saveShot(&page, "compare-fp32-vs-bf16-walltime");

@@ -68,7 +68,7 @@ TEST(EngineE2e, DefaultPresetRunsToCompletion) {
         }
         return !run->isActive();
       },
-      240000))
+      testutil::kWaitCapMs))
       << "the run did not finish in time; last step " << run->lastStep();
   for (const auto& l : run->log())
     std::cerr << l.level.toStdString() << ": " << l.text.toStdString() << "\n";

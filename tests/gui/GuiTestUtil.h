@@ -8,11 +8,15 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "../support/WaitUntil.h"
+
 #ifdef TRAINSCOPE_ENGINE_BIN
 #include "MainWindow.h"
 #endif
 
 namespace ts::gui::testutil {
+
+using testsupport::kWaitCapMs;  // every wait below is on the event, capped only for broken runs
 
 // Where screenshots go: $TRAINSCOPE_SCREENSHOT_DIR, else the build's screenshots/ folder.
 inline QString screenshotDir() {

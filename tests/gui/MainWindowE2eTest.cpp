@@ -31,7 +31,7 @@ MainWindow::Options optionsFor(const QTemporaryDir& tmp) {
 RunDashboard* runToEnd(MainWindow& win, const QStringList& args) {
   RunDashboard* d = win.launch(args);
   if (!d) return nullptr;
-  if (!waitFor([&] { return !d->run()->isActive(); }, 240000)) return nullptr;
+  if (!waitFor([&] { return !d->run()->isActive(); }, testutil::kWaitCapMs)) return nullptr;
   return d;
 }
 
@@ -79,7 +79,7 @@ TEST(MainWindowE2e, ClickOnAProfiledStepOpensItsTimeline) {
         return !page->model()->loading() && page->model()->runId() == d->run()->runId() &&
                page->model()->data() && page->model()->data()->spanCount() > 0;
       },
-      30000))
+      testutil::kWaitCapMs))
       << page->statusText().toStdString();
   auto window = page->model()->data()->windowForStep(first);
   ASSERT_TRUE(window.has_value());
@@ -128,7 +128,7 @@ TEST(MainWindowE2e, ResumeContinuesARunFromItsCheckpoint) {
   emit win.runsPage()->resumeRequested(id, QString::fromStdString(mid));
   ASSERT_EQ(win.liveTabs()->count(), 2) << win.lastError().toStdString();
   RunDashboard* r = win.dashboard(1);
-  ASSERT_TRUE(waitFor([&] { return !r->run()->isActive(); }, 240000));
+  ASSERT_TRUE(waitFor([&] { return !r->run()->isActive(); }, testutil::kWaitCapMs));
   EXPECT_EQ(r->run()->state(), RunState::Completed) << r->run()->finishReason().toStdString();
   EXPECT_EQ(r->run()->lastStep(), 6);
   // Only the steps after the checkpoint were trained again.

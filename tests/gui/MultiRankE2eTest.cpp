@@ -27,7 +27,7 @@ TEST(MultiRankE2e, TwoRanksFromTheApp) {
   RunDashboard* d = win.launch({"--set", "train.steps=4", "--set", "train.eval_every=0"});
   ASSERT_NE(d, nullptr) << win.lastError().toStdString();
   LiveRun* run = d->run();
-  ASSERT_TRUE(waitFor([&] { return !run->isActive(); }, 240000))
+  ASSERT_TRUE(waitFor([&] { return !run->isActive(); }, testutil::kWaitCapMs))
       << "the run did not finish in time; last step " << run->lastStep();
   for (const auto& l : run->log())
     std::cerr << l.level.toStdString() << ": " << l.text.toStdString() << "\n";

@@ -10,6 +10,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "GuiTestUtil.h"
 #include "PlannerPage.h"
 #include "trainscope/core/ConfigExport.h"
 #include "trainscope/core/HfConfig.h"
@@ -212,7 +213,7 @@ TEST(PlannerModel, ControllerCollapsesRequestsToTheLatest) {
     ctl.request(in);
   }
   EXPECT_TRUE(ctl.busy());
-  ASSERT_TRUE(spy.wait(30000));
+  ASSERT_TRUE(spy.wait(testutil::kWaitCapMs));
   QTest::qWait(50);
   ASSERT_FALSE(ctl.busy());
   // The first request was already running; the second was superseded by the third.

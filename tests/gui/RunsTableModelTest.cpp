@@ -13,6 +13,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "GuiTestUtil.h"
 #include "trainscope/core/RunRecorder.h"
 #include "trainscope/core/RunStore.h"
 #include "trainscope/gui/RunsTableModel.h"
@@ -91,12 +92,12 @@ class RunsBrowserTest : public ::testing::Test {
   void load(RunsBrowser& b) {
     QSignalSpy spy(&b, &RunsBrowser::loaded);
     b.reload();
-    ASSERT_TRUE(spy.wait(30000));
+    ASSERT_TRUE(spy.wait(testutil::kWaitCapMs));
   }
   // Waits for one edit's `done` and the reload it triggers.
   std::pair<bool, QString> waitDone(RunsBrowser& b, QSignalSpy& done) {
     if (done.isEmpty()) {
-      EXPECT_TRUE(done.wait(30000));
+      EXPECT_TRUE(done.wait(testutil::kWaitCapMs));
     }
     for (int i = 0; i < 600 && b.busy(); ++i) QTest::qWait(20);
     if (done.isEmpty()) return {false, "no done signal"};

@@ -81,8 +81,8 @@ TEST(TimelineE2e, OpeningThePageLoadsTheNewestRunsProfile) {
   TimelinePage page{RunRepository(run.db.toStdString())};
   QSignalSpy loaded(&page, &TimelinePage::loaded);
   page.show();
-  ASSERT_TRUE(loaded.wait(30000)) << "the page never loaded a profile: "
-                                  << page.statusText().toStdString();
+  ASSERT_TRUE(loaded.wait(testutil::kWaitCapMs))
+      << "the page never loaded a profile: " << page.statusText().toStdString();
   EXPECT_EQ(loaded.at(0).at(0).toLongLong(), id);
   EXPECT_EQ(page.runPicker()->currentData().toLongLong(), id);
   ASSERT_NE(page.model()->data(), nullptr) << page.statusText().toStdString();
@@ -119,7 +119,7 @@ TEST(TimelineE2e, RealProfileLoadsMatchesTheEngineSummaryAndIsScreenshot) {
   page.show();
   QSignalSpy loaded(&page, &TimelinePage::loaded);
   page.showRun(id, firstStep + 1);
-  ASSERT_TRUE(loaded.wait(30000));
+  ASSERT_TRUE(loaded.wait(testutil::kWaitCapMs));
   const TimelineData* d = page.model()->data();
   ASSERT_NE(d, nullptr) << page.statusText().toStdString();
   ASSERT_GT(d->spanCount(), 0u);

@@ -21,6 +21,7 @@
 #include <QWheelEvent>
 #include <nlohmann/json.hpp>
 
+#include "GuiTestUtil.h"
 #include "TimelinePage.h"
 #include "TimelineView.h"
 #include "trainscope/core/RunRecorder.h"
@@ -530,7 +531,7 @@ TEST(TimelineModel, LoadsARunFromTheRunStoreOnAWorkerThread) {
   QSignalSpy failed(&model, &TimelineModel::loadFailed);
   model.loadRun(db, profiled);
   EXPECT_TRUE(model.loading());
-  ASSERT_TRUE(changed.wait(10000));
+  ASSERT_TRUE(changed.wait(testutil::kWaitCapMs));
   EXPECT_EQ(failed.count(), 0);
   const TimelineData* d = model.data();
   ASSERT_NE(d, nullptr);
@@ -564,14 +565,14 @@ TEST(TimelineModel, LoadsARunFromTheRunStoreOnAWorkerThread) {
 
   // No profile, unknown run, missing database: errors as text.
   model.loadRun(db, plain);
-  ASSERT_TRUE(failed.wait(10000));
+  ASSERT_TRUE(failed.wait(testutil::kWaitCapMs));
   EXPECT_TRUE(failed.last().at(0).toString().contains("no profile"));
   EXPECT_EQ(model.data(), nullptr);
   model.loadRun(db, 999);
-  ASSERT_TRUE(failed.wait(10000));
+  ASSERT_TRUE(failed.wait(testutil::kWaitCapMs));
   EXPECT_TRUE(failed.last().at(0).toString().contains("999"));
   model.loadRun(dir.filePath("missing.db").toStdString(), 1);
-  ASSERT_TRUE(failed.wait(10000));
+  ASSERT_TRUE(failed.wait(testutil::kWaitCapMs));
   EXPECT_TRUE(failed.last().at(0).toString().contains("missing.db"))
       << failed.last().at(0).toString().toStdString();
   EXPECT_FALSE(listProfileWindows(dir.filePath("missing.db").toStdString(), 1, &err).size());
@@ -608,7 +609,7 @@ TEST(TimelinePage, WheelZoomsDragPansSelectFillsTheTableClickShowsDetails) {
   page.show();
   QSignalSpy loaded(&page, &TimelinePage::loaded);
   page.showRun(profiled, 6);
-  ASSERT_TRUE(loaded.wait(10000));
+  ASSERT_TRUE(loaded.wait(testutil::kWaitCapMs));
   TimelineView* view = page.view();
   const TimelineData* d = page.model()->data();
   ASSERT_NE(d, nullptr);
@@ -703,7 +704,7 @@ TEST(TimelinePage, WheelZoomsDragPansSelectFillsTheTableClickShowsDetails) {
 
   // A run without a profile: the error is shown, not thrown.
   page.showRun(plain);
-  ASSERT_TRUE(loaded.wait(10000));
+  ASSERT_TRUE(loaded.wait(testutil::kWaitCapMs));
   EXPECT_TRUE(page.statusText().contains("no profile")) << page.statusText().toStdString();
   EXPECT_FALSE(page.exportChromeTrace(dir.filePath("none.json"), &err));
 }

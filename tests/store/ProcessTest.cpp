@@ -8,6 +8,7 @@
 #include <map>
 #include <thread>
 
+#include "../support/WaitUntil.h"
 #include "StoreTestUtil.h"
 #include "trainscope/core/RunStore.h"
 
@@ -50,8 +51,7 @@ TEST(StoreProcess, SigkillMidRunKeepsCommittedStepsAndShowsCrashed) {
   int64_t id = startedId(c);
   ASSERT_GT(id, 0);
   // Wait until a few commits have landed, then kill without warning.
-  for (int i = 0; i < 200 && stepsInDb(db, id) < 300; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(testsupport::waitUntil([&] { return stepsInDb(db, id) >= 300; }));
   c.kill9();
   EXPECT_EQ(c.wait(), 128 + SIGKILL);
 
@@ -189,8 +189,7 @@ TEST(EngineE2E, KillNineRealEngineMidRun) {
     }
   }
   ASSERT_GT(id, 0) << "engine produced no config event with a run_id";
-  for (int i = 0; i < 600 && stepsInDb(db, id) < 20; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  testsupport::waitUntil([&] { return stepsInDb(db, id) >= 20; });
   ASSERT_GE(stepsInDb(db, id), 20);
   c.kill9();
   c.wait();

@@ -21,7 +21,7 @@ TEST(E2eRunCommand, SetBeforeConfigAndMemoryPlanMatchesMeasuredModelStates) {
                      std::string(TRAINSCOPE_PRESET_DIR) + "/default.json", "--db",
                      (dir / "runs.db").string(), "--run-dir", (dir / "run").string()});
     ASSERT_GT(c.pid, 0);
-    const int code = c.wait(120);
+    const int code = c.wait();
     fs::remove_all(dir);
     ASSERT_EQ(code, 0);
     json config, plan, memory;

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../support/TrainerHarness.h"
+#include "../support/WaitUntil.h"
 #include "trainscope/engine/Trainer.h"
 #include "trainscope/kernels/Backend.h"
 
@@ -48,7 +49,8 @@ struct Child {
   std::vector<std::string> lines;
 
   // Reads until a line satisfies `pred` (true) or EOF/timeout (false).
-  bool readUntil(const std::function<bool(const std::string&)>& pred, double seconds = 60) {
+  bool readUntil(const std::function<bool(const std::string&)>& pred,
+                 double seconds = testsupport::kWaitCapMs / 1000.0) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
     for (;;) {
       size_t nl;
@@ -73,7 +75,7 @@ struct Child {
     if (in >= 0) (void)!::write(in, s.data(), s.size());
   }
   // Closes stdin, reads to EOF (or kills the child after `seconds`), returns the exit code.
-  int wait(double seconds = 60) {
+  int wait(double seconds = testsupport::kWaitCapMs / 1000.0) {
     if (in >= 0) ::close(in);
     in = -1;
     if (!readUntil(nullptr, seconds) && !buffer.empty()) lines.push_back(buffer);
