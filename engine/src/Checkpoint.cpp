@@ -240,13 +240,21 @@ nlohmann::json readVerifiedState(const fs::path& dir) {
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError(statePath.string() + " is corrupt (not valid JSON): " + e.what());
   }
-  if (!s.is_object() || s.value("format", "") != kFormat)
-    throw CheckpointError(statePath.string() + " is not a trainscope checkpoint");
-  if (s.value("version", 0) != kVersion)
+  // Types checked before values: json::value() throws type_error on a field of another type.
+  if (!s.is_object() || !s.contains("format") || !s["format"].is_string() ||
+      s["format"].get<std::string>() != kFormat)
+    throw CheckpointError(statePath.string() + " is not a trainscope checkpoint (format is " +
+                          (s.is_object() && s.contains("format") ? s["format"].dump() : "missing") +
+                          ", expected \"" + kFormat + "\")");
+  if (!s.contains("version") || !s["version"].is_number_integer() || s["version"] != kVersion)
     throw CheckpointError(statePath.string() + " has unsupported version " +
-                          s.value("version", nlohmann::json()).dump());
-  if (!s.contains("checksum") || s["checksum"] != stateChecksum(s))
+                          (s.contains("version") ? s["version"].dump() : "(missing)") +
+                          " (this build reads version " + std::to_string(kVersion) + ")");
+  if (!s.contains("checksum") || !s["checksum"].is_string() || s["checksum"] != stateChecksum(s))
     throw CheckpointError(statePath.string() + " is corrupt (checksum mismatch)");
+  if (s.contains("weights") && s["weights"] != "all" && s["weights"] != "trainable")
+    throw CheckpointError(statePath.string() + ": weights is " + s["weights"].dump() +
+                          ", expected \"all\" or \"trainable\"");
   return s;
 }
 

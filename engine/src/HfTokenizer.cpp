@@ -609,8 +609,13 @@ void HfTokenizer::Impl::parsePostProcessor(const json& p, const std::string& fie
         const std::string name = item["SpecialToken"].value("id", "");
         if (!specials.contains(name) || !specials[name].contains("ids"))
           fail(where + ": special token '" + name + "' is not in " + field + ".special_tokens");
-        for (const json& id : specials[name]["ids"])
+        for (const json& id : specials[name]["ids"]) {
+          // Checked against the vocabulary once it is read (parse()): encode emits these ids.
+          if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= INT32_MAX)
+            fail(field + ".special_tokens['" + name + "'].ids: " + id.dump() +
+                 " is not a token id");
           (seenSequence ? templateAfter : templateBefore).push_back(id.get<int32_t>());
+        }
       } else {
         fail(where + " must be {\"Sequence\": ...} or {\"SpecialToken\": ...}");
       }
@@ -627,8 +632,10 @@ void HfTokenizer::Impl::parseModel(const json& m) {
     fail("model.type '" + type + "' is not supported: allowed BPE");
   if (!m.contains("vocab") || !m["vocab"].is_object()) fail("model.vocab must be an object");
   for (const auto& [token, id] : m["vocab"].items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
-      fail("model.vocab['" + token + "'] must be a non-negative integer id");
+    // Below INT32_MAX: vocabSize() is the highest id + 1.
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= INT32_MAX)
+      fail("model.vocab['" + token + "'] must be a non-negative integer id (below " +
+           std::to_string(INT32_MAX) + ")");
     vocab[token] = id.get<int32_t>();
     idToToken[id.get<int32_t>()] = token;
   }
@@ -699,6 +706,9 @@ void HfTokenizer::Impl::parse(const json& j) {
         fail("added_tokens[" + std::to_string(i) +
              "] needs an integer 'id' and a non-empty "
              "'content'");
+      if (t["id"].get<int64_t>() < 0 || t["id"].get<int64_t>() >= INT32_MAX)
+        fail("added_tokens[" + std::to_string(i) + "].id " + t["id"].dump() +
+             " must be a non-negative id (below " + std::to_string(INT32_MAX) + ")");
       AddedToken a{t["id"].get<int32_t>(),     t["content"].get<std::string>(),
                    getOr(t, "special", false), getOr(t, "lstrip", false),
                    getOr(t, "rstrip", false),  getOr(t, "single_word", false)};
@@ -713,6 +723,12 @@ void HfTokenizer::Impl::parse(const json& j) {
   parsePostProcessor(j.value("post_processor", json()), "post_processor");
   for (const auto& [id, _] : idToToken) vocabSize = std::max(vocabSize, id + 1);
   for (const AddedToken& a : added) vocabSize = std::max(vocabSize, a.id + 1);
+  // The template's tokens are emitted by encode(): each must be a token of the vocabulary.
+  for (const auto* ids : {&templateBefore, &templateAfter})
+    for (int32_t id : *ids)
+      if (!idToToken.count(id) && !addedById.count(id))
+        fail("post_processor: special token id " + std::to_string(id) +
+             " is neither in model.vocab nor in added_tokens");
 }
 
 // One pre-tokenized word through BPE (tokenizers' BPE::tokenize without dropout).

@@ -148,7 +148,9 @@ class AdamW final : public Optimizer {
   void step(float lr) override {
     ScopedRange r("adamw", SpanCategory::Optimizer);
     ++t_;
-    const auto [b1, b2] = adamBetas(config_);
+    // Not a structured binding: the lambda below captures them (clang < 16 cannot).
+    const std::pair<float, float> betas = adamBetas(config_);
+    const float b1 = betas.first, b2 = betas.second;
     const float eps = static_cast<float>(config_.eps);
     const bool pure = pureBf16(arena_);
     for (const auto& p : arena_.params()) {

@@ -125,20 +125,37 @@ SafetensorsFile SafetensorsFile::parseBytes(std::shared_ptr<const Bytes> bytes,
     try {
       SafetensorsEntry e;
       e.dtype = v.at("dtype").get<std::string>();
-      e.shape = v.at("shape").get<std::vector<int64_t>>();
-      auto off = v.at("data_offsets").get<std::vector<uint64_t>>();
-      if (off.size() != 2 || off[0] > off[1] || off[1] > dataSize)
-        throw FormatError("data_offsets outside the file (truncated?)");
-      e.begin = off[0];
-      e.end = off[1];
+      // Integers only: nlohmann would silently truncate 2.5 to 2 (and wrap -1 as an offset).
+      const auto& shape = v.at("shape");
+      if (!shape.is_array()) throw FormatError("shape must be an array of integers");
+      for (const auto& s : shape) {
+        if (!s.is_number_integer()) throw FormatError("shape " + s.dump() + " is not an integer");
+        if (s.is_number_unsigned() ? s.get<uint64_t>() > uint64_t(INT64_MAX) : s.get<int64_t>() < 0)
+          throw FormatError("shape has a negative or too large dimension " + s.dump());
+        e.shape.push_back(s.get<int64_t>());
+      }
+      const auto& off = v.at("data_offsets");
+      if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+          !off[1].is_number_unsigned())
+        throw FormatError("data_offsets must be two non-negative integers, got " + off.dump());
+      const uint64_t b = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+      if (b > end || end > dataSize) throw FormatError("data_offsets outside the file (truncated?)");
+      e.begin = static_cast<size_t>(b);
+      e.end = static_cast<size_t>(end);
       const int eb = safetensorsDtypeBytes(e.dtype);
       if (eb == 0) throw FormatError("unknown dtype " + e.dtype);
-      int64_t numel = 1;
+      // The byte size, without overflow: no tensor is larger than its data section.
+      uint64_t size = static_cast<uint64_t>(eb);
+      bool tooBig = false;
       for (auto s : e.shape) {
-        if (s < 0) throw FormatError("negative dimension");
-        numel *= s;
+        if (s == 0) {
+          size = 0;
+          tooBig = false;
+          break;
+        }
+        if (tooBig || __builtin_mul_overflow(size, static_cast<uint64_t>(s), &size)) tooBig = true;
       }
-      if (static_cast<uint64_t>(numel) * eb != e.end - e.begin)
+      if (tooBig || size != e.end - e.begin)
         throw FormatError("byte size does not match dtype and shape");
       f.entries_[it.key()] = e;
     } catch (const FormatError& e) {
@@ -206,7 +223,7 @@ void SafetensorsFile::readF32(const std::string& name, float* dst, int64_t numel
                       std::to_string((e.end - e.begin) / 4) + " elements, expected " +
                       std::to_string(numel));
   auto b = bytes(name);
-  std::memcpy(dst, b.data(), b.size());
+  if (!b.empty()) std::memcpy(dst, b.data(), b.size());  // an empty tensor: dst may be null
 }
 
 void SafetensorsFile::readAsF32(const std::string& name, float* dst, int64_t numel) const {
@@ -241,7 +258,7 @@ std::vector<int32_t> SafetensorsFile::i32(const std::string& name) const {
     throw FormatError(origin_ + ": tensor '" + name + "' has dtype " + e.dtype + ", expected I32");
   std::vector<int32_t> v((e.end - e.begin) / 4);
   auto b = bytes(name);
-  std::memcpy(v.data(), b.data(), b.size());
+  if (!b.empty()) std::memcpy(v.data(), b.data(), b.size());
   return v;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 namespace ts::core {
@@ -259,7 +260,21 @@ DeepSpeedImport importDeepSpeedConfig(const nlohmann::json& ds, const RunConfig&
         issue(path, v, "expected an integer");
         return false;
       }
-      out = static_cast<T>(v.get<double>());
+      // In T's range before converting (a double outside it is undefined behaviour to cast).
+      using L = std::numeric_limits<T>;
+      const double limit = std::ldexp(1.0, L::digits);  // 2^31 for int: max + 1, exactly
+      const bool inRange =
+          v.is_number_unsigned()  ? v.get<uint64_t>() <= static_cast<uint64_t>(L::max())
+          : v.is_number_integer() ? v.get<int64_t>() >= static_cast<int64_t>(L::min()) &&
+                                        v.get<int64_t>() <= static_cast<int64_t>(L::max())
+                                  : v.get<double>() >= -limit && v.get<double>() < limit;
+      if (!inRange) {
+        issue(path, v,
+              "out of range: expected an integer in [" + std::to_string(L::min()) + ", " +
+                  std::to_string(L::max()) + "]");
+        return false;
+      }
+      out = v.is_number_integer() ? static_cast<T>(v.get<int64_t>()) : static_cast<T>(v.get<double>());
     } else {
       if (!v.is_number()) {
         issue(path, v, "expected a number");
@@ -301,15 +316,20 @@ DeepSpeedImport importDeepSpeedConfig(const nlohmann::json& ds, const RunConfig&
   const int ranks = std::max(1, c.parallel.ranks);
   if (hasBatch && trainBatch >= 1) {
     // DeepSpeed: train_batch_size = micro * accum * world size; derive the missing one.
+    // In 64 bits (int * int overflows), the derived value capped to int (the check below then
+    // reports the mismatch).
+    auto derive = [](int64_t n) {
+      return static_cast<int>(std::clamp<int64_t>(n, 1, std::numeric_limits<int>::max()));
+    };
     if (!hasAccum && hasMicro && micro >= 1) {
-      c.train.grad_accum = static_cast<int>(std::max<int64_t>(1, trainBatch / (micro * ranks)));
+      c.train.grad_accum = derive(trainBatch / (int64_t(micro) * ranks));
     } else if (!hasMicro && hasAccum && accum >= 1) {
-      c.train.micro_batch = static_cast<int>(std::max<int64_t>(1, trainBatch / (accum * ranks)));
+      c.train.micro_batch = derive(trainBatch / (int64_t(accum) * ranks));
     } else if (!hasMicro && !hasAccum) {
-      c.train.micro_batch = static_cast<int>(std::max<int64_t>(1, trainBatch / ranks));
+      c.train.micro_batch = derive(trainBatch / ranks);
       c.train.grad_accum = 1;
     }
-    if (static_cast<int64_t>(c.train.micro_batch) * c.train.grad_accum * ranks != trainBatch) {
+    if (static_cast<__int128>(c.train.micro_batch) * c.train.grad_accum * ranks != trainBatch) {
       issue("/train_batch_size", trainBatch,
             "must equal train_micro_batch_size_per_gpu * gradient_accumulation_steps * ranks (" +
                 std::to_string(ranks) + ")");

@@ -1,6 +1,7 @@
 #include "trainscope/core/HfConfig.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -18,10 +19,17 @@ namespace {
 struct Fields {
   const nlohmann::json& j;
   std::string file;
+  // Every integer field is a size (layers, heads, widths, positions, vocabulary): positive and
+  // within int, never truncated.
   int integer(const char* key) const {
     if (!j.contains(key) || !j[key].is_number_integer())
       throw HfConfigError(file + ": field '" + key + "' is missing or not an integer");
-    return j[key].get<int>();
+    const auto& v = j[key];
+    if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(INT_MAX)
+                               : v.get<int64_t>() < 1 || v.get<int64_t>() > INT_MAX)
+      throw HfConfigError(file + ": field '" + key + "' is " + v.dump() +
+                          ": must be a positive integer (at most " + std::to_string(INT_MAX) + ")");
+    return v.get<int>();
   }
   int integerOr(const char* key, int fallback) const {
     if (!j.contains(key) || j[key].is_null()) return fallback;
@@ -56,8 +64,9 @@ void readGpt2(const Fields& f, ModelConfig& m) {
   m.d_model = f.integer("n_embd");
   m.seq_len = f.integerOr("n_positions", f.integerOr("n_ctx", 1024));
   m.vocab = f.integer("vocab_size");
-  const int inner = f.integerOr("n_inner", 4 * m.d_model);
-  if (inner != 4 * m.d_model)
+  const int64_t inner = f.integerOr("n_inner", -1) < 0 ? 4 * int64_t(m.d_model)  // null: 4 * n_embd
+                                                       : f.integer("n_inner");
+  if (inner != 4 * int64_t(m.d_model))
     f.refuse("n_inner", std::to_string(inner) + ": the gpt2 description's MLP is 4 * n_embd");
   const std::string act = f.string("activation_function", "gelu_new");
   if (act == "gelu_new" || act == "gelu_pytorch_tanh")
@@ -220,12 +229,22 @@ HfStoredWeights readHfStoredWeights(const std::string& dir) {
           !t.contains("shape") || !t["shape"].is_array())
         throw HfConfigError(file.string() + ": tensor '" + name + "' has no dtype and shape");
       int64_t elems = 1;
+      bool tooBig = false;
       for (const auto& s : t["shape"]) {
-        if (!s.is_number_integer() || s.get<int64_t>() < 0)
+        if (!s.is_number_integer() || (!s.is_number_unsigned() && s.get<int64_t>() < 0))
           throw HfConfigError(file.string() + ": tensor '" + name + "' has a bad shape");
-        elems *= s.get<int64_t>();
+        const uint64_t d = s.get<uint64_t>();
+        if (d == 0) {
+          elems = 0;
+          tooBig = false;
+          break;
+        }
+        tooBig = tooBig || d > uint64_t(INT64_MAX) || __builtin_mul_overflow(elems, int64_t(d), &elems);
       }
-      out.elementsByDtype[t["dtype"].get<std::string>()] += elems;
+      int64_t& total = out.elementsByDtype[t["dtype"].get<std::string>()];
+      if (tooBig || __builtin_add_overflow(total, elems, &total))
+        throw HfConfigError(file.string() + ": tensor '" + name +
+                            "' has a shape larger than any file (element count overflows)");
     }
     out.fileBytes += size;
     ++out.files;
