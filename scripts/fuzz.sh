@@ -26,9 +26,9 @@ start=$(date +%s)
 # Executions per target in the deterministic run (fast targets get more; each about 5-15 s
 # here). --runs overrides them all.
 declare -A RUNS=(
-  [config]=20000 [config_override]=30000 [protocol]=40000 [safetensors]=20000
+  [config]=20000 [config_override]=12000 [protocol]=15000 [safetensors]=20000
   [checkpoint]=8000 [hf_config]=20000 [hf_index]=10000 [token_file]=20000
-  [text_dataset]=10000 [jsonl_dataset]=10000 [tokenizer]=6000 [deepspeed_import]=30000
+  [text_dataset]=4000 [jsonl_dataset]=5000 [tokenizer]=12000 [deepspeed_import]=60000
 )
 ALL=(config config_override protocol safetensors checkpoint hf_config hf_index token_file
      text_dataset jsonl_dataset tokenizer deepspeed_import)

@@ -45,8 +45,9 @@ HfModel openHfModel(const std::string& dir) {
       if (!file.is_string())
         throw FormatError(index.string() + ": weight_map['" + name + "'] is not a file name");
       const std::string fn = file.get<std::string>();
-      if (fn.find('/') != std::string::npos || fn == "..")
-        throw FormatError(index.string() + ": shard '" + fn + "' is outside the folder");
+      if (fn.find('/') != std::string::npos || fn == ".." || fn == "." || fn.empty())
+        throw FormatError(index.string() + ": weight_map['" + name + "'] names shard '" + fn +
+                          "', which is not a file in the folder");
       auto it = fileIndex.find(fn);
       if (it == fileIndex.end()) {
         const fs::path shard = d / fn;

@@ -187,6 +187,10 @@ SafetensorsFile SafetensorsFile::load(const std::string& path) {
     ::close(fd);
     throw FormatError(path + ": cannot stat: " + std::strerror(err));
   }
+  if (S_ISDIR(st.st_mode)) {  // opens fine, then every read fails (EISDIR)
+    ::close(fd);
+    throw FormatError(path + ": is a directory, not a safetensors file");
+  }
   auto b = std::make_shared<Bytes>();
   if (st.st_size > 0) {
     void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
@@ -196,8 +200,13 @@ SafetensorsFile SafetensorsFile::load(const std::string& path) {
     }
   }
   if (!b->map && st.st_size > 0) {  // not mappable (a pipe, some file systems): read it
-    std::ifstream in(path, std::ios::binary);
-    b->owned.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    try {
+      std::ifstream in(path, std::ios::binary);
+      b->owned.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    } catch (const std::exception& e) {  // libstdc++'s filebuf throws on a read error
+      ::close(fd);
+      throw FormatError(path + ": cannot read: " + e.what());
+    }
   }
   ::close(fd);
   return parseBytes(std::move(b), path);

@@ -193,8 +193,9 @@ HfStoredWeights readHfStoredWeights(const std::string& dir) {
       names.insert(file.get<std::string>());
     }
     for (const auto& n : names) {
-      if (n.find('/') != std::string::npos || n == "..")
-        throw HfConfigError(index.string() + ": shard '" + n + "' is outside the folder");
+      if (n.find('/') != std::string::npos || n == ".." || n == "." || n.empty())
+        throw HfConfigError(index.string() + ": shard '" + n +
+                            "' is not a file in the folder");
       files.push_back(d / n);
     }
   } else {
