@@ -25,7 +25,8 @@ struct Fields {
     if (!j.contains(key) || !j[key].is_number_integer())
       throw HfConfigError(file + ": field '" + key + "' is missing or not an integer");
     const auto& v = j[key];
-    if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(INT_MAX)
+    // (0 and up parse as unsigned.)
+    if (v.is_number_unsigned() ? v.get<uint64_t>() < 1 || v.get<uint64_t>() > uint64_t(INT_MAX)
                                : v.get<int64_t>() < 1 || v.get<int64_t>() > INT_MAX)
       throw HfConfigError(file + ": field '" + key + "' is " + v.dump() +
                           ": must be a positive integer (at most " + std::to_string(INT_MAX) + ")");
@@ -192,6 +193,8 @@ HfStoredWeights readHfStoredWeights(const std::string& dir) {
         throw HfConfigError(index.string() + ": weight_map['" + name + "'] is not a file name");
       names.insert(file.get<std::string>());
     }
+    if (names.empty())
+      throw HfConfigError(index.string() + ": weight_map is empty (it names no shard)");
     for (const auto& n : names) {
       if (n.find('/') != std::string::npos || n == ".." || n == "." || n.empty())
         throw HfConfigError(index.string() + ": shard '" + n +
