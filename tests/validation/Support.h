@@ -50,7 +50,7 @@ struct Child {
 
   // Reads until a line satisfies `pred` (true) or EOF/timeout (false).
   bool readUntil(const std::function<bool(const std::string&)>& pred,
-                 double seconds = testsupport::kWaitCapMs / 1000.0) {
+                 double seconds = ::testsupport::kWaitCapMs / 1000.0) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
     for (;;) {
       size_t nl;
@@ -75,7 +75,7 @@ struct Child {
     if (in >= 0) (void)!::write(in, s.data(), s.size());
   }
   // Closes stdin, reads to EOF (or kills the child after `seconds`), returns the exit code.
-  int wait(double seconds = testsupport::kWaitCapMs / 1000.0) {
+  int wait(double seconds = ::testsupport::kWaitCapMs / 1000.0) {
     if (in >= 0) ::close(in);
     in = -1;
     if (!readUntil(nullptr, seconds) && !buffer.empty()) lines.push_back(buffer);
@@ -97,7 +97,8 @@ struct Child {
   }
 };
 
-inline Child spawn(const std::vector<std::string>& args) {
+// `env`: NAME=value entries added to the child's environment (e.g. LD_PRELOAD of a shim).
+inline Child spawn(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
   int outPipe[2], inPipe[2];
   Child c;
   if (::pipe(outPipe) != 0 || ::pipe(inPipe) != 0) return c;
@@ -107,6 +108,10 @@ inline Child spawn(const std::vector<std::string>& args) {
     ::dup2(outPipe[1], 1);
     ::close(outPipe[0]);
     ::close(inPipe[1]);
+    for (const auto& e : env) {
+      const size_t eq = e.find('=');
+      if (eq != std::string::npos) ::setenv(e.substr(0, eq).c_str(), e.c_str() + eq + 1, 1);
+    }
     std::vector<std::string> copy = args;
     std::vector<char*> argv;
     for (auto& a : copy) argv.push_back(a.data());
