@@ -24,27 +24,69 @@ namespace {
 constexpr const char* kFormat = "trainscope-checkpoint";
 constexpr int kVersion = 1;
 
-void writeFileDurable(const fs::path& path, const std::string& bytes) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw CheckpointError("cannot create " + path.string() + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      throw CheckpointError("cannot write " + path.string() + ": " + std::strerror(err));
+// A file written in pieces, its size and checksum counted on the way, made durable by
+// finish(); created with 0666 so the user's umask decides who may read it.
+class DurableFile {
+ public:
+  explicit DurableFile(fs::path path) : path_(std::move(path)) {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd_ < 0)
+      throw CheckpointError("cannot create " + path_.string() + ": " + std::strerror(errno));
+  }
+  ~DurableFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  DurableFile(const DurableFile&) = delete;
+  DurableFile& operator=(const DurableFile&) = delete;
+
+  void write(const char* data, size_t n) {
+    hash_ = fnv1a64(std::string_view(data, n), hash_);
+    bytes_ += n;
+    for (size_t done = 0; done < n;) {
+      const ssize_t k = ::write(fd_, data + done, n - done);
+      if (k < 0) {
+        if (errno == EINTR) continue;
+        fail("write");
+      }
+      done += static_cast<size_t>(k);
     }
-    done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0) {
-    int err = errno;
-    ::close(fd);
-    throw CheckpointError("cannot sync " + path.string() + ": " + std::strerror(err));
+  void finish() {
+    if (::fsync(fd_) != 0) fail("sync");
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0)
+      throw CheckpointError("cannot close " + path_.string() + ": " + std::strerror(errno));
   }
-  if (::close(fd) != 0)
-    throw CheckpointError("cannot close " + path.string() + ": " + std::strerror(errno));
+  uint64_t bytes() const { return bytes_; }
+  std::string checksum() const { return hex64(hash_); }
+  // The sidecar's entry for this file.
+  nlohmann::json listing() const { return {{"bytes", bytes_}, {"fnv1a64", checksum()}}; }
+
+ private:
+  [[noreturn]] void fail(const char* what) {
+    const int err = errno;
+    throw CheckpointError(std::string("cannot ") + what + " " + path_.string() + ": " +
+                          std::strerror(err));
+  }
+  fs::path path_;
+  int fd_ = -1;
+  uint64_t hash_ = fnv1a64({});
+  uint64_t bytes_ = 0;
+};
+
+nlohmann::json writeFileDurable(const fs::path& path, std::string_view bytes) {
+  DurableFile f(path);
+  f.write(bytes.data(), bytes.size());
+  f.finish();
+  return f.listing();
+}
+
+nlohmann::json writeDurable(const fs::path& path, const SafetensorsWriter& w) {
+  DurableFile f(path);
+  w.writeTo([&](const char* d, size_t n) { f.write(d, n); });
+  f.finish();
+  return f.listing();
 }
 
 void syncDir(const fs::path& dir) {
@@ -136,31 +178,34 @@ CheckpointInfo saveTo(const fs::path& final, ParamArena& model, Optimizer& optim
     fs::create_directories(tmp, ec);
     if (ec) throw CheckpointError("cannot create " + tmp.string() + ": " + ec.message());
 
-    // Weights and optimizer state, copied to the host first: they may live on a device.
+    // Weights and optimizer state stream to the files a chunk at a time, through the backend
+    // (they may live on a device): no whole host copy of either is ever made.
     SafetensorsWriter mw;
     mw.setMetadata("format", "pt");
-    std::vector<float> params(static_cast<size_t>(model.size()));
-    model.values().copyToHost(params.data());
+    const Tensor& values = model.values();
     // With frozen tensors (a LoRA run's base) only the trainable ones are written: the base is
     // rebuilt from where it came from (finetune.base_checkpoint, or the seed), so a checkpoint
     // is the adapters' size.
     const bool trainableOnly = !model.allTrainable();
     for (const auto& p : model.params()) {
       if (trainableOnly && !p.trainable()) continue;
-      mw.add(p.name, "F32", p.shape, params.data() + p.offset, sizeof(float) * p.numel);
+      const int64_t begin = int64_t(sizeof(float)) * p.offset;
+      mw.addStreamed(p.name, "F32", p.shape, sizeof(float) * size_t(p.numel),
+                     [&values, begin](char* dst, size_t off, size_t n) {
+                       values.copyRangeToHost(dst, begin + int64_t(off), int64_t(n));
+                     });
     }
-    const std::string modelBytes = mw.serialize();
     SafetensorsWriter ow;
-    std::vector<char> host;
-    for (auto& [name, t] : optimizer.state()) {
-      host.resize(static_cast<size_t>(t->bytes()));
-      t->copyToHost(host.data());
-      ow.add(name, stateDtype(t->dtype()), t->shape(), host.data(), host.size());
+    auto optState = optimizer.state();
+    for (auto& [name, t] : optState) {
+      const Tensor* tensor = t;
+      ow.addStreamed(name, stateDtype(t->dtype()), t->shape(), size_t(t->bytes()),
+                     [tensor](char* dst, size_t off, size_t n) {
+                       tensor->copyRangeToHost(dst, int64_t(off), int64_t(n));
+                     });
     }
-    const std::string optBytes = ow.serialize();
-
-    writeFileDurable(tmp / "model.safetensors", modelBytes);
-    writeFileDurable(tmp / "optimizer.safetensors", optBytes);
+    const nlohmann::json modelFile = writeDurable(tmp / "model.safetensors", mw);
+    const nlohmann::json optFile = writeDurable(tmp / "optimizer.safetensors", ow);
 
     nlohmann::json s;
     s["format"] = kFormat;
@@ -172,17 +217,12 @@ CheckpointInfo saveTo(const fs::path& final, ParamArena& model, Optimizer& optim
     s["data"] = state.data;
     s["extra"] = state.extra;
     s["config"] = config;
-    s["files"] = {{"model.safetensors",
-                   {{"bytes", modelBytes.size()}, {"fnv1a64", hex64(fnv1a64(modelBytes))}}},
-                  {"optimizer.safetensors",
-                   {{"bytes", optBytes.size()}, {"fnv1a64", hex64(fnv1a64(optBytes))}}}};
+    s["files"] = {{"model.safetensors", modelFile}, {"optimizer.safetensors", optFile}};
     for (const std::string& src : state.attachments) {
       const std::string name = fs::path(src).filename().string();
       if (s["files"].contains(name) || name == "state.json")
         throw CheckpointError("cannot attach " + src + ": the checkpoint has its own " + name);
-      const std::string bytes = readFile(src);
-      writeFileDurable(tmp / name, bytes);
-      s["files"][name] = {{"bytes", bytes.size()}, {"fnv1a64", hex64(fnv1a64(bytes))}};
+      s["files"][name] = writeFileDurable(tmp / name, readFile(src));
     }
     const std::string checksum = stateChecksum(s);
     s["checksum"] = checksum;
@@ -258,30 +298,41 @@ nlohmann::json readVerifiedState(const fs::path& dir) {
   return s;
 }
 
-// One of the files the sidecar lists, its size and checksum verified.
-std::string readListedFile(const fs::path& dir, const nlohmann::json& s, const std::string& name) {
+// One of the files the sidecar lists, its size and checksum verified by reading it in pieces
+// (a checkpoint is as big as the model's states: never a whole copy in memory).
+void verifyListedFile(const fs::path& dir, const nlohmann::json& s, const std::string& name) {
   const fs::path p = dir / name;
-  std::string bytes = readFile(p);
+  uint64_t expectBytes = 0;
+  std::string expectSum;
   try {
     const auto& f = s.at("files").at(name);
-    const auto expectBytes = f.at("bytes").get<uint64_t>();
-    if (bytes.size() != expectBytes)
-      throw CheckpointError(p.string() +
-                            " is truncated or damaged: " + std::to_string(bytes.size()) +
-                            " bytes, expected " + std::to_string(expectBytes));
-    if (hex64(fnv1a64(bytes)) != f.at("fnv1a64").get<std::string>())
-      throw CheckpointError(p.string() + " is corrupt (checksum mismatch)");
+    expectBytes = f.at("bytes").get<uint64_t>();
+    expectSum = f.at("fnv1a64").get<std::string>();
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError((dir / "state.json").string() + " is malformed: " + e.what());
   }
-  return bytes;
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw CheckpointError("cannot open " + p.string() + ": " + std::strerror(errno));
+  std::vector<char> chunk(size_t(4) << 20);
+  uint64_t h = fnv1a64({}), size = 0;
+  while (in) {
+    in.read(chunk.data(), std::streamsize(chunk.size()));
+    const auto k = static_cast<size_t>(in.gcount());
+    h = fnv1a64(std::string_view(chunk.data(), k), h);
+    size += k;
+  }
+  if (in.bad()) throw CheckpointError("cannot read " + p.string() + ": " + std::strerror(errno));
+  if (size != expectBytes)
+    throw CheckpointError(p.string() + " is truncated or damaged: " + std::to_string(size) +
+                          " bytes, expected " + std::to_string(expectBytes));
+  if (hex64(h) != expectSum) throw CheckpointError(p.string() + " is corrupt (checksum mismatch)");
 }
 
 SafetensorsFile readVerifiedFile(const fs::path& dir, const nlohmann::json& s,
                                  const std::string& name) {
-  std::string bytes = readListedFile(dir, s, name);
+  verifyListedFile(dir, s, name);
   try {
-    return SafetensorsFile::parse(std::move(bytes), (dir / name).string());
+    return SafetensorsFile::load((dir / name).string());  // mapped, not read into memory
   } catch (const FormatError& e) {
     throw CheckpointError(e.what());
   }
@@ -526,7 +577,7 @@ std::vector<std::string> checkpointAttachments(const std::string& path) {
     if (name == "model.safetensors" || name == "optimizer.safetensors") continue;
     if (name.find('/') != std::string::npos || name == ".." || name.empty())
       throw CheckpointError((dir / "state.json").string() + " lists a file outside it: " + name);
-    readListedFile(dir, s, name);
+    verifyListedFile(dir, s, name);
     out.push_back((dir / name).string());
   }
   return out;

@@ -42,28 +42,54 @@ std::string hex64(uint64_t v) {
 
 void SafetensorsWriter::add(const std::string& name, const std::string& dtype,
                             std::vector<int64_t> shape, const void* data, size_t bytes) {
-  items_.push_back(
-      {name, dtype, std::move(shape), std::string(static_cast<const char*>(data), bytes)});
+  Item it{name, dtype, std::move(shape), bytes, {}, {}};
+  if (bytes > 0) it.bytes.assign(static_cast<const char*>(data), bytes);
+  items_.push_back(std::move(it));
 }
 
-std::string SafetensorsWriter::serialize() const {
+void SafetensorsWriter::addStreamed(const std::string& name, const std::string& dtype,
+                                    std::vector<int64_t> shape, size_t bytes, Reader read) {
+  items_.push_back({name, dtype, std::move(shape), bytes, {}, std::move(read)});
+}
+
+size_t SafetensorsWriter::writeTo(const Sink& sink, size_t chunkBytes) const {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
   size_t offset = 0;
   for (const auto& it : items_) {
-    header[it.name] = {{"dtype", it.dtype},
-                       {"shape", it.shape},
-                       {"data_offsets", {offset, offset + it.bytes.size()}}};
-    offset += it.bytes.size();
+    header[it.name] = {
+        {"dtype", it.dtype}, {"shape", it.shape}, {"data_offsets", {offset, offset + it.size}}};
+    offset += it.size;
   }
   std::string h = header.dump();
   while (h.size() % 8 != 0) h.push_back(' ');  // align the data section
+  char len[8];
+  const uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  sink(len, 8);
+  sink(h.data(), h.size());
+  size_t largest = 0;
+  for (const auto& it : items_)
+    if (it.read) largest = std::max(largest, it.size);
+  std::vector<char> chunk(std::min(std::max<size_t>(chunkBytes, 1), largest));
+  for (const auto& it : items_) {
+    if (!it.read) {
+      if (it.size > 0) sink(it.bytes.data(), it.size);
+      continue;
+    }
+    for (size_t done = 0; done < it.size;) {
+      const size_t k = std::min(chunk.size(), it.size - done);
+      it.read(chunk.data(), done, k);
+      sink(chunk.data(), k);
+      done += k;
+    }
+  }
+  return 8 + h.size() + offset;
+}
+
+std::string SafetensorsWriter::serialize() const {
   std::string out;
-  out.reserve(8 + h.size() + offset);
-  uint64_t n = h.size();
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
-  out += h;
-  for (const auto& it : items_) out += it.bytes;
+  writeTo([&](const char* d, size_t k) { out.append(d, k); });
   return out;
 }
 
@@ -139,7 +165,8 @@ SafetensorsFile SafetensorsFile::parseBytes(std::shared_ptr<const Bytes> bytes,
           !off[1].is_number_unsigned())
         throw FormatError("data_offsets must be two non-negative integers, got " + off.dump());
       const uint64_t b = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
-      if (b > end || end > dataSize) throw FormatError("data_offsets outside the file (truncated?)");
+      if (b > end || end > dataSize)
+        throw FormatError("data_offsets outside the file (truncated?)");
       e.begin = static_cast<size_t>(b);
       e.end = static_cast<size_t>(end);
       const int eb = safetensorsDtypeBytes(e.dtype);

@@ -69,6 +69,15 @@ void Tensor::copyToHost(void* dst) const {
   if (data_ && bytes_ > 0) backend_->copyToHost(dst, data_, static_cast<size_t>(bytes_));
 }
 
+void Tensor::copyRangeToHost(void* dst, int64_t offset, int64_t n) const {
+  if (offset < 0 || n < 0 || offset + n > bytes_)
+    throw std::out_of_range("Tensor::copyRangeToHost: bytes [" + std::to_string(offset) + ", " +
+                            std::to_string(offset + n) + ") outside a tensor of " +
+                            std::to_string(bytes_));
+  if (data_ && n > 0)
+    backend_->copyToHost(dst, static_cast<const char*>(data_) + offset, static_cast<size_t>(n));
+}
+
 void Tensor::copyFromHost(const void* src) {
   if (data_ && bytes_ > 0) backend_->copyToDevice(data_, src, static_cast<size_t>(bytes_));
 }

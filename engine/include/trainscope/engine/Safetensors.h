@@ -5,6 +5,7 @@
 // bounds, sizes matching dtype and shape, no two tensors overlapping). A file is memory-mapped,
 // not read into memory (a 7B model is 14 GB): tensors are read from the mapping on demand.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -28,16 +29,30 @@ struct SafetensorsEntry {
 
 class SafetensorsWriter {
  public:
+  // Reads n bytes of a streamed tensor, from byte `offset` of it, into dst.
+  using Reader = std::function<void(char* dst, size_t offset, size_t n)>;
+  using Sink = std::function<void(const char* data, size_t n)>;
+
+  // A tensor copied in now (small tensors, exports).
   void add(const std::string& name, const std::string& dtype, std::vector<int64_t> shape,
            const void* data, size_t bytes);
+  // A tensor read only while writing, a chunk at a time: a checkpoint of a big model never
+  // holds a second copy of its weights and optimizer state in host memory.
+  void addStreamed(const std::string& name, const std::string& dtype, std::vector<int64_t> shape,
+                   size_t bytes, Reader read);
   void setMetadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+  // The whole file to `sink`: the header, then each tensor (streamed ones in pieces of at most
+  // chunkBytes through one reused buffer). Returns the bytes written.
+  size_t writeTo(const Sink& sink, size_t chunkBytes = size_t(4) << 20) const;
   std::string serialize() const;
 
  private:
   struct Item {
     std::string name, dtype;
     std::vector<int64_t> shape;
-    std::string bytes;
+    size_t size = 0;
+    std::string bytes;  // copied tensors
+    Reader read;        // streamed tensors
   };
   std::vector<Item> items_;
   std::map<std::string, std::string> metadata_;

@@ -52,6 +52,8 @@ class Tensor {
   // The whole storage (bytes() bytes) to or from host memory, through the backend.
   void copyToHost(void* dst) const;
   void copyFromHost(const void* src);
+  // bytes [offset, offset + n) of the storage to host memory (a checkpoint streams big tensors).
+  void copyRangeToHost(void* dst, int64_t offset, int64_t n) const;
 
  private:
   kernels::Backend* backend_ = nullptr;
