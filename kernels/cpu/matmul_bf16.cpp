@@ -126,16 +126,46 @@ bool matmulBf16Native(std::string* impl) {
   return n.available;
 }
 
+// fp32 copies of the operands, a block at a time: at most 1 MiB of scratch per thread whatever
+// the shapes (whole copies of a GPT-2 LM head's weight alone would be 154 MB nobody tracks).
+// Converting a block costs 1/512 of its multiply.
 void matmulBf16Emulated(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K,
                         bool transA, bool transB, float alpha, float beta) {
   if (M <= 0 || N <= 0) return;
-  // Scratch of the op itself (not in the memory tracker), kept per thread between calls.
+  if (K <= 0) {
+    stridedGemm('N', 'N', M, N, 0, alpha, nullptr, 1, nullptr, 1, beta, C, N);
+    return;
+  }
+  constexpr int kM = 512, kN = 512, kK = 256;
   thread_local std::vector<float> a, b;
-  a.resize(static_cast<size_t>(M) * static_cast<size_t>(std::max(K, 0)));
-  b.resize(static_cast<size_t>(std::max(K, 0)) * static_cast<size_t>(N));
-  bf16ToFloat(A, a.data(), int64_t(a.size()));
-  bf16ToFloat(B, b.data(), int64_t(b.size()));
-  matmul(C, a.data(), b.data(), M, N, K, transA, transB, alpha, beta);
+  a.resize(size_t(std::min(M, kM)) * size_t(std::min(K, kK)));
+  b.resize(size_t(std::min(K, kK)) * size_t(std::min(N, kN)));
+  for (int k0 = 0; k0 < K; k0 += kK) {
+    const int kb = std::min(kK, K - k0);
+    const float betaHere = k0 == 0 ? beta : 1.0f;  // later K panels accumulate
+    for (int i0 = 0; i0 < M; i0 += kM) {
+      const int mb = std::min(kM, M - i0);
+      // The block of op(A) in A's stored orientation: mb x kb (N) or kb x mb (T).
+      if (!transA)
+        for (int i = 0; i < mb; ++i)
+          bf16ToFloat(A + int64_t(i0 + i) * K + k0, a.data() + int64_t(i) * kb, kb);
+      else
+        for (int k = 0; k < kb; ++k)
+          bf16ToFloat(A + int64_t(k0 + k) * M + i0, a.data() + int64_t(k) * mb, mb);
+      for (int j0 = 0; j0 < N; j0 += kN) {
+        const int nb = std::min(kN, N - j0);
+        if (!transB)
+          for (int k = 0; k < kb; ++k)
+            bf16ToFloat(B + int64_t(k0 + k) * N + j0, b.data() + int64_t(k) * nb, nb);
+        else
+          for (int j = 0; j < nb; ++j)
+            bf16ToFloat(B + int64_t(j0 + j) * K + k0, b.data() + int64_t(j) * kb, kb);
+        stridedGemm(transA ? 'T' : 'N', transB ? 'T' : 'N', mb, nb, kb, alpha, a.data(),
+                    transA ? mb : kb, b.data(), transB ? kb : nb, betaHere,
+                    C + int64_t(i0) * N + j0, N);
+      }
+    }
+  }
 }
 
 void matmulBf16(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K, bool transA,

@@ -64,8 +64,9 @@ void checkBf16(MatmulFn fn, Shape s, bool ta, bool tb, float alpha, float beta, 
   }
 }
 
-const Shape kShapes[] = {{7, 13, 37}, {61, 37, 13}, {1, 1, 1},    {1, 61, 7},
-                         {37, 1, 61}, {13, 7, 1},   {97, 67, 129}};
+// The last one crosses the emulation's 512 x 512 x 256 blocks in every dimension.
+const Shape kShapes[] = {{7, 13, 37}, {61, 37, 13}, {1, 1, 1},     {1, 61, 7},
+                         {37, 1, 61}, {13, 7, 1},   {97, 67, 129}, {515, 521, 263}};
 
 void checkAll(MatmulFn fn, bool ta, bool tb) {
   uint32_t seed = 10;
