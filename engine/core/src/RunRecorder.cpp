@@ -1,8 +1,10 @@
 #include "trainscope/core/RunRecorder.h"
 
+#include <fcntl.h>
 #include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -48,6 +50,10 @@ struct RunRecorder::Impl {
   Options opt;
   std::string eventsPath;
   FILE* file = nullptr;
+  // recorded.ndjson: one line per database commit, written only after it succeeded, saying the
+  // highest step and seq now committed. A crash test checks the database against these promises.
+  int ackFd = -1;
+  int64_t ackedStep = -1, ackedSeq = -1;
   std::unique_ptr<store::Db> db;
   std::unique_ptr<store::EventIngestor> ingestor;
   int64_t runId = 0;
@@ -97,14 +103,37 @@ struct RunRecorder::Impl {
       return;
     try {
       store::Transaction tx(*db);
-      for (auto& e : batch) ingestor->apply(e);
+      int64_t maxStep = ackedStep, maxSeq = ackedSeq;
+      for (auto& e : batch) {
+        ingestor->apply(e);
+        if (auto it = e.find("seq"); it != e.end() && it->is_number_integer())
+          maxSeq = std::max(maxSeq, it->get<int64_t>());
+        if (e.value("type", "") == "step")
+          if (auto it = e.find("step"); it != e.end() && it->is_number_integer())
+            maxStep = std::max(maxStep, it->get<int64_t>());
+      }
       ingestor->endBatch(store::nowSeconds());
       tx.commit();
       lastCommit = std::chrono::steady_clock::now();
+      acknowledge(maxStep, maxSeq, batch.size());
     } catch (const StoreError& e) {
       dbFailed(e.what());
     } catch (const std::exception& e) {
       dbFailed(std::string("database ") + opt.dbPath + " failed: " + e.what());
+    }
+  }
+
+  void acknowledge(int64_t step, int64_t seq, size_t events) {
+    if (ackFd < 0 || events == 0) return;
+    ackedStep = step;
+    ackedSeq = seq;
+    const std::string line = json{{"run_id", runId}, {"step", step}, {"seq", seq}}.dump() + "\n";
+    // One small write on an O_APPEND file: a kill leaves whole lines or none.
+    if (::write(ackFd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      warn("recording acknowledgements " + opt.runDir +
+           "/recorded.ndjson cannot be written: " + std::strerror(errno));
+      ::close(ackFd);
+      ackFd = -1;
     }
   }
 
@@ -151,6 +180,8 @@ RunRecorder::RunRecorder(Options options) : impl_(std::make_unique<Impl>()) {
     d.file = std::fopen(d.eventsPath.c_str(), "a");
     if (!d.file)
       d.warn("events file " + d.eventsPath + " cannot be opened: " + std::strerror(errno));
+    const auto acks = fs::path(d.opt.runDir) / "recorded.ndjson";
+    d.ackFd = ::open(acks.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
   }
   try {
     d.db = std::make_unique<store::Db>(d.opt.dbPath, false, true, d.opt.busyTimeoutMs, 15.0);
@@ -196,6 +227,7 @@ RunRecorder::RunRecorder(Options options) : impl_(std::make_unique<Impl>()) {
 RunRecorder::~RunRecorder() {
   impl_->stopWorker();
   if (impl_->file) std::fclose(impl_->file);
+  if (impl_->ackFd >= 0) ::close(impl_->ackFd);
 }
 
 int64_t RunRecorder::runId() const {
@@ -233,6 +265,10 @@ void RunRecorder::close() {
   if (d.file) {
     std::fclose(d.file);
     d.file = nullptr;
+  }
+  if (d.ackFd >= 0) {
+    ::close(d.ackFd);
+    d.ackFd = -1;
   }
   d.ingestor.reset();
   d.db.reset();
