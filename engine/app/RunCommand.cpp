@@ -150,6 +150,9 @@ std::string defaultRunDir(const std::string& dbPath, const std::string& name) {
   std::string safe;
   for (char c : name)
     safe.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '-' ? c : '_');
+  // Only [A-Za-z0-9_-], at most 64 of them: a hostile or huge name can neither climb out of
+  // runs/ nor exceed the file system's name limit.
+  if (safe.size() > 64) safe.resize(64);
   if (safe.empty()) safe = "run";
   return (base / "runs" / (safe + "-" + stamp + "-" + std::to_string(::getpid()))).string();
 }
@@ -208,6 +211,7 @@ int runMain(const RunOptions& o) {
   const int world = engine::launcherWorldSize();
   if (world == 1) {
     core::ValidationContext pre;
+    pre.check_files = true;
     auto cfg = core::loadConfigWithOverrides(o.config, o.sets, pre);
     if (cfg.ok() && cfg.config->parallel.ranks > 1) {
       const std::string dbPath = o.db.empty() ? core::defaultDatabasePath() : o.db;
@@ -275,6 +279,8 @@ int runMain(const RunOptions& o) {
   core::ValidationContext ctx;
   std::string why;
   ctx.check_backend = true;
+  ctx.check_files =
+      world == 1;  // under mpirun the hostfile did its work (and is not on every host)
   {
     auto caps = engine::capabilitiesJson();
     for (const auto& b : caps["backends"])

@@ -185,11 +185,12 @@ std::unique_ptr<Dataset> makeJsonlDataset(const core::RunConfig& config) {
   if (path.empty())
     throw DatasetError("data.path is empty: data.source jsonl needs the path of a .jsonl file");
   std::error_code ec;
-  if (!fs::exists(path, ec)) throw DatasetError("jsonl file '" + path + "' does not exist");
+  if (!fs::exists(path, ec))
+    throw DatasetError("data.path: jsonl file '" + path + "' does not exist");
   if (fs::is_directory(path, ec))
-    throw DatasetError("jsonl file '" + path + "' is a directory, not a file");
+    throw DatasetError("data.path: jsonl file '" + path + "' is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw DatasetError("jsonl file '" + path + "' cannot be opened");
+  if (!in) throw DatasetError("data.path: jsonl file '" + path + "' cannot be opened");
 
   TextTokenizer tokenizer = TextTokenizer::forRun(config);
   const int32_t eos = tokenizer.eosId();

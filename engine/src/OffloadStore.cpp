@@ -177,7 +177,8 @@ void OffloadStore::createFiles(const std::string& dir, const std::string& where,
 
   // Full size now, so that a disk filled by someone else fails here and not mid-run.
   for (Buffer& b : buffers_) {
-    b.fd = ::open(b.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    b.fd =
+        ::open(b.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);  // the umask decides
     int err = b.fd < 0 ? errno : 0;
     if (err == 0 && b.size > 0) {
       err = ::posix_fallocate(b.fd, 0, b.size);

@@ -25,11 +25,13 @@ std::string readWholeFile(const std::string& path, const char* what) {
                        " needs the path of a file");
   std::error_code ec;
   if (!fs::exists(path, ec))
-    throw DatasetError(std::string(what) + " file '" + path + "' does not exist");
+    throw DatasetError("data.path: " + std::string(what) + " file '" + path + "' does not exist");
   if (fs::is_directory(path, ec))
-    throw DatasetError(std::string(what) + " file '" + path + "' is a directory, not a file");
+    throw DatasetError("data.path: " + std::string(what) + " file '" + path +
+                       "' is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw DatasetError(std::string(what) + " file '" + path + "' cannot be opened");
+  if (!in)
+    throw DatasetError("data.path: " + std::string(what) + " file '" + path + "' cannot be opened");
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) throw DatasetError(std::string(what) + " file '" + path + "' could not be read");
   if (bytes.empty()) throw DatasetError(std::string(what) + " file '" + path + "' is empty");

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -73,7 +74,10 @@ Rule any() {
   return Rule{};
 }
 
+// Integers print in full ("16777216", not "1.67772e+07"): a limit the user must type exactly.
 std::string fmtNumber(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9.0e15)
+    return std::to_string(static_cast<int64_t>(v));
   std::ostringstream os;
   os << v;
   return os.str();
@@ -652,6 +656,15 @@ void checkCrossField(const RunConfig& c, const ValidationContext& ctx,
   if (ok({"parallel.offload_optimizer", "parallel.offload_params", "parallel.nvme_path"}) &&
       (par.offload_optimizer == "nvme" || par.offload_params == "nvme") && par.nvme_path.empty()) {
     add("parallel.nvme_path", par.nvme_path, "must name a directory when offloading to nvme");
+  }
+  // A hostfile is handed to mpirun as a file name, never to a shell; it must be one.
+  if (ctx.check_files && ok({"parallel.hostfile"}) && !par.hostfile.empty()) {
+    std::ifstream probe(par.hostfile);
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(par.hostfile, ec) || !probe)
+      add("parallel.hostfile", par.hostfile,
+          "must be a readable mpirun hostfile (a file of host names, one per line), or \"\" for "
+          "this machine only; it is not a readable file");
   }
 
   const auto& ft = c.finetune;

@@ -1,5 +1,6 @@
 #include "RunStoreDb.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -184,6 +185,12 @@ Db::Db(const std::string& path, bool readOnly, bool create, int busyTimeoutMs, d
                                                          ": cannot create directory " +
                                                          parent.string() + ": " + ec.message());
     }
+  }
+  if (!exists) {
+    // SQLite would create the file 0644 whatever the umask allows; created here with 0666 the
+    // user's umask decides, and SQLite gives the -wal and -shm files the database's mode.
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd >= 0) ::close(fd);
   }
   int flags = readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   flags |= SQLITE_OPEN_NOMUTEX;

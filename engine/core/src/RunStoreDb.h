@@ -158,6 +158,7 @@ class EventIngestor {
   int64_t peakMemory_ = 0;
   std::optional<double> started_, finished_;
   std::optional<std::string> status_, reason_, backend_, configText_, configName_;
+  std::optional<std::string> configTags_, configNotes_;  // the config's, until the user sets own
   std::optional<int64_t> ranks_;
   bool sawFinished_ = false;
 };

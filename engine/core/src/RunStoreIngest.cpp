@@ -184,8 +184,17 @@ void EventIngestor::apply(const json& e) {
         for (auto& [k, v] : e.items())
           if (k != "type" && k != "seq" && k != "time") cfg[k] = v;
       configText_ = cfg.dump();
-      if (cfg.is_object())
+      if (cfg.is_object()) {
         if (auto n = str(cfg, "name")) configName_ = n;
+        // The config's tags and notes become the run's (bound parameters, any text is data).
+        if (auto t = cfg.find("tags"); t != cfg.end() && t->is_array()) {
+          json tags = json::array();
+          for (const auto& v : *t)
+            if (v.is_string()) tags.push_back(v);
+          if (!tags.empty()) configTags_ = tags.dump();
+        }
+        if (auto n = str(cfg, "notes"); n && !n->empty()) configNotes_ = n;
+      }
     } else if (type == "finished") {
       std::string st = str(e, "status").value_or("failed");
       if (st != "completed" && st != "stopped" && st != "failed") st = "failed";
@@ -310,6 +319,8 @@ void EventIngestor::endBatch(double heartbeat) {
       "reason = coalesce(?11, reason), backend = coalesce(?12, backend), "
       "ranks = coalesce(?13, ranks), config = coalesce(?14, config), "
       "name = CASE WHEN name = '' AND ?15 IS NOT NULL THEN ?15 ELSE name END, "
+      "tags = CASE WHEN tags = '[]' AND ?17 IS NOT NULL THEN ?17 ELSE tags END, "
+      "notes = CASE WHEN notes = '' AND ?18 IS NOT NULL THEN ?18 ELSE notes END, "
       "heartbeat = ?16 WHERE id = ?1");
   s.bind(1, runId_).bind(2, batchSteps_).bind(3, batchMaxStep_).bind(4, lastLoss_);
   s.bind(5, lastTps_).bind(6, bestEval_).bind(7, peakMemory_).bind(8, started_);
@@ -327,6 +338,8 @@ void EventIngestor::endBatch(double heartbeat) {
   bindStr(14, configText_);
   bindStr(15, configName_);
   s.bind(16, heartbeat);
+  bindStr(17, configTags_);
+  bindStr(18, configNotes_);
   s.run();
   batchSteps_ = 0;
   batchMinStep_.reset();
@@ -339,6 +352,8 @@ void EventIngestor::endBatch(double heartbeat) {
   backend_.reset();
   configText_.reset();
   configName_.reset();
+  configTags_.reset();
+  configNotes_.reset();
   ranks_.reset();
   finished_.reset();
   // started_ and peakMemory_ are kept (coalesce / max make re-sending them harmless)

@@ -197,6 +197,9 @@ struct ValidationContext {
   // When true, device.backend "cuda" needs cuda_available (the run command sets it; validate and
   // the estimator leave it off so GPU configs can be checked on any machine).
   bool check_backend = false;
+  // When true, files the config names for the run to read (parallel.hostfile) must exist and be
+  // readable (the run command sets it; validate leaves it off for configs of other machines).
+  bool check_files = false;
 };
 
 // Parse + validate a JSON text (reports malformed JSON with line and column).
