@@ -139,6 +139,11 @@ TEST(ConfigValidation, EveryBrokenConfigHasExactlyOnePreciseIssue) {
     EXPECT_NE(line.find(expected), std::string::npos) << line;
     EXPECT_NE(line.find(issue.value), std::string::npos) << line;
     EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+    // ...and says what would be accepted instead: each case lists what its rule allows.
+    ASSERT_TRUE(c.contains("allowed") && !c.at("allowed").empty()) << mistake;
+    for (const auto& a : c.at("allowed"))
+      EXPECT_NE(issue.message.find(a.get<std::string>()), std::string::npos)
+          << mistake << ": the message does not say " << a << ": " << issue.message;
   }
   EXPECT_GE(mistakes.size(), 20u);
   EXPECT_EQ(mistakes.size(), cases.size()) << "mistakes must be distinct";

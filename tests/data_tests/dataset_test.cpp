@@ -2,6 +2,8 @@
 // file's bytes), determinism, train/val disjointness, resume, curriculum, bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -139,14 +141,38 @@ TEST(AdditionData, BatchesAreCorrectSumsWithAnswerOnlyTargets) {
   EXPECT_EQ(samples, B * 2);  // 13-token samples: two fit in 33 tokens
 }
 
-TEST(AdditionData, ReversedAnswerExample) {
-  // 123+45 at 3 digits is "123+045=8610\n": the sum 168 reversed and padded to 4 digits.
+TEST(AdditionData, GeneratedSamplesHaveTheDocumentedForm) {
+  // docs: "123+45" at 3 digits is "123+045=8610": operands zero-padded to the width, the sum
+  // reversed and padded to width + 1. Every complete sample the dataset generates must be
+  // exactly that string, rebuilt here from its operands with independent formatting.
   auto ds = makeDataset(additionConfig(3));
-  std::vector<int32_t> toks;
-  for (char ch : std::string("123+045=8610"))
-    toks.push_back(ch == '+' ? 10 : ch == '=' ? 11 : ch - '0');
-  toks.push_back(ds->endToken());
-  EXPECT_EQ(ds->decode(toks), "123+045=8610\n");
+  const int B = 8, T = 32;
+  int checked = 0, padded = 0;
+  for (int batch = 0; batch < 20; ++batch) {
+    const Batch b = train(*ds, B, T);
+    for (int r = 0; r < B; ++r) {
+      std::istringstream lines(ds->decode(std::vector<int32_t>(&b.in[r * T], &b.in[r * T] + T)));
+      std::string line;
+      while (std::getline(lines, line)) {
+        if (lines.eof()) break;  // the row's cut end
+        const size_t plus = line.find('+');
+        ASSERT_NE(plus, std::string::npos) << line;
+        const unsigned a = std::stoul(line.substr(0, plus));
+        const unsigned bv = std::stoul(line.substr(plus + 1));
+        char expect[32];
+        std::snprintf(expect, sizeof expect, "%03u+%03u=", a, bv);
+        char sum[8];
+        std::snprintf(sum, sizeof sum, "%04u", a + bv);
+        std::string rev(sum);
+        std::reverse(rev.begin(), rev.end());
+        EXPECT_EQ(line, std::string(expect) + rev);
+        padded += a < 100 || bv < 100;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 100);
+  EXPECT_GT(padded, 0) << "no sample exercised the zero padding";
 }
 
 TEST(AdditionData, SameSeedSameBatchesOtherSeedOther) {

@@ -233,14 +233,30 @@ TEST(Korthikanti, EstimatorPytorchModelPerLayer) {
 }
 
 // ZeRO §III.B: GPT-2 1.5B (h 1600, L 48, s 1024, b 32) activations ≈ 60 GB in 16-bit (the
-// paper counts 12·h·s·b·L values); checkpointing brings them to ≈ 8 GB. Our checkpointed
-// peak = layer inputs (2sbh per layer) + one recomputed layer (flash).
+// paper counts 12·h·s·b·L values, a lower bound); checkpointing brings them to ≈ 8 GB. The
+// estimator's PyTorch activation model must land on both. The paper counts the transformer
+// blocks only, so the vocabulary is made tiny to take the LM head's logits (9.9 GB at V 50257)
+// out of the comparison.
 TEST(Korthikanti, ZeroPaperGpt2XlActivations) {
-  const double h = 1600, L = 48, s = 1024, b = 32;
-  EXPECT_NEAR(12 * h * s * b * L * 2 / GB, 60.0, 0.5);
-  const double ckpt = L * korthikantiLayerBytes(s, b, h, 25, true) +
-                      korthikantiLayerBytes(s, b, h, 25, false, true);
-  EXPECT_NEAR(ckpt / GB, 8.0, 0.25 * 8.0);
+  RunConfig c;
+  c.model.arch = "gpt2";
+  c.model.layers = 48;
+  c.model.d_model = 1600;
+  c.model.heads = 25;
+  c.model.seq_len = 1024;
+  c.model.vocab = 64;
+  c.train.micro_batch = 32;
+  c.precision.policy = "bf16";
+  EstimateOptions o;
+  o.activation_model = ActivationModel::PyTorch;
+  auto act = [&](const std::string& ck, bool flash) {
+    c.memory.checkpointing = ck;
+    c.attention.impl = flash ? "flash" : "naive";
+    return double(entry(estimateMemory(c, o).report.ranks[0], MemoryTier::Device,
+                        MemoryCategory::Activations));
+  };
+  EXPECT_GE(act("none", false) / GB, 60.0);
+  EXPECT_NEAR(act("all", true) / GB, 8.0, 0.25 * 8.0);
 }
 
 // NF4 (bitsandbytes): 7B weights 3.5 GB + 0.44 GB absmax (blocks of 64) or 0.11 GB with
@@ -248,12 +264,12 @@ TEST(Korthikanti, ZeroPaperGpt2XlActivations) {
 TEST(Quantization, Nf4SevenBillion) {
   const double n = 7e9;
   const double base = n * 0.5;
-  EXPECT_DOUBLE_EQ(base / GB, 3.5);
+  expectPrinted(blockwiseQuantBytes(n, 4, 64) / GB, 3.5 + 0.44, 0.01);
   expectPrinted((blockwiseQuantBytes(n, 4, 64) - base) / GB, 0.44, 0.01);
   expectPrinted((blockwiseQuantBytes(n, 4, 64, true) - base) / GB, 0.11, 0.01);
   // 0.127 bits/param overhead with double quantization.
   EXPECT_NEAR((blockwiseQuantBytes(n, 4, 64, true) - base) * 8 / n, 0.127, 0.0005);
-  EXPECT_NEAR(n * 8 / 8 / GB, 7.0, 1e-12);
+  expectPrinted(blockwiseQuantBytes(n, 8, 64) / GB, 7.0 + 0.44, 0.01);
 }
 
 // 8-bit Adam: two 1-byte states + an fp32 absmax per 256-block each; < 4096 elements keep
