@@ -46,8 +46,9 @@ HfModel openHfModel(const std::string& dir) {
         throw FormatError(index.string() + ": weight_map['" + name + "'] is not a file name");
       const std::string fn = file.get<std::string>();
       if (fn.find('/') != std::string::npos || fn == ".." || fn == "." || fn.empty())
-        throw FormatError(index.string() + ": weight_map['" + name + "'] names shard '" + fn +
-                          "', which is not a file in the folder");
+        throw FormatError(
+            index.string() + ": weight_map['" + name + "'] names shard '" + fn +
+            "', which is outside the folder or is the folder itself (a shard is a file name)");
       auto it = fileIndex.find(fn);
       if (it == fileIndex.end()) {
         const fs::path shard = d / fn;

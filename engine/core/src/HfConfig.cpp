@@ -197,8 +197,9 @@ HfStoredWeights readHfStoredWeights(const std::string& dir) {
       throw HfConfigError(index.string() + ": weight_map is empty (it names no shard)");
     for (const auto& n : names) {
       if (n.find('/') != std::string::npos || n == ".." || n == "." || n.empty())
-        throw HfConfigError(index.string() + ": shard '" + n +
-                            "' is not a file in the folder");
+        throw HfConfigError(
+            index.string() + ": shard '" + n +
+            "' is outside the folder or is the folder itself (a shard is a file name)");
       files.push_back(d / n);
     }
   } else {
@@ -243,7 +244,8 @@ HfStoredWeights readHfStoredWeights(const std::string& dir) {
           tooBig = false;
           break;
         }
-        tooBig = tooBig || d > uint64_t(INT64_MAX) || __builtin_mul_overflow(elems, int64_t(d), &elems);
+        tooBig =
+            tooBig || d > uint64_t(INT64_MAX) || __builtin_mul_overflow(elems, int64_t(d), &elems);
       }
       int64_t& total = out.elementsByDtype[t["dtype"].get<std::string>()];
       if (tooBig || __builtin_add_overflow(total, elems, &total))
