@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace ts::engine {
@@ -25,6 +26,7 @@ bool EventWriter::write(std::string line, bool droppable) {
       ++droppableQueued_;
     }
     queue_.emplace_back(std::move(line), droppable);
+    highWater_ = std::max(highWater_, queue_.size());
   }
   cv_.notify_one();
   return true;
@@ -70,6 +72,11 @@ void EventWriter::close() {
 int64_t EventWriter::dropped() const {
   std::lock_guard lock(mutex_);
   return dropped_;
+}
+
+size_t EventWriter::highWater() const {
+  std::lock_guard lock(mutex_);
+  return highWater_;
 }
 
 bool EventWriter::readerGone() const {

@@ -3,7 +3,9 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
+#include <thread>
 
 #include "StoreTestUtil.h"
 #include "trainscope/core/RunStore.h"
@@ -95,6 +97,36 @@ TEST(RunStore, CreatesFileWithWalForeignKeysAndCurrentSchema) {
   EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
   sqlite3_finalize(st);
   sqlite3_close(db);
+}
+
+// Engines started together all open a database that does not exist yet: exactly one creates
+// the schema and every opener succeeds (one once failed with "table runs already exists" and
+// its engine trained without recording).
+TEST(RunStore, ManyOpenersOfANewFileAllGetTheSchema) {
+  TempDir tmp;
+  constexpr int kFiles = 20, kOpeners = 8;
+  for (int f = 0; f < kFiles; ++f) {
+    const std::string path = tmp / ("runs" + std::to_string(f) + ".db");
+    std::atomic<int> ready{0};
+    std::vector<std::string> errors(kOpeners);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kOpeners; ++t)
+      threads.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (ready.load() < kOpeners) std::this_thread::yield();  // all open at once
+        try {
+          auto store = RunStore::open(path);
+          if (store.schemaVersion() != kRunStoreSchemaVersion) errors[t] = "old schema";
+        } catch (const std::exception& e) {
+          errors[t] = e.what();
+        }
+      });
+    for (auto& th : threads) th.join();
+    for (int t = 0; t < kOpeners; ++t) EXPECT_EQ(errors[t], "") << path << " opener " << t;
+    auto store = RunStore::open(path, RunStore::Mode::ReadOnly);
+    EXPECT_EQ(store.schemaVersion(), kRunStoreSchemaVersion);
+    EXPECT_TRUE(store.listRuns().empty());
+  }
 }
 
 TEST(RunStore, SqlInjectionNameRoundTrips) {

@@ -1,12 +1,15 @@
 #include "trainscope/core/RunStore.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <random>
+#include <thread>
 
 #include "RunStoreDb.h"
 
@@ -47,11 +50,25 @@ RunStore& RunStore::operator=(RunStore&&) noexcept = default;
 RunStore::~RunStore() = default;
 
 RunStore RunStore::open(const std::string& path, Mode mode, Options options) {
-  auto impl = std::make_unique<Impl>(path, mode == Mode::ReadOnly, options);
-  impl->db.migrate();
-  RunStore s(std::move(impl));
-  if (mode == Mode::ReadWrite) s.markCrashedRuns();
-  return s;
+  // Where waiting could deadlock, SQLite answers "busy" at once instead of calling its busy
+  // handler: switching a new file to WAL, or reading it while another process does. Engines
+  // started together hit exactly that, so opening is retried (jittered) up to the busy timeout.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options.busyTimeoutMs);
+  std::minstd_rand jitter(std::random_device{}());
+  for (;;) {
+    try {
+      auto impl = std::make_unique<Impl>(path, mode == Mode::ReadOnly, options);
+      impl->db.migrate();
+      RunStore s(std::move(impl));
+      if (mode == Mode::ReadWrite) s.markCrashedRuns();
+      return s;
+    } catch (const StoreError& e) {
+      if (e.kind() != StoreError::Kind::Locked || std::chrono::steady_clock::now() >= deadline)
+        throw;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2 + jitter() % 20));
+  }
 }
 
 const std::string& RunStore::path() const {

@@ -376,18 +376,30 @@ UPDATE runs SET best_eval_loss = (SELECT min(loss) FROM evals e WHERE e.run_id =
 }  // namespace
 
 void Db::migrate() {
+  auto check = [this](int v) {
+    if (v > kRunStoreSchemaVersion)
+      throw StoreError(StoreError::Kind::TooNew,
+                       "database " + path_ + " has schema version " + std::to_string(v) +
+                           " but this Trainscope knows up to " +
+                           std::to_string(kRunStoreSchemaVersion) + "; use a newer version");
+  };
   int v = userVersion();
-  if (v > kRunStoreSchemaVersion)
-    throw StoreError(StoreError::Kind::TooNew,
-                     "database " + path_ + " has schema version " + std::to_string(v) +
-                         " but this Trainscope knows up to " +
-                         std::to_string(kRunStoreSchemaVersion) + "; use a newer version");
+  check(v);
   if (v == kRunStoreSchemaVersion) return;
   if (readOnly_)
     throw StoreError(StoreError::Kind::NeedsMigration,
                      "database " + path_ + " has schema version " + std::to_string(v) +
                          " (current " + std::to_string(kRunStoreSchemaVersion) +
                          "); open it read-write once to migrate it");
+  // Several processes may open a new or old file at once (engines started together): the
+  // version is read again under the write lock, so exactly one of them creates or migrates.
+  Transaction tx(*this);
+  v = userVersion();
+  check(v);
+  if (v == kRunStoreSchemaVersion) {
+    tx.commit();
+    return;
+  }
   if (v == 0) {
     // A version-0 file must be empty: never adopt someone else's database.
     Stmt s(db_, "SELECT count(*) FROM sqlite_master");
@@ -396,7 +408,6 @@ void Db::migrate() {
       throw StoreError(StoreError::Kind::Corrupt,
                        "database " + path_ + " is an SQLite file but not a Trainscope run store");
   }
-  Transaction tx(*this);
   if (v < 1) exec(kSchemaV1);
   if (v < 2) {
     exec(kMigrateV1ToV2);

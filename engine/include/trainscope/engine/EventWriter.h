@@ -26,6 +26,9 @@ class EventWriter {
   void close();
   int64_t dropped() const;
   bool readerGone() const;
+  // The most lines that ever waited at once: how far a slow reader fell behind while the
+  // producers went on.
+  size_t highWater() const;
 
  private:
   void loop();
@@ -35,6 +38,7 @@ class EventWriter {
   std::condition_variable cv_;
   std::deque<std::pair<std::string, bool>> queue_;
   size_t droppableQueued_ = 0;
+  size_t highWater_ = 0;
   int64_t dropped_ = 0;
   bool closing_ = false;
   bool gone_ = false;
