@@ -14,8 +14,10 @@
 # one input running over 30 s is a hang.
 #
 # Environment: FUZZ_JOBS targets at a time (default 1), FUZZ_BUILD_JOBS build parallelism
-# (default nproc). Exits non-zero when any target crashed, leaked, hung or hit a sanitizer
-# report, naming the target, its log and the input that did it (under build/fuzz/artifacts/).
+# (default nproc), FUZZ_BUILD_DIR an existing build configured with TRAINSCOPE_FUZZ=ON to use
+# instead of the fuzz preset's build/fuzz (CI passes build/asan, which holds the unit tests and
+# the fuzz targets). Exits non-zero when any target crashed, leaked, hung or hit a sanitizer
+# report, naming the target, its log and the input that did it (under <build>/fuzz-artifacts/).
 # Targets: config config_override protocol safetensors checkpoint hf_config hf_index token_file
 # text_dataset jsonl_dataset tokenizer deepspeed_import.
 set -euo pipefail
@@ -50,16 +52,25 @@ for t in "${targets[@]}"; do
 done
 jobs=${FUZZ_JOBS:-1}
 
-echo "== building the fuzz preset (${#targets[@]} targets) =="
+build=${FUZZ_BUILD_DIR:-build/fuzz}
 build_start=$(date +%s)
-cmake --preset fuzz >/dev/null
-cmake --build build/fuzz -j "${FUZZ_BUILD_JOBS:-$(nproc)}" \
+if [[ -z ${FUZZ_BUILD_DIR:-} ]]; then
+  echo "== building the fuzz preset (${#targets[@]} targets) =="
+  cmake --preset fuzz >/dev/null
+else
+  grep -q '^TRAINSCOPE_FUZZ:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null || {
+    echo "fuzz.sh: FUZZ_BUILD_DIR=$build is not a build configured with TRAINSCOPE_FUZZ=ON" >&2
+    exit 2
+  }
+  echo "== building ${#targets[@]} fuzz targets in $build =="
+fi
+cmake --build "$build" -j "${FUZZ_BUILD_JOBS:-$(nproc)}" \
   $(for t in "${targets[@]}"; do printf -- '--target fuzz_%s ' "$t"; done)
 echo "build took $(( $(date +%s) - build_start )) s"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/trainscope-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-artifacts=$root/build/fuzz/artifacts
+artifacts=$root/$build/fuzz-artifacts
 mkdir -p "$artifacts"
 
 # One target: its verdict line in $work/<target>.result, its log in $artifacts/<target>.log.
@@ -79,7 +90,7 @@ fuzz_one() {
   t0=$(date +%s)
   ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=0 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=1 \
-    "$root/build/fuzz/tests/fuzz/fuzz_$t" "${mode[@]}" -rss_limit_mb=2048 -timeout=30 \
+    "$root/$build/tests/fuzz/fuzz_$t" "${mode[@]}" -rss_limit_mb=2048 -timeout=30 \
       -detect_leaks=1 -print_final_stats=1 -artifact_prefix="$art" "${inputs[@]}" \
       >"$log" 2>&1 || rc=$?
   local dt=$(( $(date +%s) - t0 ))
@@ -122,7 +133,7 @@ for t in "${targets[@]}"; do grep -q '^FAIL' "$work/$t.result" && failed=$((fail
 end=$(date +%s)
 echo "fuzzing took $(( end - fuzz_start )) s; total $(( end - start )) s (build included)"
 if [[ $failed -gt 0 ]]; then
-  echo "fuzz.sh: $failed target(s) failed; reproduce: build/fuzz/tests/fuzz/fuzz_<target> <input>" >&2
+  echo "fuzz.sh: $failed target(s) failed; reproduce: $build/tests/fuzz/fuzz_<target> <input>" >&2
   echo "  (fix the bug, then save the input as tests/fuzz/regressions/<target>/<bug-name>)" >&2
   exit 1
 fi

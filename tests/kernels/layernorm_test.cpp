@@ -50,7 +50,8 @@ TEST(LayerNorm, ForwardMatchesFp64) {
 
 TEST(LayerNorm, BackwardMatchesFiniteDifferencesAndAccumulates) {
   auto be = makeCpuBackend();
-  for (auto [N, C] : {std::pair{7, 13}, {3, 37}}) {
+  for (auto shape : {std::pair{7, 13}, {3, 37}}) {
+    const int N = shape.first, C = shape.second;  // not a binding: lambdas capture these
     const auto x = randomVec(size_t(N) * C, 4, -2.0f, 2.0f);
     const auto w = randomVec(C, 5), b = randomVec(C, 6);
     const auto G = randomVec(x.size(), 7);  // dL/dout for L = sum(out * G)

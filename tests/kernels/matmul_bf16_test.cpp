@@ -104,7 +104,7 @@ TEST_P(MatmulBf16Test, EmulatedMatchesFp64Reference) {
 TEST_P(MatmulBf16Test, NativeKernelAgreesWithEmulation) {
   std::string why;
   if (!cpu::matmulBf16Native(&why)) GTEST_SKIP() << "no native bf16 GEMM here: " << why;
-  const auto [ta, tb] = GetParam();
+  const bool ta = std::get<0>(GetParam()), tb = std::get<1>(GetParam());  // lambdas capture them
   const Shape s{129, 97, 515};
   const auto A = randomBf16(size_t(s.M) * s.K, 5), B = randomBf16(size_t(s.K) * s.N, 6);
   auto native = nanVec(size_t(s.M) * s.N), emulated = nanVec(native.size());

@@ -1,12 +1,17 @@
 #include "trainscope/gui/EngineClient.h"
 
 #include <unistd.h>
+#include <condition_variable>
 #include <csignal>
+#include <deque>
+#include <mutex>
+#include <thread>
 
 #include <QCoreApplication>
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
+#include <QPointer>
 #include <QProcessEnvironment>
 #include <QStandardPaths>
 #include <QTemporaryDir>
@@ -34,6 +39,73 @@ QString EngineLocator::findMpirun() {
   return {};
 }
 
+// The engine's stdout is decoded on a std::thread; chunks go to it and decoded results come back
+// through these std::mutex-guarded queues. Only a wake-up ("drainDecoded", by name, no payload)
+// crosses threads through Qt's event queue: Qt's own locks are invisible to ThreadSanitizer (Qt is
+// not instrumented), so data handed over inside a queued functor would look like a race there,
+// while this hand-off is checked by it (tests/tsan).
+struct EngineClient::Decoding {
+  struct Chunk {
+    QByteArray bytes;
+    bool last = false;  // the process exited: flush a trailing line, then completeExit
+    int exitCode = 0;
+    QProcess::ExitStatus status = QProcess::NormalExit;
+  };
+  struct Result {
+    std::vector<core::Event> events;
+    QStringList errors;
+    bool last = false;
+    int exitCode = 0;
+    QProcess::ExitStatus status = QProcess::NormalExit;
+  };
+
+  std::mutex mutex;  // guards everything below but decoder and thread
+  std::condition_variable cv;
+  std::deque<Chunk> chunks;
+  std::deque<Result> results;
+  bool wakePosted = false;  // a drainDecoded call is queued and has not yet seen `results` empty
+  bool stop = false;
+  core::EventDecoder decoder;  // worker thread only
+  std::thread thread;
+
+  void run(EngineClient* client) {
+    std::unique_lock lock(mutex);
+    for (;;) {
+      cv.wait(lock, [this] { return stop || !chunks.empty(); });
+      if (stop) return;
+      Chunk c = std::move(chunks.front());
+      chunks.pop_front();
+      lock.unlock();
+
+      Result r{{}, {}, c.last, c.exitCode, c.status};
+      decoder.setErrorHandler([&r](const std::string& msg, const std::string& line) {
+        r.errors << QStringLiteral("unreadable engine output (%1): %2")
+                        .arg(QString::fromStdString(msg),
+                             QString::fromStdString(line.substr(0, 200)));
+      });
+      r.events = decoder.feed(std::string_view(c.bytes.constData(), c.bytes.size()));
+      if (c.last) {
+        auto rest = decoder.finish();
+        r.events.insert(r.events.end(), std::make_move_iterator(rest.begin()),
+                        std::make_move_iterator(rest.end()));
+      }
+      decoder.setErrorHandler({});
+      c = Chunk{};  // the chunk's bytes go here, not on the GUI thread
+
+      lock.lock();
+      results.push_back(std::move(r));
+      if (!wakePosted) {
+        wakePosted = true;
+        // Not under the lock: drainDecoded takes it. The client outlives this thread (its
+        // destructor joins it before QObject's, which drops a wake-up still queued).
+        lock.unlock();
+        QMetaObject::invokeMethod(client, "drainDecoded", Qt::QueuedConnection);
+        lock.lock();
+      }
+    }
+  }
+};
+
 EngineClient::EngineClient(LiveRun* run, QObject* parent) : QObject(parent), run_(run) {
   decoder_.setErrorHandler([this](const std::string& msg, const std::string& line) {
     // Non-protocol output on stdout: show it, do not stop.
@@ -55,11 +127,14 @@ EngineClient::~EngineClient() {
       process_->waitForFinished(2000);
     }
   }
-  if (decodeThread_) {
-    // Work already queued finishes first; its results, posted to this dying object, are dropped.
-    decodeThread_->quit();
-    decodeThread_->wait();
-    delete decodeWorker_;
+  if (decoding_) {
+    // Chunks not decoded yet are dropped, as are results not applied: nothing will show them.
+    {
+      std::lock_guard lock(decoding_->mutex);
+      decoding_->stop = true;
+    }
+    decoding_->cv.notify_all();
+    decoding_->thread.join();
   }
 }
 
@@ -161,6 +236,10 @@ bool EngineClient::start(const nlohmann::json& config, const LaunchOptions& opti
     emit startFailed(error_);
   });
   run_->addLog("info", QStringLiteral("$ %1 %2").arg(program, args.join(' ')));
+  // The decoder thread exists before the child does. Qt 6.4 spawns with clone(), which
+  // ThreadSanitizer cannot see; a thread created after that loses its hand-off's ordering in
+  // TSan's eyes (tests/tsan: a false race on the chunk queue), one created before does not.
+  startDecoder();
   process_->start();
   return true;
 }
@@ -173,44 +252,56 @@ void EngineClient::feedQueued(const QByteArray& chunk) {
   decodeAsync(chunk, false);
 }
 
+void EngineClient::startDecoder() {
+  if (decoding_) return;
+  decoding_ = std::make_unique<Decoding>();
+  decoding_->thread = std::thread([d = decoding_.get(), this] { d->run(this); });
+}
+
 void EngineClient::decodeAsync(const QByteArray& chunk, bool last, int exitCode,
                                QProcess::ExitStatus status) {
-  if (!decodeThread_) {
-    decodeThread_ = new QThread(this);
-    decodeThread_->setObjectName("engine-decode");
-    decodeWorker_ = new QObject;  // no parent: it moves to the thread
-    decodeWorker_->moveToThread(decodeThread_);
-    asyncDecoder_ = std::make_unique<core::EventDecoder>();
-    decodeThread_->start();
-  }
+  startDecoder();
   ++pending_;
-  // The decoder is only touched on the worker thread; results come back queued, in order.
-  QMetaObject::invokeMethod(
-      decodeWorker_,
-      [this, chunk, last, exitCode, status] {
-        QStringList errors;
-        asyncDecoder_->setErrorHandler([&errors](const std::string& msg, const std::string& line) {
-          errors << QStringLiteral("unreadable engine output (%1): %2")
-                        .arg(QString::fromStdString(msg),
-                             QString::fromStdString(line.substr(0, 200)));
-        });
-        auto events = asyncDecoder_->feed(std::string_view(chunk.constData(), chunk.size()));
-        if (last) {
-          auto rest = asyncDecoder_->finish();
-          events.insert(events.end(), std::make_move_iterator(rest.begin()),
-                        std::make_move_iterator(rest.end()));
-        }
-        asyncDecoder_->setErrorHandler({});
-        QMetaObject::invokeMethod(
-            this,
-            [this, events = std::move(events), errors = std::move(errors), last, exitCode, status] {
-              --pending_;
-              applyDecoded(events, errors);
-              if (last) completeExit(exitCode, status);
-            },
-            Qt::QueuedConnection);
-      },
-      Qt::QueuedConnection);
+  {
+    std::lock_guard lock(decoding_->mutex);
+    decoding_->chunks.push_back({chunk, last, exitCode, status});
+  }
+  decoding_->cv.notify_one();
+}
+
+void EngineClient::drainDecoded() {
+  if (!decoding_) return;
+  // What is there now, in arrival order, one at a time (a nested event loop in a slot may drain
+  // the next ones itself); results that arrive meanwhile get a wake-up of their own.
+  size_t n = 0;
+  {
+    std::lock_guard lock(decoding_->mutex);
+    n = decoding_->results.size();
+  }
+  const QPointer<EngineClient> self(this);
+  for (size_t i = 0; i < n; ++i) {
+    Decoding::Result r;
+    {
+      std::lock_guard lock(decoding_->mutex);
+      if (decoding_->results.empty()) break;
+      r = std::move(decoding_->results.front());
+      decoding_->results.pop_front();
+    }
+    --pending_;
+    applyDecoded(r.events, r.errors);
+    if (r.last) completeExit(r.exitCode, r.status);
+    if (!self) return;  // a slot deleted the client
+  }
+  bool again = false;
+  {
+    std::lock_guard lock(decoding_->mutex);
+    // Cleared only when empty, under the lock: the worker posts again for whatever comes next.
+    if (decoding_->results.empty())
+      decoding_->wakePosted = false;
+    else
+      again = true;
+  }
+  if (again) QMetaObject::invokeMethod(this, "drainDecoded", Qt::QueuedConnection);
 }
 
 void EngineClient::applyDecoded(const std::vector<core::Event>& events, const QStringList& errors) {

@@ -10,7 +10,6 @@
 #include <QProcess>
 #include <QString>
 #include <QStringList>
-#include <QThread>
 #include <nlohmann/json.hpp>
 
 #include "trainscope/core/Protocol.h"
@@ -77,18 +76,22 @@ class EngineClient : public QObject {
  private:
   void onReadyRead();
   void onFinished(int exitCode, QProcess::ExitStatus status);
+  void startDecoder();  // the decoder thread, once
   // Queues a chunk for the worker; `last` flushes a trailing line and then calls completeExit.
   void decodeAsync(const QByteArray& chunk, bool last, int exitCode = 0,
                    QProcess::ExitStatus status = QProcess::NormalExit);
+  // Applies what the worker decoded, in order; invoked (queued, by name) when the worker has
+  // results. Several results share one call: the worker posts only when none is outstanding.
+  Q_INVOKABLE void drainDecoded();
   void applyDecoded(const std::vector<core::Event>& events, const QStringList& errors);
   void completeExit(int exitCode, QProcess::ExitStatus status);
 
   LiveRun* run_;
   QProcess* process_ = nullptr;
-  core::EventDecoder decoder_;       // feed() only
-  QThread* decodeThread_ = nullptr;  // started on first use
-  QObject* decodeWorker_ = nullptr;  // lives on decodeThread_, owns asyncDecoder_
-  std::unique_ptr<core::EventDecoder> asyncDecoder_;
+  core::EventDecoder decoder_;  // feed() only
+  // The decoder thread and the queues to and from it (EngineClient.cpp); started on first use.
+  struct Decoding;
+  std::unique_ptr<Decoding> decoding_;
   int pending_ = 0;
   QString error_;
   QString configPath_;
