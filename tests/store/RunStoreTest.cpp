@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <fstream>
 #include <limits>
 #include <thread>
 
@@ -101,15 +102,28 @@ TEST(RunStore, CreatesFileWithWalForeignKeysAndCurrentSchema) {
 
 // Engines started together all open a database that does not exist yet: exactly one creates
 // the schema and every opener succeeds (one once failed with "table runs already exists" and
-// its engine trained without recording).
+// its engine trained without recording), and readers opening it meanwhile wait for the schema.
 TEST(RunStore, ManyOpenersOfANewFileAllGetTheSchema) {
   TempDir tmp;
-  constexpr int kFiles = 20, kOpeners = 8;
+  constexpr int kFiles = 20, kOpeners = 8, kReaders = 4;
   for (int f = 0; f < kFiles; ++f) {
     const std::string path = tmp / ("runs" + std::to_string(f) + ".db");
     std::atomic<int> ready{0};
     std::vector<std::string> errors(kOpeners);
     std::vector<std::thread> threads;
+    // Readers too (a GUI reloading its Runs page): once the file exists they must see the
+    // schema, never "version 0, open it read-write to migrate it".
+    std::vector<std::string> readerErrors(kReaders);
+    for (int t = 0; t < kReaders; ++t)
+      threads.emplace_back([&, t] {
+        while (!std::filesystem::exists(path)) std::this_thread::yield();
+        try {
+          auto store = RunStore::open(path, RunStore::Mode::ReadOnly);
+          if (!store.listRuns().empty()) readerErrors[t] = "runs in a new file";
+        } catch (const std::exception& e) {
+          readerErrors[t] = e.what();
+        }
+      });
     for (int t = 0; t < kOpeners; ++t)
       threads.emplace_back([&, t] {
         ready.fetch_add(1);
@@ -123,9 +137,28 @@ TEST(RunStore, ManyOpenersOfANewFileAllGetTheSchema) {
       });
     for (auto& th : threads) th.join();
     for (int t = 0; t < kOpeners; ++t) EXPECT_EQ(errors[t], "") << path << " opener " << t;
+    for (int t = 0; t < kReaders; ++t) EXPECT_EQ(readerErrors[t], "") << path << " reader " << t;
     auto store = RunStore::open(path, RunStore::Mode::ReadOnly);
     EXPECT_EQ(store.schemaVersion(), kRunStoreSchemaVersion);
     EXPECT_TRUE(store.listRuns().empty());
+  }
+}
+
+// An empty file read-only: not "open it read-write to migrate it" (a reader cannot know that
+// nobody is creating it), but what it is, after waiting the busy timeout for a creator.
+TEST(RunStore, ReadOnlyEmptyFileSaysItHoldsNoRunStoreYet) {
+  TempDir tmp;
+  const std::string path = tmp / "empty.db";
+  std::ofstream(path).flush();
+  RunStore::Options o;
+  o.busyTimeoutMs = 100;
+  try {
+    RunStore::open(path, RunStore::Mode::ReadOnly, o);
+    FAIL() << "opened an empty file";
+  } catch (const StoreError& e) {
+    EXPECT_EQ(e.kind(), StoreError::Kind::Locked);
+    EXPECT_NE(std::string(e.what()).find(path + " holds no run store yet"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -386,6 +386,17 @@ void Db::migrate() {
   int v = userVersion();
   check(v);
   if (v == kRunStoreSchemaVersion) return;
+  if (readOnly_) {
+    // An engine creating the file has not written its schema yet (or the file is empty): a
+    // "locked" wait, which RunStore::open retries until the busy timeout, not a migration.
+    Stmt s(db_, "SELECT count(*) FROM sqlite_master");
+    s.step();
+    if (v == 0 && s.i64(0) == 0)
+      throw StoreError(StoreError::Kind::Locked,
+                       "database " + path_ +
+                           " holds no run store yet (another process is creating it, or the "
+                           "file is empty)");
+  }
   if (readOnly_)
     throw StoreError(StoreError::Kind::NeedsMigration,
                      "database " + path_ + " has schema version " + std::to_string(v) +
