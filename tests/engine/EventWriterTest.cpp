@@ -176,6 +176,10 @@ TEST(EventWriter, CloseFlushesEverythingQueuedAndIsIdempotent) {
     EXPECT_TRUE(writer.write(line('s', 0, i, 30)));
     accepted[0].kept.push_back(i);
   }
+  // Nobody reads yet: all of it waits but what the 4 KiB pipe took (lines over 30 bytes) and the
+  // one line in the writer's hands.
+  EXPECT_LE(writer.highWater(), 2000u);
+  EXPECT_GE(writer.highWater(), 2000u - 4096 / 30 - 1);
   std::atomic<bool> closed{false};
   std::thread closer([&] {
     writer.close();

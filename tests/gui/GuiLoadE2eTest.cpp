@@ -31,13 +31,6 @@ namespace {
 
 const QString kPreset = QString(TRAINSCOPE_PRESET_DIR) + "/default.json";
 
-int completedRows(const RunsTableModel& m) {
-  int n = 0;
-  for (int r = 0; r < m.rowCount(); ++r)
-    if (const auto* s = m.run(r); s && s->status == "completed") ++n;
-  return n;
-}
-
 }  // namespace
 
 TEST(GuiLoadE2e, FourEnginesRecordIntoOneDatabaseWhileTheRunsPageBrowsesIt) {
@@ -141,12 +134,12 @@ TEST(GuiLoadE2e, FourEnginesRecordIntoOneDatabaseWhileTheRunsPageBrowsesIt) {
   page->reload();
   EXPECT_TRUE(waitFor(
       [&] {
-        if (completedRows(*page->model()) >= kEngines) return true;
+        if (page->model()->rowsWithStatus("completed") >= kEngines) return true;
         if (!browser->busy()) page->reload();
         return false;
       },
       kWaitCapMs))
-      << completedRows(*page->model()) << " completed runs listed";
+      << page->model()->rowsWithStatus("completed") << " completed runs listed";
 }
 
 TEST(GuiLoadE2e, TwoThousandEventsPerSecondIntoABusyGuiAllArrive) {

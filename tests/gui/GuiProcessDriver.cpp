@@ -21,17 +21,6 @@
 
 using namespace ts::gui;
 
-namespace {
-
-int completedRows(const RunsTableModel& m) {
-  int n = 0;
-  for (int r = 0; r < m.rowCount(); ++r)
-    if (const auto* s = m.run(r); s && s->status == "completed") ++n;
-  return n;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   QApplication app(argc, argv);
   QCommandLineParser p;
@@ -83,8 +72,8 @@ int main(int argc, char** argv) {
       if (expectRuns <= 0) QCoreApplication::exit(0);
     }
     RunsTableModel* m = win.runsPage()->model();
-    if (completedRows(*m) >= expectRuns) {
-      std::printf("runs page lists %d completed runs\n", completedRows(*m));
+    if (m->rowsWithStatus("completed") >= expectRuns) {
+      std::printf("runs page lists %d completed runs\n", m->rowsWithStatus("completed"));
       std::fflush(stdout);
       QCoreApplication::exit(0);
     } else if (!win.runsPage()->browser()->busy()) {

@@ -47,13 +47,6 @@ void startGui(QProcess& gui, const QString& db, int steps, int expectRuns = 0) {
   gui.start();
 }
 
-int completedRows(const RunsTableModel& m) {
-  int n = 0;
-  for (int r = 0; r < m.rowCount(); ++r)
-    if (const auto* s = m.run(r); s && s->status == "completed") ++n;
-  return n;
-}
-
 }  // namespace
 
 TEST(GuiProcessE2e, KilledGuiLeavesTheEngineTrainingAndTheNextGuiShowsTheRun) {
@@ -124,12 +117,12 @@ TEST(GuiProcessE2e, TwoGuisOnOneDatabaseBothWork) {
   RunsTableModel* m = win.runsPage()->model();
   EXPECT_TRUE(waitFor(
       [&] {
-        if (completedRows(*m) >= 2) return true;
+        if (m->rowsWithStatus("completed") >= 2) return true;
         if (!win.runsPage()->browser()->busy()) win.runsPage()->reload();
         return false;
       },
       kWaitCapMs))
-      << completedRows(*m) << " completed runs listed";
+      << m->rowsWithStatus("completed") << " completed runs listed";
 
   ASSERT_TRUE(waitFor([&] { return other.state() == QProcess::NotRunning; }, kWaitCapMs));
   const std::string said = other.readAll().toStdString();

@@ -177,10 +177,13 @@ TEST_F(RunsBrowserTest, SearchAndStatusFilter) {
   model.setSearchText("bf16");  // a tag
   EXPECT_EQ(model.rowCount(), expected([](int i) { return i % 8 == 0; }));
   model.setSearchText("");
+  EXPECT_EQ(model.rowsWithStatus("failed"), expected(failed));
   model.setStatusFilter("failed");
   EXPECT_EQ(model.rowCount(), expected(failed));
   model.setSearchText("baseline");
   EXPECT_EQ(model.rowCount(), expected([](int i) { return failed(i) && i % 4 == 0; }));
+  EXPECT_EQ(model.rowsWithStatus("failed"), model.rowCount());  // only the rows shown
+  EXPECT_EQ(model.rowsWithStatus("completed"), 0);
   EXPECT_EQ(model.totalRuns(), kRuns);
   model.setStatusFilter("");
   model.setSearchText("no such run");

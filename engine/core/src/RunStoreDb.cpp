@@ -383,25 +383,27 @@ void Db::migrate() {
                            " but this Trainscope knows up to " +
                            std::to_string(kRunStoreSchemaVersion) + "; use a newer version");
   };
+  auto empty = [this] {
+    Stmt s(db_, "SELECT count(*) FROM sqlite_master");
+    s.step();
+    return s.i64(0) == 0;
+  };
   int v = userVersion();
   check(v);
   if (v == kRunStoreSchemaVersion) return;
   if (readOnly_) {
     // An engine creating the file has not written its schema yet (or the file is empty): a
     // "locked" wait, which RunStore::open retries until the busy timeout, not a migration.
-    Stmt s(db_, "SELECT count(*) FROM sqlite_master");
-    s.step();
-    if (v == 0 && s.i64(0) == 0)
+    if (v == 0 && empty())
       throw StoreError(StoreError::Kind::Locked,
                        "database " + path_ +
                            " holds no run store yet (another process is creating it, or the "
                            "file is empty)");
-  }
-  if (readOnly_)
     throw StoreError(StoreError::Kind::NeedsMigration,
                      "database " + path_ + " has schema version " + std::to_string(v) +
                          " (current " + std::to_string(kRunStoreSchemaVersion) +
                          "); open it read-write once to migrate it");
+  }
   // Several processes may open a new or old file at once (engines started together): the
   // version is read again under the write lock, so exactly one of them creates or migrates.
   Transaction tx(*this);
@@ -411,14 +413,10 @@ void Db::migrate() {
     tx.commit();
     return;
   }
-  if (v == 0) {
-    // A version-0 file must be empty: never adopt someone else's database.
-    Stmt s(db_, "SELECT count(*) FROM sqlite_master");
-    s.step();
-    if (s.i64(0) != 0)
-      throw StoreError(StoreError::Kind::Corrupt,
-                       "database " + path_ + " is an SQLite file but not a Trainscope run store");
-  }
+  // A version-0 file must be empty: never adopt someone else's database.
+  if (v == 0 && !empty())
+    throw StoreError(StoreError::Kind::Corrupt,
+                     "database " + path_ + " is an SQLite file but not a Trainscope run store");
   if (v < 1) exec(kSchemaV1);
   if (v < 2) {
     exec(kMigrateV1ToV2);

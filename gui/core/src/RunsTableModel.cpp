@@ -311,6 +311,12 @@ const core::RunSummary* RunsTableModel::run(int row) const {
   return e ? &e->summary : nullptr;
 }
 
+int RunsTableModel::rowsWithStatus(const std::string& status) const {
+  int n = 0;
+  for (int r = 0; r < rowCount(); ++r) n += run(r)->status == status;
+  return n;
+}
+
 int RunsTableModel::rowOfRun(int64_t id) const {
   for (int r = 0; r < static_cast<int>(rows_.size()); ++r)
     if (all_[rows_[r]].summary.id == id) return r;

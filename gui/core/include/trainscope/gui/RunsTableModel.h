@@ -72,6 +72,7 @@ class RunsTableModel : public QAbstractTableModel {
   const QString& searchText() const { return search_; }
   int totalRuns() const { return static_cast<int>(all_.size()); }
   const core::RunSummary* run(int row) const;
+  int rowsWithStatus(const std::string& status) const;  // among the rows shown
   const RunEntry* entry(int row) const;
   int rowOfRun(int64_t id) const;  // -1 when filtered out or unknown
 
