@@ -26,6 +26,7 @@ namespace ts::gui {
 
 QImage grabShot(QWidget* window) {
   window->raise();
+  window->repaint();  // paint what the widgets say now: xcb grabs the window's last frame
   if (QScreen* screen = window->screen(); screen && QGuiApplication::platformName() == "xcb") {
     const QImage img = screen->grabWindow(window->winId()).toImage();
     if (!img.isNull() && img.width() >= window->width() / 2) return img;

@@ -18,6 +18,7 @@
 #include "ScreenshotCheck.h"
 #include "TimelinePage.h"
 #include "TimelineView.h"
+#include "trainscope/gui/EngineClient.h"
 #include "trainscope/gui/LiveRun.h"
 #include "trainscope/gui/TimelineModel.h"
 
@@ -55,8 +56,9 @@ std::vector<TourShot> runScreenshotTour(MainWindow& win, const TourOptions& o, Q
   say(win.capabilities().known ? "engine: " + win.capabilities().text
                                : "engine capabilities not known (engine not found?)");
 
-  auto shoot = [&](const QString& name, const std::function<void(ScreenshotCheck&)>& checks) {
-    settle();
+  auto shoot = [&](const QString& name, const std::function<void(ScreenshotCheck&)>& checks,
+                   bool settleFirst = true) {
+    if (settleFirst) settle();
     TourShot shot;
     shot.name = name;
     shot.path = QDir(o.outDir).filePath(name + ".png");
@@ -88,18 +90,33 @@ std::vector<TourShot> runScreenshotTour(MainWindow& win, const TourOptions& o, Q
   }
   win.showSection(MainWindow::Live);
   LiveRun* run1 = first->run();
-  if (!spinUntil([&] { return run1->lastStep() >= o.steps / 2 || !run1->isActive(); },
+  // The engine is paused a quarter of the way in and resumed just before the grab, so the shot
+  // shows a running run however fast this machine trains or however starved the GUI is: a
+  // shot taken while stepping on gave a fast run time to finish first.
+  if (!spinUntil([&] { return run1->lastStep() >= o.steps / 4 || !run1->isActive(); },
                  o.timeoutMs)) {
     fail("live-dashboard", "the run made no progress");
     return shots;
   }
+  auto enginePaused = [&] {
+    for (const auto& l : run1->log())
+      if (l.text.startsWith("paused at step")) return true;
+    return false;
+  };
+  first->client()->send(core::CommandType::Pause);
+  spinUntil([&] { return enginePaused() || !run1->isActive(); }, o.timeoutMs);
+  settle();  // the charts draw every step up to the pause
+  first->client()->send(core::CommandType::Resume);
   first->refresh();
-  shoot("live-dashboard", [&](ScreenshotCheck& c) {
-    c.chart(first->lossChart(), "loss chart", 10)
-        .chart(first->lrChart(), "learning-rate chart", 10)
-        .chart(first->throughputChart(), "throughput chart", 5)
-        .text("running");
-  });
+  shoot(
+      "live-dashboard",
+      [&](ScreenshotCheck& c) {
+        c.chart(first->lossChart(), "loss chart", 10)
+            .chart(first->lrChart(), "learning-rate chart", 10)
+            .chart(first->throughputChart(), "throughput chart", 5)
+            .text("running");
+      },
+      /*settleFirst=*/false);
   if (!spinUntil([&] { return !run1->isActive(); }, o.timeoutMs)) {
     fail("runs", "the first run did not finish");
     return shots;
