@@ -376,6 +376,7 @@ int runMain(const RunOptions& o) {
       }
     }
     core::EstimateOptions po;
+    po.cpu_kernel_threads = backend->scratchThreads();  // as the model sizes its region
     if (!config.distill.teacher_checkpoint.empty()) {
       try {  // the teacher's own shape (an unreadable one is the trainer's to report)
         po.teacher_model = engine::modelConfigAt(config.distill.teacher_checkpoint);

@@ -198,6 +198,7 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
     rc.model.seq_len = s.seq_len;
     rc.model.vocab = s.vocab;
     rc.train.micro_batch = s.batch;
+    rc.device.threads = backend->threads();  // the kernel scratch region has a slice each
     std::string pol = policy;
     // "+int8": memory.activation_compression int8; "+flash": attention.impl flash.
     for (const char* suffix : {"+int8", "+flash"})

@@ -81,6 +81,7 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels:
   g.dropoutSeed = static_cast<uint64_t>(config.train.seed);
   g.lora = config.finetune.lora;
   g.nf4Base = config.finetune.base_quant == "nf4";
+  g.distill = !config.distill.teacher_checkpoint.empty();
   const auto zl = core::zeroLayoutOf(config.parallel.ranks, config.parallel.zero_stage);
   g.arenaAlign = zl.align;
   g.arenaPadTo = zl.padTo;
@@ -123,6 +124,7 @@ core::SavedStateOptions GptConfig::savedState(int B) const {
   o.lora = lora;
   o.nf4 = nf4Base && (lora.r > 0 || inferenceOnly);
   o.forwardOnly = inferenceOnly;
+  o.distill = distill;
   o.saved = saved == DType::BF16  ? core::ElementType::BF16
             : saved == DType::F16 ? core::ElementType::F16
                                   : core::ElementType::F32;
@@ -599,6 +601,7 @@ DType dtypeOf(core::ElementType t) {
 void Gpt::allocate(int B) {
   if (B < 1) throw std::invalid_argument("micro-batch must be >= 1");
   acts_ = Activations{};
+  if (ws_.kernelScratch.data()) backend_->unbindScratch(ws_.kernelScratch.f32());
   ws_ = Workspace{};
   for (Tensor* t : {&x16_, &g16_, &nf4W_, &fp8X_, &fp8G_, &fp8W_, &fp8TileScales_}) t->reset();
   acts_.B = B;
@@ -611,7 +614,8 @@ void Gpt::allocate(int B) {
       {"datt", &Workspace::datt},     {"dfc", &Workspace::dfc},
       {"dfc2", &Workspace::dfc2},     {"ddrop", &Workspace::ddrop},
       {"loraDU", &Workspace::loraDU}, {"loraX", &Workspace::loraX},
-      {"stream", &Workspace::stream}, {"attUnpack", &Workspace::attUnpack}};
+      {"stream", &Workspace::stream}, {"attUnpack", &Workspace::attUnpack},
+      {"kernelScratch", &Workspace::kernelScratch}};
   const std::map<std::string, Tensor*> scratch = {{"x16", &x16_},
                                                   {"g16", &g16_},
                                                   {"nf4W", &nf4W_},
@@ -619,7 +623,9 @@ void Gpt::allocate(int B) {
                                                   {"fp8G", &fp8G_},
                                                   {"fp8W", &fp8W_},
                                                   {"fp8TileScales", &fp8TileScales_}};
-  for (const auto& b : core::savedState(arch_, config_.savedState(B))) {
+  core::SavedStateOptions so = config_.savedState(B);
+  so.kernelThreads = backend_->scratchThreads();
+  for (const auto& b : core::savedState(arch_, so)) {
     // Data-dependent buffers (the sparse nonzeros) are sized by each forward.
     Tensor t(backend_, tracker_, b.category, dtypeOf(b.type),
              b.dataDependent ? std::vector<int64_t>{0} : b.shape);
@@ -658,6 +664,16 @@ void Gpt::allocate(int B) {
     backend_->copyToDevice(ws_.ones.data(), ones.data(), ones.size() * sizeof(float));
   }
   haveLoss_ = false;
+  bindKernelScratch();
+}
+
+Gpt::~Gpt() {
+  if (ws_.kernelScratch.data()) backend_->unbindScratch(ws_.kernelScratch.f32());
+}
+
+void Gpt::bindKernelScratch() {
+  Tensor& s = ws_.kernelScratch;
+  if (s.data()) backend_->bindScratch(s.f32(), s.shape()[1], static_cast<int>(s.shape()[0]));
 }
 
 double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss,
@@ -665,6 +681,7 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   if (B < 1 || B > acts_.B || T < 1 || T > config_.seq_len)
     throw std::invalid_argument("forward: batch shape exceeds the allocated activations");
   ScopedRange fr("forward", SpanCategory::Block);
+  bindKernelScratch();
   const int C = config_.d_model, V = config_.vocab;
   const int N = B * T;
   ctx_.B = B;
@@ -701,6 +718,7 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
 void Gpt::backward() {
   if (!haveLoss_) throw std::logic_error("backward() needs a forward with targets first");
   ScopedRange br("backward", SpanCategory::Block);
+  bindKernelScratch();
   const int C = config_.d_model;
   const int64_t n = ctx_.rows() * C;
   float* dres = ws_.dres.f32();

@@ -1,10 +1,12 @@
 // Distillation loss and gradient (OpList.h), one row at a time: three softmaxes over a row
 // that stays in cache. dlogits may alias logits: every read of a row precedes its writes.
+#include <omp.h>
+
 #include <cmath>
 #include <limits>
-#include <vector>
 
 #include "trainscope/kernels/CpuOps.h"
+#include "trainscope/kernels/CpuScratch.h"
 
 namespace ts::kernels::cpu {
 
@@ -12,9 +14,11 @@ void distillForwardBackward(float* ce, float* kl, float* dlogits, const float* l
                             const float* teacher, const int32_t* targets, int N, int V,
                             float temperature, float alpha, float dloss) {
   const float invT = 1.0f / temperature;
+  const ScratchLease rows(scratch::distill(V), omp_get_max_threads());
 #pragma omp parallel
   {
-    std::vector<float> q(static_cast<size_t>(V)), pt(static_cast<size_t>(V));
+    float* const q = rows.slice(omp_get_thread_num());
+    float* const pt = q + V;
 #pragma omp for schedule(static)
     for (int i = 0; i < N; ++i) {
       const float* x = logits + int64_t(i) * V;

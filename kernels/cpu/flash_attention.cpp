@@ -12,16 +12,16 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "cpu/Gemm.h"
 #include "cpu/VecMath.h"
 #include "trainscope/kernels/CpuOps.h"
+#include "trainscope/kernels/CpuScratch.h"
 
 namespace ts::kernels::cpu {
 
 namespace {
-constexpr int kTile = 64;  // query rows and keys per tile (equal, so diagonal tiles align)
+constexpr int kTile = scratch::kFlashTile;  // query rows and keys per tile (equal: diagonal tiles align)
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Causal mask inside a diagonal tile: row r (query r0 + r) sees keys c0 + c <= r0 + r.
@@ -47,9 +47,11 @@ void flashAttentionGqaForward(float* out, float* lse, const float* qkv, int B, i
   const int64_t C3 = int64_t(NH + 2 * KVH) * hs;  // qkv row: q heads | k heads | v heads
   const int nQt = (T + kTile - 1) / kTile;
   const int64_t work = int64_t(B) * NH * nQt;
+  const ScratchLease tiles(scratch::flashForward(hs), omp_get_max_threads());
 #pragma omp parallel if (work > 1)
   {
-    std::vector<float> S(size_t(kTile) * kTile), O(size_t(kTile) * hs);
+    float* const S = tiles.slice(omp_get_thread_num());
+    float* const O = S + kTile * kTile;
     float m[kTile], l[kTile];
 #pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < work; ++w) {
@@ -64,11 +66,11 @@ void flashAttentionGqaForward(float* out, float* lse, const float* qkv, int B, i
       std::fill(l, l + kTile, 0.0f);
       for (int c0 = 0; c0 <= r0; c0 += kTile) {
         const int nc = std::min(kTile, T - c0);
-        stridedGemm('N', 'T', nr, nc, hs, sc, q + r0 * C3, C3, k + c0 * C3, C3, 0.0f, S.data(),
+        stridedGemm('N', 'T', nr, nc, hs, sc, q + r0 * C3, C3, k + c0 * C3, C3, 0.0f, S,
                     kTile);
-        maskTile(S.data(), nr, nc, r0, c0);
+        maskTile(S, nr, nc, r0, c0);
         for (int r = 0; r < nr; ++r) {
-          float* s = S.data() + r * kTile;
+          float* s = S + r * kTile;
           float mx = m[r];
 #pragma omp simd reduction(max : mx)
           for (int c = 0; c < nc; ++c) mx = vmax(mx, s[c]);
@@ -81,7 +83,7 @@ void flashAttentionGqaForward(float* out, float* lse, const float* qkv, int B, i
           }
           l[r] = alpha * l[r] + sum;
           m[r] = mx;
-          float* o = O.data() + r * hs;
+          float* o = O + r * hs;
           if (c0 == 0) {
             std::fill(o, o + hs, 0.0f);
           } else {
@@ -89,13 +91,13 @@ void flashAttentionGqaForward(float* out, float* lse, const float* qkv, int B, i
             for (int d = 0; d < hs; ++d) o[d] *= alpha;
           }
         }
-        stridedGemm('N', 'N', nr, hs, nc, 1.0f, S.data(), kTile, v + c0 * C3, C3, 1.0f, O.data(),
+        stridedGemm('N', 'N', nr, hs, nc, 1.0f, S, kTile, v + c0 * C3, C3, 1.0f, O,
                     hs);
       }
       for (int r = 0; r < nr; ++r) {
         const float inv = 1.0f / l[r];
         float* dst = out + (int64_t(b) * T + r0 + r) * C + int64_t(h) * hs;
-        const float* o = O.data() + r * hs;
+        const float* o = O + r * hs;
 #pragma omp simd
         for (int d = 0; d < hs; ++d) dst[d] = o[d] * inv;
         lse[int64_t(bh) * T + r0 + r] = m[r] + std::log(l[r]);
@@ -113,10 +115,14 @@ void flashAttentionGqaBackward(float* dqkv, const float* dout, const float* out,
   // One (batch, kv head) per task: the task owns dK and dV of its kv head (summed over the
   // group's query heads in head order) and dQ of those heads, so no atomics and a fixed
   // summation order.
+  const ScratchLease tiles(scratch::flashBackward(hs, group, T), omp_get_max_threads());
 #pragma omp parallel if (B * KVH > 1)
   {
-    std::vector<float> P(size_t(kTile) * kTile), dS(size_t(kTile) * kTile);
-    std::vector<float> dK(size_t(kTile) * hs), dV(size_t(kTile) * hs), D(size_t(group) * T);
+    float* const P = tiles.slice(omp_get_thread_num());
+    float* const dS = P + kTile * kTile;
+    float* const dK = dS + kTile * kTile;
+    float* const dV = dK + int64_t(kTile) * hs;
+    float* const D = dV + int64_t(kTile) * hs;  // group * T
 #pragma omp for schedule(dynamic, 1)
     for (int bg = 0; bg < B * KVH; ++bg) {
       const int b = bg / KVH, g = bg % KVH;
@@ -134,54 +140,54 @@ void flashAttentionGqaBackward(float* dqkv, const float* dout, const float* out,
           float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
           for (int d = 0; d < hs; ++d) acc += dO[int64_t(i) * C + d] * O[int64_t(i) * C + d];
-          D[size_t(j) * T + i] = acc;
+          D[int64_t(j) * T + i] = acc;
           std::fill(dq + i * C3, dq + i * C3 + hs, 0.0f);
         }
       }
       for (int c0 = 0; c0 < T; c0 += kTile) {
         const int nc = std::min(kTile, T - c0);
-        std::fill(dK.begin(), dK.end(), 0.0f);
-        std::fill(dV.begin(), dV.end(), 0.0f);
+        std::fill_n(dK, int64_t(kTile) * hs, 0.0f);
+        std::fill_n(dV, int64_t(kTile) * hs, 0.0f);
         for (int j = 0; j < group; ++j) {
           const int h = g * group + j;
           const float* q = qkv + row0 + int64_t(h) * hs;
           float* dq = dqkv + row0 + int64_t(h) * hs;
           const float* dO = dout + int64_t(b) * T * C + int64_t(h) * hs;
           const float* L = lse + (int64_t(b) * NH + h) * T;
-          const float* Dh = D.data() + size_t(j) * T;
+          const float* Dh = D + int64_t(j) * T;
           for (int r0 = c0; r0 < T; r0 += kTile) {  // causal: queries at or after the keys
             const int nr = std::min(kTile, T - r0);
-            stridedGemm('N', 'T', nr, nc, hs, sc, q + r0 * C3, C3, k + c0 * C3, C3, 0.0f, P.data(),
+            stridedGemm('N', 'T', nr, nc, hs, sc, q + r0 * C3, C3, k + c0 * C3, C3, 0.0f, P,
                         kTile);
-            maskTile(P.data(), nr, nc, r0, c0);
+            maskTile(P, nr, nc, r0, c0);
             for (int r = 0; r < nr; ++r) {
-              float* p = P.data() + r * kTile;
+              float* p = P + r * kTile;
               const float Lr = L[r0 + r];
 #pragma omp simd
               for (int c = 0; c < nc; ++c) p[c] = vexp(p[c] - Lr);
             }
             // dV += P^T dO_i;  dP = dO_i V_j^T
-            stridedGemm('T', 'N', nc, hs, nr, 1.0f, P.data(), kTile, dO + int64_t(r0) * C, C, 1.0f,
-                        dV.data(), hs);
+            stridedGemm('T', 'N', nc, hs, nr, 1.0f, P, kTile, dO + int64_t(r0) * C, C, 1.0f,
+                        dV, hs);
             stridedGemm('N', 'T', nr, nc, hs, 1.0f, dO + int64_t(r0) * C, C, v + c0 * C3, C3, 0.0f,
-                        dS.data(), kTile);
+                        dS, kTile);
             for (int r = 0; r < nr; ++r) {  // dS = P (dP - D) * scale
-              const float* p = P.data() + r * kTile;
-              float* ds = dS.data() + r * kTile;
+              const float* p = P + r * kTile;
+              float* ds = dS + r * kTile;
               const float Dr = Dh[r0 + r];
 #pragma omp simd
               for (int c = 0; c < nc; ++c) ds[c] = p[c] * (ds[c] - Dr) * sc;
             }
             // dQ_i += dS K_j;  dK += dS^T Q_i
-            stridedGemm('N', 'N', nr, hs, nc, 1.0f, dS.data(), kTile, k + c0 * C3, C3, 1.0f,
+            stridedGemm('N', 'N', nr, hs, nc, 1.0f, dS, kTile, k + c0 * C3, C3, 1.0f,
                         dq + r0 * C3, C3);
-            stridedGemm('T', 'N', nc, hs, nr, 1.0f, dS.data(), kTile, q + r0 * C3, C3, 1.0f,
-                        dK.data(), hs);
+            stridedGemm('T', 'N', nc, hs, nr, 1.0f, dS, kTile, q + r0 * C3, C3, 1.0f,
+                        dK, hs);
           }
         }
         for (int c = 0; c < nc; ++c) {
-          std::copy(dK.data() + c * hs, dK.data() + (c + 1) * hs, dk + (c0 + c) * C3);
-          std::copy(dV.data() + c * hs, dV.data() + (c + 1) * hs, dv + (c0 + c) * C3);
+          std::copy(dK + c * hs, dK + (c + 1) * hs, dk + (c0 + c) * C3);
+          std::copy(dV + c * hs, dV + (c + 1) * hs, dv + (c0 + c) * C3);
         }
       }
     }

@@ -104,10 +104,15 @@ void encodeRow(const float* x, uint8_t* q, const float* s, int64_t n) {
   for (int64_t c = 0; c < n; ++c) q[c] = encode<F>(x[c] * s[c]);
 }
 template <Fp8Format F>
-void fakeRow(const float* x, float* d, const float* s, const float* inv, int64_t n) {
+void fakeRow(const float* x, float* d, const float* s, int64_t n) {
 #pragma omp simd
-  for (int64_t c = 0; c < n; ++c) d[c] = decode<F>(encode<F>(x[c] * s[c])) * inv[c];
+  for (int64_t c = 0; c < n; ++c) d[c] = decode<F>(encode<F>(x[c] * s[c])) * (1.0f / s[c]);
 }
+
+// The band's scaleInv row is its only working space (no scratch to allocate or track): it
+// holds each tile's amax bits, then its scale, and last the scale's inverse. 1/s computed where
+// it is used is the same float as the stored inverse (IEEE division, no fast-math).
+using AliasedBits = uint32_t __attribute__((may_alias));
 
 // One band of tileRows rows, walked row by row (contiguous for every tile shape): pass 1 takes
 // each tile's amax as the max of |x| bits (NaN bits exceed inf's, so a NaN poisons its tile),
@@ -116,8 +121,8 @@ template <Fp8Format F>
 void quantizeBand(const float* x, uint8_t* q, float* deq, float* scaleInv, int64_t r0, int64_t r1,
                   int64_t cols, int64_t tileCols, int margin) {
   const int64_t tc = ceilDiv(cols, tileCols);
-  std::vector<uint32_t> bits(static_cast<size_t>(tc), 0u);
-  uint32_t* m = bits.data();
+  std::fill_n(scaleInv, tc, 0.0f);  // all bits zero
+  AliasedBits* m = reinterpret_cast<AliasedBits*>(scaleInv);
   for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * cols;
     if (tileCols == 1) {
@@ -133,14 +138,12 @@ void quantizeBand(const float* x, uint8_t* q, float* deq, float* scaleInv, int64
       }
     }
   }
-  std::vector<float> scale(static_cast<size_t>(tc));
-  float* sc = scale.data();
-  float* inv = scaleInv;
+  float* sc = scaleInv;
   for (int64_t t = 0; t < tc; ++t) {
+    const uint32_t bits = m[t];
     float a;
-    std::memcpy(&a, &m[t], sizeof a);
+    std::memcpy(&a, &bits, sizeof a);
     sc[t] = fp8ScaleFor(a, F, margin);
-    inv[t] = 1.0f / sc[t];
   }
   for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * cols;
@@ -148,15 +151,16 @@ void quantizeBand(const float* x, uint8_t* q, float* deq, float* scaleInv, int64
     float* dr = deq ? deq + r * cols : nullptr;
     if (tileCols == 1) {
       if (qr) encodeRow<F>(xr, qr, sc, cols);
-      if (dr) fakeRow<F>(xr, dr, sc, inv, cols);
+      if (dr) fakeRow<F>(xr, dr, sc, cols);
     } else {
       for (int64_t t = 0; t < tc; ++t) {
         const int64_t c0 = t * tileCols, n = std::min(cols, c0 + tileCols) - c0;
         if (qr) encodeSegment<F>(xr + c0, qr + c0, sc[t], n);
-        if (dr) fakeSegment<F>(xr + c0, dr + c0, sc[t], inv[t], n);
+        if (dr) fakeSegment<F>(xr + c0, dr + c0, sc[t], 1.0f / sc[t], n);
       }
     }
   }
+  for (int64_t t = 0; t < tc; ++t) scaleInv[t] = 1.0f / sc[t];
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
 // LayerNorm over the last dim; two-pass mean/variance per row for accuracy.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "cpu/VecMath.h"
+#include "trainscope/kernels/CpuScratch.h"
 #include "trainscope/kernels/CpuOps.h"
 
 namespace ts::kernels::cpu {
@@ -36,11 +37,13 @@ void layernormBackward(float* dinp, float* dweight, float* dbias, const float* d
   // dweight/dbias are reductions over rows: each thread sums its static chunk of rows into a
   // private buffer, then the buffers are added in thread order (deterministic).
   const int nt = worthThreading(int64_t(N) * C) ? omp_get_max_threads() : 1;
-  std::vector<float> partial(size_t(nt) * 2 * C, 0.0f);
+  const ScratchLease partial(scratch::layernormBackward(C), nt);
+  // Zeroed here, not by each thread: a team smaller than nt leaves slices nobody writes.
+  for (int t = 0; t < nt; ++t) std::fill_n(partial.slice(t), 2 * C, 0.0f);
 #pragma omp parallel num_threads(nt)
   {
     const int tid = omp_get_thread_num();
-    float* dw = partial.data() + size_t(tid) * 2 * C;
+    float* dw = partial.slice(tid);
     float* db = dw + C;
 #pragma omp for schedule(static)
     for (int i = 0; i < N; ++i) {
@@ -68,7 +71,7 @@ void layernormBackward(float* dinp, float* dweight, float* dbias, const float* d
     }
   }
   for (int t = 0; t < nt; ++t) {
-    const float* dw = partial.data() + size_t(t) * 2 * C;
+    const float* dw = partial.slice(t);
     const float* db = dw + C;
 #pragma omp simd
     for (int c = 0; c < C; ++c) {

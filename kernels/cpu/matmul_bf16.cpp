@@ -16,6 +16,7 @@
 
 #include "cpu/Gemm.h"
 #include "trainscope/kernels/CpuOps.h"
+#include "trainscope/kernels/CpuScratch.h"
 #include "trainscope/kernels/Numeric.h"
 
 namespace ts::kernels::cpu {
@@ -126,9 +127,9 @@ bool matmulBf16Native(std::string* impl) {
   return n.available;
 }
 
-// fp32 copies of the operands, a block at a time: at most 1 MiB of scratch per thread whatever
-// the shapes (whole copies of a GPT-2 LM head's weight alone would be 154 MB nobody tracks).
-// Converting a block costs 1/512 of its multiply.
+// fp32 copies of the operands, a block at a time: at most 1 MiB of scratch whatever the shapes
+// (whole copies of a GPT-2 LM head's weight alone would be 154 MB), leased from the kernel
+// scratch region (ScratchSizes.h). Converting a block costs 1/512 of its multiply.
 void matmulBf16Emulated(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K,
                         bool transA, bool transB, float alpha, float beta) {
   if (M <= 0 || N <= 0) return;
@@ -136,10 +137,11 @@ void matmulBf16Emulated(float* C, const uint16_t* A, const uint16_t* B, int M, i
     stridedGemm('N', 'N', M, N, 0, alpha, nullptr, 1, nullptr, 1, beta, C, N);
     return;
   }
-  constexpr int kM = 512, kN = 512, kK = 256;
-  thread_local std::vector<float> a, b;
-  a.resize(size_t(std::min(M, kM)) * size_t(std::min(K, kK)));
-  b.resize(size_t(std::min(K, kK)) * size_t(std::min(N, kN)));
+  constexpr int kM = int(scratch::kBf16BlockM), kN = int(scratch::kBf16BlockN),
+                kK = int(scratch::kBf16BlockK);
+  const ScratchLease blocks(scratch::matmulBf16Emulated(M, N, K), 1);
+  float* const a = blocks.slice(0);
+  float* const b = a + int64_t(std::min(M, kM)) * std::min(K, kK);
   for (int k0 = 0; k0 < K; k0 += kK) {
     const int kb = std::min(kK, K - k0);
     const float betaHere = k0 == 0 ? beta : 1.0f;  // later K panels accumulate
@@ -148,20 +150,20 @@ void matmulBf16Emulated(float* C, const uint16_t* A, const uint16_t* B, int M, i
       // The block of op(A) in A's stored orientation: mb x kb (N) or kb x mb (T).
       if (!transA)
         for (int i = 0; i < mb; ++i)
-          bf16ToFloat(A + int64_t(i0 + i) * K + k0, a.data() + int64_t(i) * kb, kb);
+          bf16ToFloat(A + int64_t(i0 + i) * K + k0, a + int64_t(i) * kb, kb);
       else
         for (int k = 0; k < kb; ++k)
-          bf16ToFloat(A + int64_t(k0 + k) * M + i0, a.data() + int64_t(k) * mb, mb);
+          bf16ToFloat(A + int64_t(k0 + k) * M + i0, a + int64_t(k) * mb, mb);
       for (int j0 = 0; j0 < N; j0 += kN) {
         const int nb = std::min(kN, N - j0);
         if (!transB)
           for (int k = 0; k < kb; ++k)
-            bf16ToFloat(B + int64_t(k0 + k) * N + j0, b.data() + int64_t(k) * nb, nb);
+            bf16ToFloat(B + int64_t(k0 + k) * N + j0, b + int64_t(k) * nb, nb);
         else
           for (int j = 0; j < nb; ++j)
-            bf16ToFloat(B + int64_t(j0 + j) * K + k0, b.data() + int64_t(j) * kb, kb);
-        stridedGemm(transA ? 'T' : 'N', transB ? 'T' : 'N', mb, nb, kb, alpha, a.data(),
-                    transA ? mb : kb, b.data(), transB ? kb : nb, betaHere,
+            bf16ToFloat(B + int64_t(j0 + j) * K + k0, b + int64_t(j) * kb, kb);
+        stridedGemm(transA ? 'T' : 'N', transB ? 'T' : 'N', mb, nb, kb, alpha, a,
+                    transA ? mb : kb, b, transB ? kb : nb, betaHere,
                     C + int64_t(i0) * N + j0, N);
       }
     }

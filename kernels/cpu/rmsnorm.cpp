@@ -1,11 +1,12 @@
 // RMSNorm over the last dim (LLaMA): no mean subtraction, no bias.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "cpu/VecMath.h"
 #include "trainscope/kernels/CpuOps.h"
+#include "trainscope/kernels/CpuScratch.h"
 
 namespace ts::kernels::cpu {
 
@@ -31,10 +32,11 @@ void rmsnormBackward(float* dinp, float* dweight, const float* dout, const float
   // dweight is a reduction over rows: per-thread partial sums over static row chunks, added in
   // thread order (deterministic), as layernormBackward.
   const int nt = worthThreading(int64_t(N) * C) ? omp_get_max_threads() : 1;
-  std::vector<float> partial(size_t(nt) * C, 0.0f);
+  const ScratchLease partial(scratch::rmsnormBackward(C), nt);
+  for (int t = 0; t < nt; ++t) std::fill_n(partial.slice(t), C, 0.0f);  // as layernormBackward
 #pragma omp parallel num_threads(nt)
   {
-    float* dw = partial.data() + size_t(omp_get_thread_num()) * C;
+    float* dw = partial.slice(omp_get_thread_num());
 #pragma omp for schedule(static)
     for (int i = 0; i < N; ++i) {
       const float* x = inp + int64_t(i) * C;
@@ -54,7 +56,7 @@ void rmsnormBackward(float* dinp, float* dweight, const float* dout, const float
     }
   }
   for (int t = 0; t < nt && dweight; ++t) {  // null: a frozen weight
-    const float* dw = partial.data() + size_t(t) * C;
+    const float* dw = partial.slice(t);
 #pragma omp simd
     for (int c = 0; c < C; ++c) dweight[c] += dw[c];
   }

@@ -11,6 +11,7 @@
 
 #include "trainscope/kernels/Backend.h"
 #include "trainscope/kernels/CpuOps.h"
+#include "trainscope/kernels/CpuScratch.h"
 
 namespace ts::kernels {
 
@@ -80,6 +81,13 @@ class CpuBackend final : public Backend {
     omp_set_num_threads(threads_);
   }
   int threads() const override { return threads_; }
+  int scratchThreads() const override { return threads_; }
+  void bindScratch(float* base, int64_t floatsPerThread, int threads) override {
+    scratch_ = {base, base ? floatsPerThread : 0, base ? threads : 0};
+  }
+  void unbindScratch(const float* base) override {
+    if (scratch_.base == base) scratch_ = {};
+  }
 
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
@@ -103,12 +111,14 @@ class CpuBackend final : public Backend {
   // One forwarder per OpList.h entry.
 #define TS_OP(kind, ret, name, params, args) \
   ret name params override {                 \
+    const cpu::ScratchScope scope(&scratch_);  \
     return cpu::name args;                   \
   }
 #include "trainscope/kernels/OpList.h"
 
  private:
   int threads_;
+  cpu::ScratchRegion scratch_;  // the bound model's kernel scratch
 };
 
 }  // namespace

@@ -61,6 +61,15 @@ class GuardedCpuBackend final : public Backend {
   bool hostAccessible() const override { return false; }
   void setThreads(int n) override { cpu_->setThreads(n); }
   int threads() const override { return cpu_->threads(); }
+  int scratchThreads() const override { return cpu_->scratchThreads(); }
+  void bindScratch(float* base, int64_t floatsPerThread, int threads) override {
+    scratch_ = base;
+    cpu_->bindScratch(base, floatsPerThread, threads);
+  }
+  void unbindScratch(const float* base) override {
+    if (scratch_ == base) scratch_ = nullptr;
+    cpu_->unbindScratch(base);
+  }
 
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;  // as the CPU backend
@@ -116,6 +125,7 @@ class GuardedCpuBackend final : public Backend {
   ret name params override {                 \
     Call call(*this, #name);                 \
     call.pointers args;                      \
+    call.open(scratch_); /* kernel scratch */ \
     return cpu_->name args;                  \
   }
 #include "trainscope/kernels/OpList.h"
@@ -180,6 +190,7 @@ class GuardedCpuBackend final : public Backend {
   };
 
   std::unique_ptr<Backend> cpu_;
+  const float* scratch_ = nullptr;  // the bound kernel scratch region: every op may use it
   std::mutex mu_;
   std::map<char*, Region> live_;  // by data pointer
 };

@@ -1,6 +1,8 @@
 // The tracker's numbers against docs/memory.md's formulas, byte for byte.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "trainscope/engine/Gpt.h"
 #include "trainscope/engine/Optimizer.h"
 
@@ -42,7 +44,12 @@ TEST_P(MemoryFormula, TrackerMatchesDocumentedFormula) {
   const int64_t P = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
   const int64_t A = s.flash ? B * NH * T : B * NH * T * T;
   const int64_t acts = 4 * (2 * N + L * (16 * N * C + 4 * N + A) + 2 * N * C + 3 * N + N * V);
-  const int64_t ws = 4 * (N + 13 * N * C + (s.flash ? 0 : B * NH * T * T));
+  // The kernel scratch region: a slice per thread, the largest of the LayerNorm backward's
+  // partials (2C) and, with flash, its forward and backward tiles (64-row tiles, hd = C/NH).
+  const int64_t hd = C / NH, threads = backend->threads();
+  const int64_t slice =
+      s.flash ? std::max({2 * C, 64 * 64 + 64 * hd, 2 * 64 * 64 + 2 * 64 * hd + T}) : 2 * C;
+  const int64_t ws = 4 * (N + 13 * N * C + (s.flash ? 0 : B * NH * T * T)) + 4 * threads * slice;
   const int64_t optBytes = (s.opt == "adamw" ? 8 : 4) * P;
 
   auto peak = [&](MemoryCategory c) { return tracker.peak(MemoryTier::Device, c); };

@@ -462,12 +462,13 @@ TEST(Estimator, EngineMemoryDocExample) {
   c.model.vocab = 0;
   c.data.source = "synthetic";
   c.data.task = "addition";
+  c.device.threads = 1;  // one kernel scratch slice
   auto r = predictMemoryReport(c).ranks.at(0);
   EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::Parameters), 412160);
   EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::Gradients), 412160);
   EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::OptimizerState), 824320);
   EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::Activations), 5036032);
-  EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::Workspace), 1968128);
+  EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::Workspace), 1968640);
   // Allocated once: steady state == peak.
   EXPECT_EQ(r.at(MemoryTier::Device, MemoryCategory::Activations).current, 5036032);
   EXPECT_EQ(r.totalPeak(MemoryTier::Host), 0);
@@ -482,12 +483,22 @@ TEST(Estimator, EngineMemoryDocExample) {
   EXPECT_EQ(entry(estimateMemory(c, o).report.ranks.at(0), MemoryTier::Device,
                   MemoryCategory::OptimizerState),
             0);
-  // Flash attention keeps B·NH·T floats instead of B·NH·T² and drops d(probabilities).
+  // Flash attention keeps B·NH·T floats instead of B·NH·T² and drops d(probabilities); its
+  // backward tiles (2·64² + 2·64·16 + 32 floats) replace LayerNorm's 2C as the scratch slice.
   c.attention.impl = "flash";
   r = predictMemoryReport(c).ranks.at(0);
   EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::Activations),
             5036032 - 2 * 4 * (65536 - 2048));
-  EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::Workspace), 1968128 - 4 * 65536);
+  EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::Workspace),
+            1968640 - 4 * 65536 - 4 * 128 + 4 * 10272);
+  // Each thread adds a slice; a GPU needs none.
+  c.device.threads = 3;
+  r = predictMemoryReport(c).ranks.at(0);
+  EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::Workspace),
+            1968640 - 4 * 65536 - 4 * 128 + 3 * 4 * 10272);
+  c.device.backend = "cuda";
+  r = predictMemoryReport(c).ranks.at(0);
+  EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::Workspace), 1968640 - 4 * 65536 - 4 * 128);
 }
 
 TEST(Estimator, PredictMemoryReportAndJson) {

@@ -104,6 +104,7 @@ TEST(ConfigDocument, ImportsDeepSpeedJson) {
 TEST(ConfigDocument, NativeBf16GemmChangesTheWorkspaceEstimate) {
   ConfigDocument doc;
   doc.setValue("precision.policy", "bf16");
+  doc.setValue("device.threads", 1);  // one kernel scratch slice
   ASSERT_TRUE(doc.estimate().has_value());
   auto workspace = [&] {
     return doc.estimate()
@@ -116,8 +117,12 @@ TEST(ConfigDocument, NativeBf16GemmChangesTheWorkspaceEstimate) {
   doc.setNativeBf16Gemm(true);
   EXPECT_EQ(spy.count(), 1);
   const auto c = *doc.config();
+  // The bf16 operands x16 and g16, and the emulated GEMM's two fp32 blocks (512 x 256 each at
+  // B*T = 512 tokens) replacing LayerNorm's 2C as the kernel scratch slice (docs/memory.md).
+  const int64_t tokens = int64_t(c.train.micro_batch) * c.model.seq_len;
+  ASSERT_GE(tokens, 512);
   const int64_t scratch =
-      2 * 2 * int64_t(c.train.micro_batch) * c.model.seq_len * 4 * c.model.d_model;
+      2 * 2 * tokens * 4 * c.model.d_model + 4 * (2 * 512 * 256 - 2 * c.model.d_model);
   EXPECT_EQ(workspace() - fp32Gemm, scratch);
   doc.setValue("precision.gemm", "fp32");  // explicit fp32 wins over the machine
   EXPECT_EQ(workspace(), fp32Gemm);

@@ -1,8 +1,6 @@
 #include "trainscope/core/Estimator.h"
 
-#include "trainscope/core/ZeroLayout.h"
-
-#include "trainscope/core/ModelSpec.h"
+#include <sched.h>
 
 #include <algorithm>
 #include <cctype>
@@ -10,6 +8,10 @@
 #include <cstdio>
 #include <map>
 #include <sstream>
+#include <thread>
+
+#include "trainscope/core/ModelSpec.h"
+#include "trainscope/core/ZeroLayout.h"
 
 namespace ts::core {
 namespace {
@@ -381,6 +383,16 @@ int64_t adam8bitStateBytes(int64_t n) {
   return 2 * n + 2 * 4 * ceilDiv(n, 256);
 }
 
+namespace {
+// The cores this process may run on (OpenMP's omp_get_num_procs, which the CPU backend uses
+// for device.threads 0, counts the same affinity mask).
+int usableCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+}  // namespace
+
 MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) {
   MemoryEstimate est;
   est.activation_model = opt.activation_model;
@@ -471,9 +483,14 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
 
   // Activations for one micro-batch.
   const int64_t B = std::max(1, cfg.train.micro_batch);
+  const int kernelThreads = opt.cpu_kernel_threads >= 0 ? opt.cpu_kernel_threads
+                            : lower(cfg.device.backend) == "cuda" ? 0
+                            : cfg.device.threads > 0              ? cfg.device.threads
+                                                                  : usableCores();
   ActBytes act = opt.activation_model == ActivationModel::PyTorch
                      ? pytorchActivations(s, B, cfg, pb.act)
-                     : engineActivations(arch, savedStateOptionsOf(cfg, arch.layers, bf16Gemm));
+                     : engineActivations(arch, savedStateOptionsOf(cfg, arch.layers, bf16Gemm,
+                                                                   kernelThreads));
 
   // Distillation teacher: same shape as the student unless told otherwise; frozen weights at
   // the working precision, its logits kept for the KL term, one block's forward transient.
@@ -504,6 +521,7 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
     so.forwardOnly = true;
     so.nf4 = td == "nf4";
     so.bf16Gemm = td == "bf16" && bf16Gemm;
+    so.kernelThreads = kernelThreads;
     const ActBytes ta2 = engineActivations(ta, so);
     teacherActPeak = teacherActSteady = ta2.peak;
     teacherWs += ta2.wsPeak;

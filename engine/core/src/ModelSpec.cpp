@@ -5,6 +5,8 @@
 #include <cmath>
 #include <map>
 
+#include "trainscope/kernels/ScratchSizes.h"
+
 namespace ts::core {
 namespace {
 
@@ -201,8 +203,11 @@ std::vector<TensorSpec> modelTensors(const ArchSpec& a, const FinetuneConfig& ft
   return t;
 }
 
-SavedStateOptions savedStateOptionsOf(const RunConfig& c, int64_t layers, bool bf16Gemm) {
+SavedStateOptions savedStateOptionsOf(const RunConfig& c, int64_t layers, bool bf16Gemm,
+                                      int kernelThreads) {
   SavedStateOptions o;
+  o.kernelThreads = std::max(0, kernelThreads);
+  o.distill = !c.distill.teacher_checkpoint.empty();
   o.batch = std::max(1, c.train.micro_batch);
   o.flash = lower(c.attention.impl) == "flash";
   o.compression = lower(c.memory.activation_compression);
@@ -248,6 +253,28 @@ int64_t BufferSpec::numel() const {
 double BufferSpec::bytes() const {
   const double full = static_cast<double>(numel()) * elementBits(type) / 8.0;
   return dataDependent ? 0.5 * full : full;
+}
+
+int64_t kernelScratchPerThread(const ArchSpec& a, const SavedStateOptions& o) {
+  namespace ks = kernels::scratch;
+  const int64_t T = a.seqLen, C = a.dModel, hd = a.headDim();
+  const int64_t group = a.kvHeads > 0 ? a.heads / a.kvHeads : 1;
+  int64_t per = 0;
+  if (o.flash) per = std::max(per, ks::flashForward(hd));
+  if (o.flash && !o.forwardOnly) per = std::max(per, ks::flashBackward(hd, group, T));
+  if (!o.forwardOnly)
+    per = std::max(per, a.rmsNorm ? ks::rmsnormBackward(C) : ks::layernormBackward(C));
+  if (o.distill && !o.forwardOnly) per = std::max(per, ks::distill(a.vocab));
+  if (o.bf16Gemm || o.nf4) {
+    // The block GEMMs' largest dimension bounds every M, N and K they run with (the tokens of
+    // a micro-batch, or a weight's rows or columns); one lease on the calling thread may span
+    // the region, so each thread carries its share.
+    const int64_t F = a.dFf, fcPre = a.swiglu ? 2 * F : F;
+    const int64_t d = std::max({o.batch * T, C, a.qkvDim(), fcPre, F});
+    const int64_t threads = std::max(1, o.kernelThreads);
+    per = std::max(per, (ks::matmulBf16Emulated(d, d, d) + threads - 1) / threads);
+  }
+  return per;
 }
 
 std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o) {
@@ -337,11 +364,18 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
   // Backward scratch, reused by every block (forward uses ones and dtmp, and the bf16 operands).
   const Cat ws = Cat::Workspace;
   add("ones", {N}, E::F32, ws);
+  // Last, so that the other buffers keep the addresses (and alignment) they had without it.
+  auto kernelScratch = [&] {
+    if (o.kernelThreads > 0)
+      if (const int64_t per = kernelScratchPerThread(a, o); per > 0)
+        add("kernelScratch", {o.kernelThreads, per}, E::F32, ws);
+  };
   if (o.forwardOnly) {
     add("dtmp", {B, T, C}, E::F32, ws);  // a branch's output before its residual add
     const int64_t widest = std::max({fcPre, qkv, C});
     if (o.bf16Gemm || o.nf4) add("x16", {N * widest}, E::BF16, ws);
     if (o.nf4) add("nf4W", {std::max({qkv * C, fcPre * C, C * F})}, E::BF16, ws);
+    kernelScratch();
     return v;
   }
   add("dres", {B, T, C}, E::F32, ws);
@@ -376,6 +410,7 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
       add("fp8TileScales", {std::max(N * ceilDiv(widest, 128), ceilDiv(N, 128) * widest)}, E::F32,
           ws);
   }
+  kernelScratch();
   return v;
 }
 

@@ -105,6 +105,7 @@ struct GptConfig {
   // activations (one block set reused in place; core::SavedStateOptions::forwardOnly), no
   // backward. With nf4Base its block linears are NF4.
   bool inferenceOnly = false;
+  bool distill = false;  // the distillation loss runs on its logits (it sizes kernel scratch)
 
   // The shared model description (core/ModelSpec.h) of this shape, and what it keeps for a
   // micro-batch of B sequences: the engine allocates exactly these, the estimator sums them.
@@ -141,6 +142,7 @@ struct Activations : DecoderActivations {
 class Gpt {
  public:
   Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* tracker);
+  ~Gpt();
   Gpt(const Gpt&) = delete;  // its layers hold pointers into its own parameter table
   Gpt& operator=(const Gpt&) = delete;
 
@@ -238,6 +240,9 @@ class Gpt {
 
  private:
   void quantizeFp8Weights();
+  // Points the backend's kernels at this model's scratch region (a teacher's forward may have
+  // bound its own in between).
+  void bindKernelScratch();
 
   GptConfig config_;
   core::ArchSpec arch_;  // config_.arch(), resolved once

@@ -31,6 +31,9 @@ struct Workspace {
   // Stored (16-bit or int8) saved activations only:
   Tensor stream;     // (B,T,C) the fp32 residual stream forward runs the blocks on, in place
   Tensor attUnpack;  // (B,NH,T,T) naive attention's probabilities expanded for backward
+  // (threads, floats) the CPU kernels' working space (kernels' CpuScratch.h), bound to the
+  // backend by each forward and backward
+  Tensor kernelScratch;
 };
 
 struct LayerContext {

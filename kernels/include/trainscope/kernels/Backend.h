@@ -60,6 +60,17 @@ class Backend {
   virtual void setThreads(int n) = 0;  // CPU: OpenMP threads (0 = all cores)
   virtual int threads() const = 0;
 
+  // Kernel working space (flash tiles, norm partials, bf16 operand blocks; ScratchSizes.h):
+  // the slices a model's scratch region needs, one per thread (0: this backend's kernels need
+  // none). The model allocates the region as tracked workspace (core::savedState sizes it) and
+  // binds it; its kernels then take their scratch from it. unbindScratch(base) forgets a region
+  // if it is the bound one (the model freeing it).
+  virtual int scratchThreads() const { return 0; }
+  virtual void bindScratch(float* base, int64_t floatsPerThread, int threads) {
+    (void)base, (void)floatsPerThread, (void)threads;
+  }
+  virtual void unbindScratch(const float* base) { (void)base; }
+
   // Whether host code may dereference this backend's pointers. Only the plain CPU backend's
   // memory is the host's; engine code must not rely on it except for documented CPU-only paths
   // (activation compression packs on the host), which ask this first.

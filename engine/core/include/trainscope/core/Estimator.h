@@ -39,6 +39,10 @@ struct EstimateOptions {
   // precision.gemm "auto" means bf16 GEMMs on this machine (the engine's capabilities say
   // precisions.bf16.native_gemm; it needs AMX).
   bool native_bf16_gemm = false;
+  // Threads of the CPU kernels' scratch region (workspace, one slice per thread): the engine
+  // passes its backend's count, 0 on a GPU. -1: what the CPU backend would use here
+  // (device.threads, else the cores this process may run on; 0 when device.backend is cuda).
+  int cpu_kernel_threads = -1;
   bool rank0_only = false;  // report only rank 0 (it holds the largest shard); the planner's
                             // fast path
 };

@@ -109,8 +109,17 @@ struct SavedStateOptions {
   // An inference model (the distillation teacher): one block set reused in place by every
   // layer, no checkpoints, no backward scratch.
   bool forwardOnly = false;
+  bool distill = false;  // the distillation loss runs on this model's logits
+  // The CPU kernels' scratch region ("kernelScratch", workspace): one slice per thread, each as
+  // large as the largest lease of the kernels this model runs (kernels' ScratchSizes.h). 0: the
+  // backend's kernels take none (CUDA).
+  int kernelThreads = 0;
 };
-SavedStateOptions savedStateOptionsOf(const RunConfig& config, int64_t layers, bool bf16Gemm);
+// kernelThreads: the CPU backend's thread count, 0 on a GPU.
+SavedStateOptions savedStateOptionsOf(const RunConfig& config, int64_t layers, bool bf16Gemm,
+                                      int kernelThreads = 0);
+// The floats per thread of the kernel scratch region (0 when the model's kernels lease none).
+int64_t kernelScratchPerThread(const ArchSpec& arch, const SavedStateOptions& options);
 
 struct BufferSpec {
   std::string name;  // the field: "qkv", "att", "fcPre", ..., "logits", "dres"
