@@ -233,8 +233,7 @@ nlohmann::json runPrecisionBench(const BenchOptions& options, std::ostream& out)
       model.forward(tok.data(), tgt.data(), s.batch, s.seq_len, scale / N);
       model.backward();
       model.roundGrads();
-      if (scale != 1.f)
-        backend->scale(model.gradBuffer().f32(), model.arena().gradSize(), 1.f / scale);
+      if (scale != 1.f) model.arena().scaleGrads(1.f / scale);
       clipGradNorm(model.arena(), backend.get(), 1.0);
       opt->step(1e-4f);
     };

@@ -182,17 +182,15 @@ CheckpointInfo saveTo(const fs::path& final, ParamArena& model, Optimizer& optim
     // (they may live on a device): no whole host copy of either is ever made.
     SafetensorsWriter mw;
     mw.setMetadata("format", "pt");
-    const Tensor& values = model.values();
     // With frozen tensors (a LoRA run's base) only the trainable ones are written: the base is
     // rebuilt from where it came from (finetune.base_checkpoint, or the seed), so a checkpoint
     // is the adapters' size.
     const bool trainableOnly = !model.allTrainable();
     for (const auto& p : model.params()) {
       if (trainableOnly && !p.trainable()) continue;
-      const int64_t begin = int64_t(sizeof(float)) * p.offset;
       mw.addStreamed(p.name, "F32", p.shape, sizeof(float) * size_t(p.numel),
-                     [&values, begin](char* dst, size_t off, size_t n) {
-                       values.copyRangeToHost(dst, begin + int64_t(off), int64_t(n));
+                     [&model, &p](char* dst, size_t off, size_t n) {
+                       model.valueBytesToHost(p, dst, int64_t(off), int64_t(n));
                      });
     }
     SafetensorsWriter ow;
@@ -435,7 +433,7 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Opti
     // All verified: load (through host copies: the arena may live on a device). It is read
     // first so nothing outside the views (padding) changes.
     std::vector<float> params(static_cast<size_t>(model.size())), quant;
-    model.values().copyToHost(params.data());
+    model.valuesToHost(params.data());
     for (const auto& p : model.params()) {
       if (trainableOnly && !p.trainable()) continue;
       if (p.quantized()) {  // an NF4 model from a full checkpoint: quantized as it loads
@@ -446,7 +444,7 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Opti
         mf.readF32(p.name, params.data() + p.offset, p.numel);
       }
     }
-    model.values().copyFromHost(params.data());
+    model.setValuesFromHost(params.data());
     if (optimizer && remap) {
       const int64_t lo = shard.sharded() ? shard.lo : 0;
       const int64_t hi = shard.sharded() ? shard.hi : model.gradSize();
@@ -537,7 +535,7 @@ LoadedBase loadBaseWeights(const std::string& path, ParamArena& model) {
                             nlohmann::json(p.shape).dump());
   }
   std::vector<float> params(static_cast<size_t>(model.size()));
-  model.values().copyToHost(params.data());
+  model.valuesToHost(params.data());
   std::vector<float> quant;
   for (const auto& p : model.params())
     if (mf.has(p.name)) {
@@ -550,7 +548,7 @@ LoadedBase loadBaseWeights(const std::string& path, ParamArena& model) {
       }
       loaded.tensors.push_back(p.name);
     }
-  model.values().copyFromHost(params.data());
+  model.setValuesFromHost(params.data());
   return loaded;
 }
 

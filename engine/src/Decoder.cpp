@@ -1,5 +1,7 @@
 #include "trainscope/engine/Decoder.h"
 
+#include "trainscope/engine/ParamArena.h"
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -29,7 +31,10 @@ float* Decoder::inputOf(DecoderActivations& a, int l) const {
 void Decoder::blockForward(const LayerContext& c, int l, BlockActivations& s, const float* in,
                            float* out, bool recompute) const {
   if (hooks_.beforeBlockForward) hooks_.beforeBlockForward(l, recompute);
+  // valueWindow: the block's fp32 compute copy exists for its forward only.
+  if (c.arena) c.arena->openBlockValues(l);
   blocks_[l].forward(c, s, in, out, recompute);
+  if (c.arena) c.arena->closeBlockValues(l);
   if (hooks_.afterBlockForward) hooks_.afterBlockForward(l, recompute);
 }
 
@@ -57,8 +62,15 @@ void Decoder::backward(const LayerContext& c, DecoderActivations& a) const {
   if (forwardOnly_) throw std::logic_error("a forward-only decoder has no backward");
   const int L = layers();
   auto blockBackward = [&](int l, BlockActivations& s, const float* in) {
+    // 16-bit gradients without an fp32 copy (ParamArena gradWindow): the block's fp32
+    // gradients exist from here until they are rounded into the 16-bit ones.
+    const int g = c.arena ? c.arena->groupOfBlock(l) : -1;
+    if (g >= 0) c.arena->openGrads(size_t(g));
     if (hooks_.beforeBlockBackward) hooks_.beforeBlockBackward(l);
+    if (c.arena) c.arena->openBlockValues(l);
     blocks_[l].backward(c, s, in);
+    if (c.arena) c.arena->closeBlockValues(l);
+    if (g >= 0) c.arena->closeGrads(size_t(g), true);
     if (hooks_.blockGradientsReady) hooks_.blockGradientsReady(l);
   };
   if (k_ == 0) {

@@ -85,6 +85,12 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels:
   const auto zl = core::zeroLayoutOf(config.parallel.ranks, config.parallel.zero_stage);
   g.arenaAlign = zl.align;
   g.arenaPadTo = zl.padTo;
+  // (16-bit policies run on the CPU backends, which give pages back.)
+  g.gradWindow = core::gradWindowOf(pol, config.parallel.ranks, config.parallel.offload_optimizer,
+                                    config.parallel.offload_params);
+  g.valueWindow = g.gradWindow &&
+                  core::valueWindowOf(pol, config.parallel.ranks, config.parallel.offload_optimizer,
+                                      config.parallel.offload_params);
   if (pol == "fp8") {
     const auto& f = config.precision.fp8;
     g.fp8 =
@@ -207,6 +213,9 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   ao.padTo = std::max<int64_t>(1, config.arenaPadTo);
   ao.masterWeights = config.masterWeights;
   ao.nf4FrozenLinears = config.nf4Base;
+  ao.gradWindow = config.gradWindow;
+  ao.valueWindow = config.valueWindow;
+  ao.valueWindowSkipsLinearWeights = config.bf16Gemm;
   arena_ = ParamArena(std::move(tensors), backend_, tracker_, ao);
   arena_.onWeightsChanged = [this] {
     if (fp8()) quantizeFp8Weights();
@@ -487,7 +496,7 @@ void Gpt::initWeights(uint64_t seed) {
     }
     if (p.quantized()) arena_.setQuantized(p, quant.data());
   }
-  backend_->copyToDevice(arena_.values().data(), host.data(), host.size() * sizeof(float));
+  arena_.setValuesFromHost(host.data());
   if (config_.lora.r > 0)
     initAdapters(seed);  // rounds the weights itself
   else if (mixed())
@@ -497,7 +506,7 @@ void Gpt::initWeights(uint64_t seed) {
 void Gpt::initAdapters(uint64_t seed) {
   Rng rng(seed ^ 0x4C6F5241ull);  // "LoRA": independent of the base's stream
   std::vector<float> host(static_cast<size_t>(arena_.size()));
-  backend_->copyToHost(host.data(), arena_.values().data(), host.size() * sizeof(float));
+  arena_.valuesToHost(host.data());
   for (const auto& p : arena_.params()) {
     float* dst = host.data() + p.offset;
     if (p.spec.role == core::TensorRole::LoraA) {
@@ -508,14 +517,14 @@ void Gpt::initAdapters(uint64_t seed) {
       std::fill(dst, dst + p.numel, 0.f);
     }
   }
-  backend_->copyToDevice(arena_.values().data(), host.data(), host.size() * sizeof(float));
+  arena_.setValuesFromHost(host.data());
   if (mixed()) arena_.roundWeights();
 }
 
 std::map<std::string, std::vector<float>> Gpt::mergedWeights() const {
   std::map<std::string, std::vector<float>> out;
   std::vector<float> host(static_cast<size_t>(arena_.size()));
-  backend_->copyToHost(host.data(), arena_.values().data(), host.size() * sizeof(float));
+  arena_.valuesToHost(host.data());
   for (const auto& lin : linears_)
     for (const auto& ad : lin.adapters) {
       // The adapted module's own base tensor: rows [outOffset, +rows) of the linear's weight.
@@ -725,6 +734,10 @@ void Gpt::backward() {
   float* dtmp = ws_.dtmp.f32();
   // dlnf = dlogits W_head; dW_head += dlogits^T lnf (W_head is wte when tied).
   const int64_t N = ctx_.rows();
+  // gradWindow: the embeddings' and the head's fp32 gradients stay open through the whole
+  // backward (a tied head and the token embedding both write the token table's).
+  const auto outer = arena_.outerGroups();
+  for (size_t g : outer) arena_.openGrads(g);
   head_->backward(ctx_, dtmp, acts_.logits.f32(), compressor_.load(acts_.lnf, ws_.dfc.f32(), N, C));
   ws_.dres.zero();
   const float* lnfMean = acts_.lnfSaved.mean.empty() ? nullptr : acts_.lnfSaved.mean.f32();
@@ -737,6 +750,7 @@ void Gpt::backward() {
     backend_->dropout(dres, dres, n, ctx_.dropout.p, ctx_.dropout.seed, ctx_.dropout.stream(-1, 0));
   }
   embedding_->backward(ctx_, dres, acts_.tokens.i32());
+  for (size_t g : outer) arena_.closeGrads(g, true);
   haveLoss_ = false;
 }
 

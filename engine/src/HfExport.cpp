@@ -128,7 +128,7 @@ HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
   HfExportResult result;
   try {
     std::vector<float> host(static_cast<size_t>(model.arena().size()));
-    backend->copyToHost(host.data(), model.paramBuffer().data(), host.size() * sizeof(float));
+    model.arena().valuesToHost(host.data());
     const std::string arch = g.architecture;
     if (lora && !options.merge) {
       // PEFT adapter files.

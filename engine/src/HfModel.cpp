@@ -152,7 +152,7 @@ std::vector<std::string> loadHfWeights(const HfModel& hf, ParamArena& arena) {
                         " (F32, BF16 or F16 supported)");
   }
   std::vector<float> host(static_cast<size_t>(arena.size()));
-  arena.values().copyToHost(host.data());
+  arena.valuesToHost(host.data());
   std::vector<std::string> loaded;
   std::vector<float> tmp, tmp2;
   for (const auto& p : arena.params()) {
@@ -179,7 +179,7 @@ std::vector<std::string> loadHfWeights(const HfModel& hf, ParamArena& arena) {
     if (p.quantized()) arena.setQuantized(p, dst);  // QLoRA: quantized as it loads
     loaded.push_back(p.name);
   }
-  arena.values().copyFromHost(host.data());
+  arena.setValuesFromHost(host.data());
   return loaded;
 }
 

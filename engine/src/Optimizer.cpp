@@ -87,6 +87,25 @@ void publish(ParamArena& arena, Tensor& master, bool pure, const OptimizerShard&
   if (pure) arena.roundWeights();
 }
 
+// Runs f(p) for every trainable tensor in arena order, group by group, with the group's fp32
+// gradients readable (under ParamArena's gradWindow they exist only while their group is
+// visited, scaled by the pending loss-scale and clipping factor).
+// updatesValues (pure_bf16: the update is applied to the fp32 compute copy): under the
+// arena's valueWindow a block's copy exists whole for its update and is rounded into the 16-bit
+// weights right after.
+template <class F>
+void forEachTrainable(ParamArena& arena, F f, bool updatesValues = false) {
+  arena.forEachGradGroup([&](size_t gi) {
+    const ParamGroup& g = arena.groups()[gi];
+    if (updatesValues) arena.openValues(gi, true);
+    for (size_t i = g.firstParam; i < g.firstParam + g.paramCount; ++i) {
+      const ParamInfo& p = arena.params()[i];
+      if (p.trainable()) f(p);  // frozen: no state, no update
+    }
+    if (updatesValues) arena.storeValues(gi);
+  });
+}
+
 // pure_bf16 (no master): optimizer state is stored in bf16 as well.
 bool pureBf16(const ParamArena& arena) {
   return arena.options().pureBf16();
@@ -153,25 +172,27 @@ class AdamW final : public Optimizer {
     const float b1 = betas.first, b2 = betas.second;
     const float eps = static_cast<float>(config_.eps);
     const bool pure = pureBf16(arena_);
-    for (const auto& p : arena_.params()) {
-      if (!p.trainable()) continue;  // frozen: no state, no update
-      const Piece q = pieceOf(p, shard_);
-      if (q.in() <= 0) continue;  // another rank's
-      const float wd = p.decay ? static_cast<float>(config_.weight_decay) : 0.f;
-      const int64_t so = stateOffset(q, shard_);
-      if (pure) {
-        // The fp32 compute copy holds the bf16 weights exactly; updated, then rounded below.
-        float* w = targetOf(arena_, master_, p, q, shard_);
-        const float* g = gradOf(arena_, p, q);
-        chunkedBf16(*backend_, scratch_, &m_, &v_, so, q.in(),
-                    [&](float* m, float* v, int64_t c, int64_t n) {
-                      backend_->adamwUpdate(w + c, g + c, m, v, n, lr, b1, b2, eps, wd, t_);
-                    });
-      } else {
-        backend_->adamwUpdate(targetOf(arena_, master_, p, q, shard_), gradOf(arena_, p, q),
-                              m_.f32() + so, v_.f32() + so, q.in(), lr, b1, b2, eps, wd, t_);
-      }
-    }
+    forEachTrainable(
+        arena_,
+        [&](const ParamInfo& p) {
+          const Piece q = pieceOf(p, shard_);
+          if (q.in() <= 0) return;  // another rank's
+          const float wd = p.decay ? static_cast<float>(config_.weight_decay) : 0.f;
+          const int64_t so = stateOffset(q, shard_);
+          if (pure) {
+            // The fp32 compute copy holds the bf16 weights exactly; updated, then rounded below.
+            float* w = targetOf(arena_, master_, p, q, shard_);
+            const float* g = gradOf(arena_, p, q);
+            chunkedBf16(*backend_, scratch_, &m_, &v_, so, q.in(),
+                        [&](float* m, float* v, int64_t c, int64_t n) {
+                          backend_->adamwUpdate(w + c, g + c, m, v, n, lr, b1, b2, eps, wd, t_);
+                        });
+          } else {
+            backend_->adamwUpdate(targetOf(arena_, master_, p, q, shard_), gradOf(arena_, p, q),
+                                  m_.f32() + so, v_.f32() + so, q.in(), lr, b1, b2, eps, wd, t_);
+          }
+        },
+        pure);
     publish(arena_, master_, pure, shard_);
   }
   int64_t stepCount() const override { return t_; }
@@ -246,10 +267,14 @@ class AdamW8 final : public Optimizer {
   void step(float lr) override {
     ScopedRange r("adamw_8bit", SpanCategory::Optimizer);
     ++t_;
-    const auto [b1, b2] = adamBetas(config_);
+    // Not a structured binding: the lambda below captures them (clang < 16 cannot).
+    const std::pair<float, float> betas = adamBetas(config_);
+    const float b1 = betas.first, b2 = betas.second;
     const float eps = static_cast<float>(config_.eps);
-    for (const auto& s : slots_) {
-      const ParamInfo& p = *s.p;
+    size_t next = 0;  // slots_ are in arena order, as forEachTrainable visits the tensors
+    forEachTrainable(arena_, [&](const ParamInfo& p) {
+      const Slot& s = slots_.at(next++);
+      if (s.p != &p) throw std::logic_error("8-bit AdamW: state slots out of arena order");
       const float wd = p.decay ? static_cast<float>(config_.weight_decay) : 0.f;
       float* w = targetOf(arena_, master_, p, pieceOf(p, {}), {});
       if (s.q >= 0) {
@@ -262,7 +287,7 @@ class AdamW8 final : public Optimizer {
         backend_->adamwUpdate(w, arena_.grad(p), m_.f32() + s.f, v_.f32() + s.f, p.numel, lr, b1,
                               b2, eps, wd, t_);
       }
-    }
+    });
     if (!master_.empty()) arena_.setWeightsFrom(master_.f32());
   }
   int64_t stepCount() const override { return t_; }
@@ -306,24 +331,26 @@ class Sgd final : public Optimizer {
     ++t_;
     const float mom = static_cast<float>(config_.momentum);
     const bool pure = pureBf16(arena_);
-    for (const auto& p : arena_.params()) {
-      if (!p.trainable()) continue;  // frozen: no state, no update
-      const Piece q = pieceOf(p, shard_);
-      if (q.in() <= 0) continue;  // another rank's
-      const float wd = p.decay ? static_cast<float>(config_.weight_decay) : 0.f;
-      const int64_t so = stateOffset(q, shard_);
-      if (pure) {
-        float* w = targetOf(arena_, master_, p, q, shard_);
-        const float* g = gradOf(arena_, p, q);
-        chunkedBf16(*backend_, scratch_, &buf_, nullptr, so, q.in(),
-                    [&](float* m, float*, int64_t c, int64_t n) {
-                      backend_->sgdUpdate(w + c, g + c, m, n, lr, mom, wd);
-                    });
-      } else {
-        backend_->sgdUpdate(targetOf(arena_, master_, p, q, shard_), gradOf(arena_, p, q),
-                            buf_.f32() + so, q.in(), lr, mom, wd);
-      }
-    }
+    forEachTrainable(
+        arena_,
+        [&](const ParamInfo& p) {
+          const Piece q = pieceOf(p, shard_);
+          if (q.in() <= 0) return;  // another rank's
+          const float wd = p.decay ? static_cast<float>(config_.weight_decay) : 0.f;
+          const int64_t so = stateOffset(q, shard_);
+          if (pure) {
+            float* w = targetOf(arena_, master_, p, q, shard_);
+            const float* g = gradOf(arena_, p, q);
+            chunkedBf16(*backend_, scratch_, &buf_, nullptr, so, q.in(),
+                        [&](float* m, float*, int64_t c, int64_t n) {
+                          backend_->sgdUpdate(w + c, g + c, m, n, lr, mom, wd);
+                        });
+          } else {
+            backend_->sgdUpdate(targetOf(arena_, master_, p, q, shard_), gradOf(arena_, p, q),
+                                buf_.f32() + so, q.in(), lr, mom, wd);
+          }
+        },
+        pure);
     publish(arena_, master_, pure, shard_);
   }
   int64_t stepCount() const override { return t_; }
@@ -369,12 +396,11 @@ std::unique_ptr<Optimizer> makeOptimizer(const core::OptimizerConfig& config, Pa
 
 double clipGradNorm(ParamArena& arena, kernels::Backend* backend, double maxNorm) {
   ScopedRange r("grad_norm", SpanCategory::Optimizer);
+  (void)backend;
   // The gradient buffer holds exactly the trainable tensors (padding is zero).
-  const double norm = std::sqrt(backend->sumSquares(arena.grads().f32(), arena.gradSize()));
-  if (maxNorm > 0 && std::isfinite(norm) && norm > maxNorm) {
-    backend->scale(arena.grads().f32(), arena.gradSize(),
-                   static_cast<float>(maxNorm / (norm + 1e-6)));
-  }
+  const double norm = std::sqrt(arena.gradSumSquares());
+  if (maxNorm > 0 && std::isfinite(norm) && norm > maxNorm)
+    arena.scaleGrads(static_cast<float>(maxNorm / (norm + 1e-6)));
   return norm;
 }
 

@@ -1,9 +1,11 @@
 #include "trainscope/engine/ParamArena.h"
 
+#include <cstring>
 #include <stdexcept>
 
 #include "trainscope/kernels/DynamicMap.h"
 #include "trainscope/kernels/Nf4.h"
+#include "trainscope/kernels/Numeric.h"
 
 namespace ts::engine {
 
@@ -26,7 +28,7 @@ void roundTrip(kernels::Backend& be, DType dt, float* f32, uint16_t* h, int64_t 
 
 ParamArena::ParamArena(std::vector<core::TensorSpec> tensors, kernels::Backend* backend,
                        MemoryTracker* tracker, ArenaOptions options)
-    : backend_(backend), options_(options) {
+    : backend_(backend), options_(options), tracker_(tracker) {
   if (options_.align < 1) throw std::invalid_argument("arena alignment must be >= 1");
   if (mixed() && options_.working != DType::BF16 && options_.working != DType::F16)
     throw std::invalid_argument("working precision must be fp32, bf16 or fp16");
@@ -93,10 +95,42 @@ ParamArena::ParamArena(std::vector<core::TensorSpec> tensors, kernels::Backend* 
   // gradients are the 16-bit ones.
   const auto pc = mixed() ? MemoryCategory::Workspace : MemoryCategory::Parameters;
   const auto gc = mixed() ? MemoryCategory::Workspace : MemoryCategory::Gradients;
-  values_ = Tensor(backend_, tracker, pc, DType::F32, {size_});
-  grads_ = Tensor(backend_, tracker, gc, DType::F32, {gradSize_});
-  values_.zero();
-  grads_.zero();
+  if (options_.gradWindow && !mixed()) options_.gradWindow = false;  // fp32: nothing to round to
+  if (options_.valueWindow && !mixed()) options_.valueWindow = false;
+  if (options_.valueWindow) {
+    // Untracked: the groups outside the blocks are counted for the arena's life, a block's
+    // while it is open.
+    values_ = Tensor(backend_, nullptr, pc, DType::F32, {size_});
+    if (!backend_->discard(values_.data(), size_t(size_) * sizeof(float)))
+      throw std::invalid_argument(
+          "16-bit weights without an fp32 copy need a backend that can "
+          "give pages back (" +
+          backend_->name() + " cannot)");
+    valueOpen_.assign(groups_.size(), 0);
+    openElems_.assign(groups_.size(), 0);
+    valueTracked_ = TrackedBytes(tracker, pc);
+    int64_t fixed = size_;
+    for (const auto& g : groups_)
+      if (g.block >= 0) fixed -= g.numel;
+    valueTracked_.set(4 * fixed);
+  } else {
+    values_ = Tensor(backend_, tracker, pc, DType::F32, {size_});
+    values_.zero();
+  }
+  if (options_.gradWindow) {
+    // Untracked: openGrads/closeGrads count the resident groups; no page is resident yet.
+    grads_ = Tensor(backend_, nullptr, gc, DType::F32, {gradSize_});
+    if (!backend_->discard(grads_.data(), size_t(gradSize_) * sizeof(float)))
+      throw std::invalid_argument(
+          "16-bit gradients without an fp32 copy need a backend that can "
+          "give pages back (" +
+          backend_->name() + " cannot)");
+    gradOpen_.assign(groups_.size(), 0);
+    gradTracked_ = TrackedBytes(tracker, gc);
+  } else {
+    grads_ = Tensor(backend_, tracker, gc, DType::F32, {gradSize_});
+    grads_.zero();
+  }
   if (mixed()) {
     values16_ = Tensor(backend_, tracker, MemoryCategory::Parameters, options_.working, {size_});
     grads16_ = Tensor(backend_, tracker, MemoryCategory::Gradients, options_.working, {gradSize_});
@@ -161,8 +195,153 @@ void ParamArena::dequantizeBf16(const ParamInfo& p, uint16_t* dst) const {
 std::vector<float> ParamArena::hostValues(const ParamInfo& p) const {
   if (p.quantized()) return dequantizedToHost(p);
   std::vector<float> out(size_t(p.numel));
-  backend_->copyToHost(out.data(), values_.f32() + p.offset, out.size() * sizeof(float));
+  valueBytesToHost(p, reinterpret_cast<char*>(out.data()), 0, p.numel * int64_t(sizeof(float)));
   return out;
+}
+
+size_t ParamArena::groupOf(const ParamInfo& p) const {
+  for (size_t g = 0; g < groups_.size(); ++g)
+    if (p.offset >= groups_[g].offset && p.offset < groups_[g].offset + groups_[g].numel) return g;
+  throw std::logic_error(p.name + " is in no group of the arena");
+}
+
+bool ParamArena::f32Valid(const ParamInfo& p) const {
+  if (!options_.valueWindow || p.offset < 0) return true;
+  const size_t g = groupOf(p);
+  if (!windowed(g) || valueOpen_[g] == 2) return true;
+  return valueOpen_[g] == 1 &&
+         !(options_.valueWindowSkipsLinearWeights && p.spec.role == core::TensorRole::LinearWeight);
+}
+
+void ParamArena::toF32(const uint16_t* h, float* f, int64_t n) const {
+  if (options_.working == DType::BF16)
+    backend_->bf16ToFloat(h, f, n);
+  else
+    backend_->fp16ToFloat(h, f, n);
+}
+
+void ParamArena::roundTripRange(int64_t lo, int64_t n) {
+  if (n > 0)
+    roundTrip(*backend_, options_.working, values_.f32() + lo,
+              static_cast<uint16_t*>(values16_.data()) + lo, n);
+}
+
+void ParamArena::openBlockValues(int l) {
+  if (!options_.valueWindow) return;
+  const int g = groupOfBlock(l);
+  if (g >= 0) openValues(size_t(g), false);
+}
+
+void ParamArena::closeBlockValues(int l) {
+  if (!options_.valueWindow) return;
+  const int g = groupOfBlock(l);
+  if (g >= 0) closeValues(size_t(g));
+}
+
+void ParamArena::openValues(size_t g, bool full) {
+  if (!windowed(g) || valueOpen_[g] >= (full ? 2 : 1)) return;
+  const ParamGroup& pg = groups_[g];
+  const auto* h = static_cast<const uint16_t*>(values16_.data());
+  float* f = values_.f32();
+  closeValues(g);
+  int64_t elems = 0;
+  if (full || !options_.valueWindowSkipsLinearWeights) {
+    toF32(h + pg.offset, f + pg.offset, pg.numel);
+    elems = pg.numel;
+  } else {
+    for (size_t i = pg.firstParam; i < pg.firstParam + pg.paramCount; ++i) {
+      const ParamInfo& p = params_[i];
+      if (p.offset < 0 || p.spec.role == core::TensorRole::LinearWeight) continue;
+      toF32(h + p.offset, f + p.offset, p.numel);
+      elems += p.numel;
+    }
+  }
+  valueOpen_[g] = full ? 2 : 1;
+  valueTracked_.add(4 * elems);
+  openElems_[g] = elems;
+}
+
+void ParamArena::closeValues(size_t g) {
+  if (!windowed(g) || !valueOpen_[g]) return;
+  const ParamGroup& pg = groups_[g];
+  backend_->discard(values_.f32() + pg.offset, size_t(pg.numel) * sizeof(float));
+  valueTracked_.add(-4 * openElems_[g]);
+  openElems_[g] = 0;
+  valueOpen_[g] = 0;
+}
+
+void ParamArena::storeValues(size_t g) {
+  if (!windowed(g) || valueOpen_[g] != 2) return;
+  roundTripRange(groups_[g].offset, groups_[g].numel);
+  closeValues(g);
+}
+
+void ParamArena::valuesToHost(float* dst) const {
+  if (!options_.valueWindow) {
+    backend_->copyToHost(dst, values_.data(), size_t(size_) * sizeof(float));
+    return;
+  }
+  std::vector<uint16_t> h;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const ParamGroup& pg = groups_[g];
+    if (!windowed(g)) {
+      backend_->copyToHost(dst + pg.offset, values_.f32() + pg.offset,
+                           size_t(pg.numel) * sizeof(float));
+      continue;
+    }
+    // A block's 16-bit weights are its values (an open copy only repeats them, or holds an
+    // update not yet stored: storeValues first).
+    h.resize(size_t(pg.numel));
+    backend_->copyToHost(h.data(), static_cast<const uint16_t*>(values16_.data()) + pg.offset,
+                         h.size() * sizeof(uint16_t));
+    if (options_.working == DType::BF16)
+      kernels::cpu::bf16ToFloat(h.data(), dst + pg.offset, pg.numel);
+    else
+      kernels::cpu::fp16ToFloat(h.data(), dst + pg.offset, pg.numel);
+  }
+}
+
+void ParamArena::setValuesFromHost(const float* src) {
+  if (!options_.valueWindow) {
+    backend_->copyToDevice(values_.data(), src, size_t(size_) * sizeof(float));
+    return;
+  }
+  std::vector<uint16_t> h;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const ParamGroup& pg = groups_[g];
+    if (!windowed(g)) {
+      backend_->copyToDevice(values_.f32() + pg.offset, src + pg.offset,
+                             size_t(pg.numel) * sizeof(float));
+      continue;
+    }
+    closeValues(g);
+    h.resize(size_t(pg.numel));
+    if (options_.working == DType::BF16)
+      kernels::cpu::floatToBf16(src + pg.offset, h.data(), pg.numel);
+    else
+      kernels::cpu::floatToFp16(src + pg.offset, h.data(), pg.numel);
+    backend_->copyToDevice(static_cast<uint16_t*>(values16_.data()) + pg.offset, h.data(),
+                           h.size() * sizeof(uint16_t));
+  }
+}
+
+void ParamArena::valueBytesToHost(const ParamInfo& p, char* dst, int64_t off, int64_t n) const {
+  if (n <= 0) return;
+  if (f32Valid(p)) {
+    backend_->copyToHost(dst, reinterpret_cast<const char*>(values_.f32() + p.offset) + off,
+                         size_t(n));
+    return;
+  }
+  const int64_t first = off / 4, last = (off + n + 3) / 4;
+  std::vector<uint16_t> h(size_t(last - first));
+  std::vector<float> f(h.size());
+  backend_->copyToHost(h.data(), static_cast<const uint16_t*>(values16_.data()) + p.offset + first,
+                       h.size() * sizeof(uint16_t));
+  if (options_.working == DType::BF16)
+    kernels::cpu::bf16ToFloat(h.data(), f.data(), int64_t(h.size()));
+  else
+    kernels::cpu::fp16ToFloat(h.data(), f.data(), int64_t(h.size()));
+  std::memcpy(dst, reinterpret_cast<const char*>(f.data()) + (off - first * 4), size_t(n));
 }
 
 const ParamInfo* ParamArena::find(const std::string& name) const {
@@ -172,6 +351,18 @@ const ParamInfo* ParamArena::find(const std::string& name) const {
 }
 
 void ParamArena::copyTrainableTo(float* dst) const {
+  if (options_.valueWindow) {
+    for (const auto& p : params_) {
+      if (!p.trainable()) continue;
+      if (f32Valid(p))
+        backend_->copyOnDevice(dst + p.gradOffset, values_.f32() + p.offset,
+                               p.numel * int64_t(sizeof(float)));
+      else
+        toF32(static_cast<const uint16_t*>(values16_.data()) + p.offset, dst + p.gradOffset,
+              p.numel);
+    }
+    return;
+  }
   if (allTrainable()) {
     backend_->copyOnDevice(dst, values_.f32(), size_ * int64_t(sizeof(float)));
     return;
@@ -183,6 +374,33 @@ void ParamArena::copyTrainableTo(float* dst) const {
 }
 
 void ParamArena::setWeightsFrom(const float* master) {
+  if (options_.valueWindow) {
+    // A closed block's values round straight from the master into its 16-bit weights; an
+    // open one's copy was only read (compute) unless opened whole (an update in place).
+    for (size_t g = 0; g < groups_.size(); ++g)
+      if (windowed(g) && valueOpen_[g] == 1) closeValues(g);
+    for (const auto& p : params_) {
+      if (!p.trainable() || master == values_.f32()) continue;
+      const size_t g = groupOf(p);
+      if (windowed(g) && !valueOpen_[g]) {
+        auto* h = static_cast<uint16_t*>(values16_.data()) + p.offset;
+        if (options_.working == DType::BF16)
+          backend_->floatToBf16(master + p.gradOffset, h, p.numel);
+        else
+          backend_->floatToFp16(master + p.gradOffset, h, p.numel);
+      } else {
+        backend_->copyOnDevice(values_.f32() + p.offset, master + p.gradOffset,
+                               p.numel * int64_t(sizeof(float)));
+      }
+    }
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (windowed(g) && !valueOpen_[g]) continue;
+      roundTripRange(groups_[g].offset, groups_[g].numel);
+      if (windowed(g)) closeValues(g);
+    }
+    if (onWeightsChanged) onWeightsChanged();
+    return;
+  }
   if (master != values_.f32()) {
     if (allTrainable()) {
       backend_->copyOnDevice(values_.f32(), master, size_ * int64_t(sizeof(float)));
@@ -204,7 +422,7 @@ void ParamArena::roundWeights() {
 }
 
 void ParamArena::roundGrads() {
-  if (!mixed()) return;
+  if (!mixed() || options_.gradWindow) return;  // gradWindow: rounded as each group closed
   roundTrip(*backend_, options_.working, grads_.f32(), static_cast<uint16_t*>(grads16_.data()),
             gradSize_);
 }
@@ -238,13 +456,108 @@ void ParamArena::finishWeightUpdate(int64_t lo, int64_t hi, bool notify) {
 }
 
 void ParamArena::roundGradsRange(int64_t lo, int64_t hi) {
-  if (!mixed() || hi <= lo) return;
+  if (!mixed() || options_.gradWindow || hi <= lo) return;
   roundTrip(*backend_, options_.working, grads_.f32() + lo,
             static_cast<uint16_t*>(grads16_.data()) + lo, hi - lo);
 }
 
 void ParamArena::zeroGrad() {
-  grads_.zero();
+  if (!options_.gradWindow) {
+    grads_.zero();
+    return;
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) closeGrads(g, false);
+  grads16_.zero();
+  gradScale_ = 1.f;
+}
+
+void ParamArena::openGrads(size_t g, float scale) {
+  if (!options_.gradWindow || gradOpen_.at(g)) return;
+  const ParamGroup& pg = groups_[g];
+  if (pg.gradNumel == 0) return;
+  gradTracked_.add(pg.gradNumel * 4);
+  gradOpen_[g] = 1;
+  const auto* h = static_cast<const uint16_t*>(grads16_.data()) + pg.gradOffset;
+  float* f = grads_.f32() + pg.gradOffset;
+  if (options_.working == DType::BF16)
+    backend_->bf16ToFloat(h, f, pg.gradNumel);
+  else
+    backend_->fp16ToFloat(h, f, pg.gradNumel);
+  if (scale != 1.f) backend_->scale(f, pg.gradNumel, scale);
+}
+
+void ParamArena::closeGrads(size_t g, bool store) {
+  if (!options_.gradWindow || !gradOpen_.at(g)) return;
+  const ParamGroup& pg = groups_[g];
+  float* f = grads_.f32() + pg.gradOffset;
+  if (store) {
+    auto* h = static_cast<uint16_t*>(grads16_.data()) + pg.gradOffset;
+    if (options_.working == DType::BF16)
+      backend_->floatToBf16(f, h, pg.gradNumel);
+    else
+      backend_->floatToFp16(f, h, pg.gradNumel);
+  }
+  // Whole pages go back; the partial ones at the edges (shared with the neighbouring groups)
+  // are zeroed, not released: each open rewrites its whole range from the 16-bit gradients.
+  backend_->discard(f, size_t(pg.gradNumel) * sizeof(float));
+  gradOpen_[g] = 0;
+  gradTracked_.add(-pg.gradNumel * 4);
+}
+
+std::vector<size_t> ParamArena::outerGroups() const {
+  std::vector<size_t> out;
+  for (size_t g = 0; g < groups_.size(); ++g)
+    if (groups_[g].block < 0) out.push_back(g);
+  return out;
+}
+
+int ParamArena::groupOfBlock(int l) const {
+  for (size_t g = 0; g < groups_.size(); ++g)
+    if (groups_[g].block == l) return static_cast<int>(g);
+  return -1;
+}
+
+double ParamArena::gradSumSquares() {
+  if (!options_.gradWindow) return backend_->sumSquares(grads_.f32(), gradSize_);
+  double ss = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const ParamGroup& pg = groups_[g];
+    if (pg.gradNumel == 0) continue;
+    openGrads(g);
+    ss += backend_->sumSquares(grads_.f32() + pg.gradOffset, pg.gradNumel);
+    closeGrads(g, false);
+  }
+  return ss * double(gradScale_) * double(gradScale_);
+}
+
+int64_t ParamArena::gradNonFinite() {
+  if (!options_.gradWindow) return backend_->countNonFinite(grads_.f32(), gradSize_);
+  int64_t n = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const ParamGroup& pg = groups_[g];
+    if (pg.gradNumel == 0) continue;
+    openGrads(g);
+    n += backend_->countNonFinite(grads_.f32() + pg.gradOffset, pg.gradNumel);
+    closeGrads(g, false);
+  }
+  return n;
+}
+
+void ParamArena::scaleGrads(float s) {
+  if (options_.gradWindow)
+    gradScale_ *= s;
+  else
+    backend_->scale(grads_.f32(), gradSize_, s);
+}
+
+std::vector<float> ParamArena::gradsToHost() {
+  std::vector<float> out(size_t(gradSize_), 0.f);
+  forEachGradGroup([&](size_t g) {
+    const ParamGroup& pg = groups_[g];
+    backend_->copyToHost(out.data() + pg.gradOffset, grads_.f32() + pg.gradOffset,
+                         size_t(pg.gradNumel) * sizeof(float));
+  });
+  return out;
 }
 
 }  // namespace ts::engine

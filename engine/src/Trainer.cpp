@@ -840,8 +840,8 @@ TrainResult Trainer::run() {
         dp->scaleGrads(1.f / lossScale);
         skipped = !scaler->update(dp->countNonFinite() > 0);
       } else {
-        backend_->scale(pa.grads().f32(), pa.gradSize(), 1.f / lossScale);
-        skipped = !scaler->update(backend_->countNonFinite(pa.grads().f32(), pa.gradSize()) > 0);
+        pa.scaleGrads(1.f / lossScale);
+        skipped = !scaler->update(pa.gradNonFinite() > 0);
       }
     }
     double gradNorm = 0.0;  // not computed for a skipped step (its gradients hold inf/NaN)

@@ -280,7 +280,15 @@ TEST(ActivationFormula, EstimatorPredictsTrackerForCheckpointingAndInt8) {
     const auto plan = ts::core::predictMemoryReport(c).ranks.at(0);
     MemoryTracker tracker;
     Gpt model(gptConfigFrom(c, 14), backend.get(), &tracker);
+    model.initWeights(1);
     model.allocate(3);
+    // One training micro-batch: the peaks of a real step (16-bit policies keep fp32 gradients
+    // only while a group accumulates).
+    std::vector<int32_t> tok(3 * 12), tgt(3 * 12);
+    for (size_t i = 0; i < tok.size(); ++i) tok[i] = int32_t(i * 5 % 14), tgt[i] = int32_t(i % 14);
+    model.zeroGrad();
+    model.forward(tok.data(), tgt.data(), 3, 12, 1.f / 36);
+    model.backward();
     EXPECT_EQ(plan.at(MemoryTier::Device, MemoryCategory::Activations).peak,
               tracker.peak(MemoryTier::Device, MemoryCategory::Activations))
         << m.ck << " " << m.every << " " << m.comp << " " << m.attn << " " << m.policy << " "

@@ -583,11 +583,51 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
     double wsSteady = act.wsSteady + teacherWs;
     if (engine16) {
       // fp32 compute copies: of every weight (frozen ones too), of the trainable gradients.
-      // (NF4 weights have none: they are dequantized per GEMM.)
-      const double copies = 4.0 * (static_cast<double>(est.params.total) - nf4Elements) +
-                            4.0 * static_cast<double>(P);
-      wsPeak += copies;
-      wsSteady += copies;
+      // (NF4 weights have none: they are dequantized per GEMM.) On one rank with the optimizer
+      // on the device both exist only in part (core::gradWindowOf / valueWindowOf).
+      const std::string offOpt = lower(cfg.parallel.offload_optimizer),
+                        offPar = lower(cfg.parallel.offload_params);
+      const double values = 4.0 * (static_cast<double>(est.params.total) - nf4Elements);
+      const double grads32 = 4.0 * static_cast<double>(P);
+      if (valueWindowOf(policy, ranks, offOpt, offPar)) {
+        // Both windows (ParamArena): the fp32 copies of the tensors outside the blocks always;
+        // at block l's backward, its fp32 values (all but its linear weights under bf16 GEMMs,
+        // which read the 16-bit ones) and its gradients plus those of the groups outside the
+        // blocks (open through the whole backward); pure_bf16's optimizer updates a block's
+        // whole fp32 copy in place with only that block's gradients open. Between steps only
+        // the outer values.
+        double outerV = 0, gradOuter = 0;
+        std::map<int, double> compute, whole, grad;
+        std::map<int, bool> trains;
+        for (const auto& t : tensors) {
+          if (nf4 && !t.trainable && t.block >= 0 && t.role == TensorRole::LinearWeight)
+            continue;  // NF4: no fp32 value at all
+          const double n = static_cast<double>(t.numel());
+          if (t.block < 0) {
+            outerV += n;
+            continue;
+          }
+          whole[t.block] += n;
+          if (!(bf16Gemm && t.role == TensorRole::LinearWeight)) compute[t.block] += n;
+          if (t.trainable) trains[t.block] = true;
+        }
+        for (const auto& g : zeroGroups(tensors, {}))
+          (g.block < 0 ? gradOuter : grad[g.block]) += static_cast<double>(g.numel);
+        double moment = gradOuter;  // the embeddings' backward, after the blocks
+        for (const auto& [b, n] : whole) {
+          moment = std::max(moment, compute[b] + gradOuter + grad[b]);
+          if (policy == "pure_bf16" && trains[b]) moment = std::max(moment, n + grad[b]);
+        }
+        wsPeak += 4.0 * (outerV + moment);
+        wsSteady += 4.0 * outerV;
+      } else if (gradWindowOf(policy, ranks, offOpt, offPar)) {
+        // Gradients only (fp8 quantizes from the whole fp32 weights after every step).
+        wsPeak += values + 4.0 * static_cast<double>(gradWindowPeak(zeroGroups(tensors, {})));
+        wsSteady += values;
+      } else {
+        wsPeak += values + grads32;
+        wsSteady += values + grads32;
+      }
       // (fp8 and bf16 GEMM operand scratch are buffers of the saved state.)
     }
     if (stage >= 3 && ranks > 1) {

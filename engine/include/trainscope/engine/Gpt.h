@@ -95,6 +95,12 @@ struct GptConfig {
   // this many elements (ParamArena.h; a ZeRO shard or a block as one aligned slice).
   int64_t arenaAlign = 1;
   int64_t arenaPadTo = 1;  // total length padded to a multiple (ZeRO: ranks x aligned shards)
+  // 16-bit gradients without a resident fp32 copy (ParamArena's gradWindow; one rank, the
+  // optimizer on the device: core::gradWindowOf).
+  bool gradWindow = false;
+  // The blocks' fp32 compute copies only while a block runs (ParamArena's valueWindow;
+  // core::valueWindowOf).
+  bool valueWindow = false;
   // finetune.lora: adapters on the targeted projections (r > 0); the base is then frozen.
   core::LoraConfig lora;
   // finetune.base_quant nf4 (QLoRA, needs lora): the frozen block linear weights are stored as
@@ -154,7 +160,9 @@ class Gpt {
   const ParamInfo* find(const std::string& name) const { return arena_.find(name); }
   int64_t numParams() const { return arena_.numParams(); }
   Tensor& paramBuffer() { return arena_.values(); }
-  Tensor& gradBuffer() { return arena_.grads(); }
+  Tensor& gradBuffer() { return arena_.grads(); }  // under gradWindow: see gradientsToHost
+  // Every gradient (gradient space) on the host, as the optimizer reads it, in every mode.
+  std::vector<float> gradientsToHost() { return arena_.gradsToHost(); }
   float* param(const ParamInfo& p) { return arena_.value(p); }
   float* grad(const ParamInfo& p) { return arena_.grad(p); }  // null when frozen
   // The stored bf16/fp16 weights of p (working precision != F32).

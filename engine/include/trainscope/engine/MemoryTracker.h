@@ -41,6 +41,44 @@ class MemoryTracker {
   int64_t totalPeak_ = 0;
 };
 
+// Bytes a buffer holds resident only part of the time (pages given back and taken again), kept
+// in a tracker's device category for as long as this lives; moving transfers them.
+class TrackedBytes {
+ public:
+  TrackedBytes() = default;
+  TrackedBytes(MemoryTracker* tracker, core::MemoryCategory category)
+      : tracker_(tracker), category_(category) {}
+  TrackedBytes(TrackedBytes&& o) noexcept
+      : tracker_(o.tracker_), category_(o.category_), bytes_(o.bytes_) {
+    o.bytes_ = 0;
+  }
+  TrackedBytes& operator=(TrackedBytes&& o) noexcept {
+    if (this != &o) {
+      set(0);
+      tracker_ = o.tracker_;
+      category_ = o.category_;
+      bytes_ = o.bytes_;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  ~TrackedBytes() { set(0); }
+  void add(int64_t bytes) { set(bytes_ + bytes); }
+  void set(int64_t bytes) {
+    if (tracker_ && bytes > bytes_)
+      tracker_->add(core::MemoryTier::Device, category_, bytes - bytes_);
+    if (tracker_ && bytes < bytes_)
+      tracker_->remove(core::MemoryTier::Device, category_, bytes_ - bytes);
+    bytes_ = bytes;
+  }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  MemoryTracker* tracker_ = nullptr;
+  core::MemoryCategory category_ = core::MemoryCategory::Workspace;
+  int64_t bytes_ = 0;
+};
+
 // Resident set size of this process in bytes (from /proc/self/statm), 0 if unavailable; the
 // cross-check of the tracker against what the OS sees.
 int64_t processRssBytes();

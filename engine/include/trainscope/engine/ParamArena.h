@@ -70,6 +70,21 @@ struct ArenaOptions {
   bool pureBf16() const { return working != DType::F32 && !masterWeights; }
   // finetune.base_quant nf4: frozen linear weights of the blocks stored as NF4.
   bool nf4FrozenLinears = false;
+  // 16-bit gradients without a resident fp32 copy (mixed only; the backend must give pages
+  // back): the fp32 gradient buffer keeps its layout, but a group's pages hold memory only
+  // while it is open (openGrads .. closeGrads): the model accumulates one block at a time into
+  // them and rounds the result into the 16-bit gradients, and the clipping, the loss scaler
+  // and the optimizer read the groups one at a time. Model states are then 2 + 2 + 12 bytes
+  // per parameter, as the ZeRO paper counts mixed precision.
+  bool gradWindow = false;
+  // The fp32 compute copy of each block's tensors without resident pages between uses (mixed,
+  // one rank): a block's group is upcast from its 16-bit weights when its forward,
+  // recomputation or backward starts (openBlockValues) and its pages go back when it ends; the
+  // 16-bit weights are the only lasting copy. The groups outside the blocks (embeddings, final
+  // norm, head) keep theirs. valueWindowSkipsLinearWeights: the blocks' GEMMs read the 16-bit
+  // weights themselves (bf16 GEMMs), so their linear weights are never upcast.
+  bool valueWindow = false;
+  bool valueWindowSkipsLinearWeights = false;
 };
 
 class ParamArena {
@@ -135,6 +150,60 @@ class ParamArena {
   void roundGrads();
   void zeroGrad();
 
+  // Reading the gradients in every mode (the fp32 buffer, or the 16-bit gradients group by
+  // group under gradWindow). The loss scaler and clipping scale through scaleGrads: under
+  // gradWindow it is a pending factor the optimizer's reads apply (16-bit storage could not
+  // hold the unscaled values), reset by zeroGrad.
+  bool gradWindow() const { return options_.gradWindow; }
+  double gradSumSquares();
+  int64_t gradNonFinite();
+  void scaleGrads(float s);
+  // Runs f(group index) with that group's fp32 gradients readable (grad(p) of its tensors),
+  // for every group holding gradients, in order.
+  template <class F>
+  void forEachGradGroup(F f) {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (groups_[g].gradNumel == 0) continue;
+      if (!options_.gradWindow) {
+        f(g);
+        continue;
+      }
+      openGrads(g, gradScale_);
+      f(g);
+      closeGrads(g, false);
+    }
+  }
+  // gradWindow: makes group g's fp32 gradients resident, holding its 16-bit gradients times
+  // `scale`; closeGrads rounds them into the 16-bit gradients (store) and gives the pages
+  // back. No-ops otherwise. The model opens a group before the first gradient of it is
+  // accumulated and closes it when the group's gradients are complete.
+  void openGrads(size_t g, float scale = 1.f);
+  void closeGrads(size_t g, bool store);
+  // The groups of the tensors before and after the blocks (block -1), and that of block l.
+  std::vector<size_t> outerGroups() const;
+  int groupOfBlock(int l) const;
+  // The gradients (gradient space, fp32, scaled as the optimizer would read them) on the host.
+  std::vector<float> gradsToHost();
+
+  // valueWindow: block l's fp32 compute copy around its forward or backward (no-ops otherwise
+  // and for the groups outside the blocks). openValues(g, true) upcasts every tensor of the
+  // group (an update in place: pure_bf16's optimizer); storeValues rounds such a group into the
+  // 16-bit weights and closes it.
+  bool valueWindow() const { return options_.valueWindow; }
+  void openBlockValues(int l);
+  void closeBlockValues(int l);
+  void openValues(size_t g, bool full);
+  void closeValues(size_t g);
+  void storeValues(size_t g);
+  // Every tensor's fp32 values (value space, size() floats) on the host, and setting them from
+  // host values: how initializers, loaders and exporters reach the weights in every mode. Under
+  // valueWindow a block's values go straight into its 16-bit weights (rounded to nearest even,
+  // as roundWeights() rounds); the rest into the fp32 copy, which roundWeights() rounds as ever.
+  void valuesToHost(float* dst) const;
+  void setValuesFromHost(const float* src);
+  // n bytes from byte `off` of p's fp32 values, on the host (checkpoints stream them).
+  void valueBytesToHost(const ParamInfo& p, char* dst, int64_t off, int64_t n) const;
+
   // ZeRO (allTrainable() only: value space is gradient space). Sets the values of [lo, hi) from
   // src[0, hi - lo) and rounds them to the stored 16-bit weights (mixed); then the stored
   // weights are all-gathered and finishWeightUpdate() refreshes the fp32 compute copy of
@@ -158,6 +227,20 @@ class ParamArena {
   std::vector<ParamGroup> groups_;
   int64_t numParams_ = 0, trainable_ = 0, size_ = 0, gradSize_ = 0;
   Tensor values_, grads_, values16_, grads16_;
+  MemoryTracker* tracker_ = nullptr;
+  std::vector<char> gradOpen_;  // gradWindow: which groups' fp32 pages are resident
+  TrackedBytes gradTracked_;    // gradWindow: the resident groups' bytes
+  // valueWindow: per group 0 closed, 1 open for compute, 2 open whole; the bytes resident.
+  std::vector<char> valueOpen_;
+  std::vector<int64_t> openElems_;
+  TrackedBytes valueTracked_;
+  size_t groupOf(const ParamInfo& p) const;
+  bool windowed(size_t g) const { return options_.valueWindow && groups_[g].block >= 0; }
+  // p's fp32 compute copy holds its values now (not a closed block under valueWindow).
+  bool f32Valid(const ParamInfo& p) const;
+  void toF32(const uint16_t* h, float* f, int64_t n) const;
+  void roundTripRange(int64_t lo, int64_t n);
+  float gradScale_ = 1.f;  // gradWindow: the pending factor of scaleGrads
   Tensor nf4Packed_, nf4Codes_, nf4Scales_, nf4Map_;
 };
 

@@ -10,6 +10,7 @@
 // single-rank layout.
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "trainscope/core/ModelSpec.h"
@@ -57,6 +58,38 @@ inline std::vector<ZeroGroup> zeroGroups(const std::vector<TensorSpec>& tensors,
     groups.back().numel = off - groups.back().offset;
   }
   return groups;
+}
+
+// Whether the engine keeps a 16-bit policy's gradients without a resident fp32 copy
+// (ParamArena's gradWindow): one rank, the optimizer on the device. Data parallel keeps its
+// own fp32 gradient buckets and shards, and the offloaded optimizer copies fp32 gradients out.
+inline bool gradWindowOf(const std::string& policy, int ranks, const std::string& offloadOptimizer,
+                         const std::string& offloadParams) {
+  const bool sixteen =
+      policy == "bf16" || policy == "fp16" || policy == "fp8" || policy == "pure_bf16";
+  return sixteen && ranks <= 1 && offloadOptimizer == "none" && offloadParams == "none";
+}
+
+// Whether the blocks' fp32 compute copies exist only while a block runs (ParamArena's
+// valueWindow): as gradWindowOf, but for fp8, whose weight quantization reads every block's
+// fp32 weights after each step.
+inline bool valueWindowOf(const std::string& policy, int ranks, const std::string& offloadOptimizer,
+                          const std::string& offloadParams) {
+  return gradWindowOf(policy, ranks, offloadOptimizer, offloadParams) && policy != "fp8";
+}
+
+// Under gradWindow, the most fp32 gradient elements resident at once: the groups outside the
+// blocks (open through the whole backward: a tied head and the token embedding share the
+// token table) plus the largest block's (open through its own backward).
+inline int64_t gradWindowPeak(const std::vector<ZeroGroup>& groups) {
+  int64_t outer = 0, block = 0;
+  for (const auto& g : groups) {
+    if (g.block < 0)
+      outer += g.numel;
+    else
+      block = std::max(block, g.numel);
+  }
+  return outer + block;
 }
 
 // Rank r's shard of a padded buffer of `total` elements: [r * total / ranks, (r + 1) * ...).

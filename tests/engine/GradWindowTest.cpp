@@ -1,0 +1,281 @@
+// 16-bit policies without resident fp32 copies (issue 21). Gradients (ParamArena's gradWindow):
+// the model accumulates one block's fp32 gradients at a time and rounds them into the 16-bit
+// gradients; clipping, the loss scaler and the optimizer read the groups one at a time. Weights
+// (valueWindow): a block's fp32 compute copy is upcast from its 16-bit weights while the block
+// runs and given back after. Checked against the same model keeping both whole fp32 copies (the
+// previous layout): the same gradients and the same steps bit for bit with one micro-batch,
+// within a stated bound with accumulation (one more rounding per micro-batch); overflow found the
+// same; checkpoints move between the two layouts bit for bit; and the fp32 memory moves as
+// claimed (tracker and estimator, to the byte). On the CPU and the guarded backend.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "../support/TestBackends.h"
+#include "../support/TrainerHarness.h"
+#include "trainscope/core/Estimator.h"
+#include "trainscope/engine/Checkpoint.h"
+#include "trainscope/engine/Dataset.h"
+#include "trainscope/engine/Gpt.h"
+#include "trainscope/engine/Optimizer.h"
+
+using namespace ts::engine;
+using ts::core::MemoryCategory;
+using ts::core::MemoryTier;
+
+namespace {
+
+class GradWindowOn : public ::testing::TestWithParam<std::string> {};
+
+ts::core::RunConfig configFor(const std::string& policy) {
+  auto c = ts::testsupport::tinyAdditionConfig();
+  c.precision.policy = policy;
+  c.precision.gemm = "fp32";
+  c.model.layers = 3;
+  return c;
+}
+
+struct Model {
+  std::unique_ptr<ts::kernels::Backend> backend;
+  MemoryTracker tracker;
+  std::unique_ptr<Gpt> gpt;
+  std::unique_ptr<Optimizer> opt;
+};
+
+// The run config's model, with or without the gradient window (as gptConfigFrom decides it).
+std::unique_ptr<Model> build(const std::string& backend, const ts::core::RunConfig& c, int vocab,
+                             bool window) {
+  auto m = std::make_unique<Model>();
+  m->backend = ts::testsupport::makeTestBackend(backend);
+  m->backend->setThreads(c.device.threads);  // the kernel scratch has a slice per thread
+  GptConfig gc = gptConfigFrom(c, vocab, m->backend.get());
+  EXPECT_TRUE(gc.gradWindow) << c.precision.policy << ": one rank, optimizer on the device";
+  EXPECT_EQ(gc.valueWindow, c.precision.policy != "fp8") << c.precision.policy;
+  gc.gradWindow = window;
+  gc.valueWindow = window && gc.valueWindow;
+  m->gpt = std::make_unique<Gpt>(gc, m->backend.get(), &m->tracker);
+  m->gpt->initWeights(7);
+  m->gpt->allocate(c.train.micro_batch);
+  m->opt = makeOptimizer(c.optimizer, m->gpt->arena(), m->backend.get(), &m->tracker);
+  return m;
+}
+
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+};
+std::vector<Batch> batches(const ts::core::RunConfig& c, int n) {
+  auto data = makeDataset(c);
+  std::vector<Batch> out(static_cast<size_t>(n));
+  const int B = c.train.micro_batch, T = c.model.seq_len;
+  for (auto& b : out) {
+    b.tokens.resize(size_t(B) * T);
+    b.targets.resize(size_t(B) * T);
+    data->nextTrainBatch(b.tokens.data(), b.targets.data(), B, T);
+  }
+  return out;
+}
+
+// One training step as the trainer takes it on one rank (loss scale, unscale, clipping, step).
+// Returns the gradient norm.
+double step(Model& m, const std::vector<Batch>& micro, const ts::core::RunConfig& c, float scale,
+            double clip) {
+  Gpt& g = *m.gpt;
+  g.zeroGrad();
+  const int B = c.train.micro_batch, T = c.model.seq_len;
+  for (const auto& b : micro) {
+    g.forward(b.tokens.data(), b.targets.data(), B, T, scale / float(B * T * micro.size()));
+    g.backward();
+  }
+  g.roundGrads();
+  g.arena().scaleGrads(1.f / scale);
+  const double norm = clipGradNorm(g.arena(), m.backend.get(), clip);
+  m.opt->step(1e-3f);
+  return norm;
+}
+
+std::vector<uint16_t> stored16(Model& m) {
+  return ts::testsupport::hostCopy<uint16_t>(m.gpt->workingParams());
+}
+
+}  // namespace
+
+TEST_P(GradWindowOn, OneMicroBatchGivesTheSameGradientsAndStepBitForBit) {
+  for (const char* policy : {"bf16", "fp16", "pure_bf16"}) {
+    const auto c = configFor(policy);
+    const int vocab = makeDataset(c)->vocabSize();
+    auto win = build(GetParam(), c, vocab, true);
+    auto copy = build(GetParam(), c, vocab, false);
+    ASSERT_TRUE(win->gpt->arena().gradWindow());
+    ASSERT_FALSE(copy->gpt->arena().gradWindow());
+    const auto data = batches(c, 3);
+    const float scale = std::string(policy) == "fp16" ? 1024.f : 1.f;
+    for (int s = 0; s < 3; ++s) {
+      const std::vector<Batch> one = {data[size_t(s)]};
+      // No clipping: the norm is summed group by group under the window (another order).
+      const double nw = step(*win, one, c, scale, 0.0);
+      const double nc = step(*copy, one, c, scale, 0.0);
+      EXPECT_NEAR(nw, nc, 1e-6 * nc) << policy;
+      // The 16-bit weights after each step (and hence the gradients they came from).
+      const auto a = stored16(*win), b = stored16(*copy);
+      ASSERT_EQ(a.size(), b.size());
+      int64_t differ = 0;
+      for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+      EXPECT_EQ(differ, 0) << policy << " step " << s + 1;
+    }
+    // The next backward's gradients, as the optimizer would read them.
+    win->gpt->zeroGrad();
+    copy->gpt->zeroGrad();
+    const int B = c.train.micro_batch, T = c.model.seq_len;
+    for (auto* m : {win.get(), copy.get()}) {
+      m->gpt->forward(data[0].tokens.data(), data[0].targets.data(), B, T, 1.f / float(B * T));
+      m->gpt->backward();
+      m->gpt->roundGrads();
+    }
+    const auto gw = win->gpt->gradientsToHost(), gc = copy->gpt->gradientsToHost();
+    ASSERT_EQ(gw.size(), gc.size());
+    double any = 0;
+    for (size_t i = 0; i < gw.size(); ++i) {
+      ASSERT_EQ(gw[i], gc[i]) << policy << " gradient " << i;
+      any += std::fabs(gc[i]);
+    }
+    EXPECT_GT(any, 0.0);
+  }
+}
+
+TEST_P(GradWindowOn, AccumulationRoundsOncePerMicroBatchWithinTheBound) {
+  // Two micro-batches: the window rounds the running sum to bf16 after each one, the fp32 copy
+  // once at the end; each element differs by at most one bf16 rounding of the first
+  // micro-batch's sum (2^-8 relative), so the relative L2 difference stays under 2^-8.
+  const auto c = configFor("bf16");
+  const int vocab = makeDataset(c)->vocabSize();
+  auto win = build(GetParam(), c, vocab, true);
+  auto copy = build(GetParam(), c, vocab, false);
+  const auto data = batches(c, 2);
+  const int B = c.train.micro_batch, T = c.model.seq_len;
+  for (auto* m : {win.get(), copy.get()}) {
+    m->gpt->zeroGrad();
+    for (const auto& b : data) {
+      m->gpt->forward(b.tokens.data(), b.targets.data(), B, T, 1.f / float(2 * B * T));
+      m->gpt->backward();
+    }
+    m->gpt->roundGrads();
+  }
+  const auto gw = win->gpt->gradientsToHost(), gc = copy->gpt->gradientsToHost();
+  double diff = 0, ref = 0;
+  int64_t differ = 0;
+  for (size_t i = 0; i < gw.size(); ++i) {
+    diff += double(gw[i] - gc[i]) * double(gw[i] - gc[i]);
+    ref += double(gc[i]) * double(gc[i]);
+    differ += gw[i] != gc[i];
+  }
+  ASSERT_GT(ref, 0.0);
+  EXPECT_LT(std::sqrt(diff / ref), 1.0 / 256);
+  EXPECT_GT(differ, 0) << "two roundings never differed from one: is the window accumulating?";
+}
+
+TEST_P(GradWindowOn, Fp16OverflowIsFoundAndSkippedAsWithTheCopy) {
+  const auto c = configFor("fp16");
+  const int vocab = makeDataset(c)->vocabSize();
+  auto win = build(GetParam(), c, vocab, true);
+  auto copy = build(GetParam(), c, vocab, false);
+  const auto data = batches(c, 1);
+  const int B = c.train.micro_batch, T = c.model.seq_len;
+  for (auto* m : {win.get(), copy.get()}) {
+    m->gpt->zeroGrad();
+    // A loss scale far past fp16's range: the 16-bit gradients overflow to inf.
+    m->gpt->forward(data[0].tokens.data(), data[0].targets.data(), B, T, 1e12f / float(B * T));
+    m->gpt->backward();
+    m->gpt->roundGrads();
+    m->gpt->arena().scaleGrads(1e-12f);
+  }
+  const int64_t nw = win->gpt->arena().gradNonFinite(), nc = copy->gpt->arena().gradNonFinite();
+  EXPECT_GT(nc, 0);
+  EXPECT_EQ(nw, nc);
+}
+
+TEST_P(GradWindowOn, Fp32GradientsExistOneGroupAtATimeAsTheEstimatorSays) {
+  for (const char* policy : {"bf16", "fp8", "pure_bf16"}) {
+    auto c = configFor(policy);
+    const int vocab = makeDataset(c)->vocabSize();
+    c.model.vocab = vocab;
+    auto win = build(GetParam(), c, vocab, true);
+    auto copy = build(GetParam(), c, vocab, false);
+    const auto data = batches(c, 2);
+    step(*win, data, c, 1.f, 1.0);
+    step(*copy, data, c, 1.f, 1.0);
+    const ParamArena& pa = win->gpt->arena();
+    // Groups, counted from the arena itself: the outer ones stay open through backward, the
+    // largest block's joins them (gradients); the outer ones always, one block at a time on top
+    // (weights; fp8 keeps the whole copy: its quantization reads it after every step).
+    int64_t outer = 0, block = 0, outerV = 0, blockV = 0;
+    for (const auto& g : pa.groups()) {
+      if (g.block < 0) {
+        outer += g.gradNumel;
+        outerV += g.numel;
+      } else {
+        block = std::max(block, g.gradNumel);
+        blockV = std::max(blockV, g.numel);
+      }
+    }
+    const int64_t P = pa.gradSize(), S = pa.size();
+    const bool values = std::string(policy) != "fp8";
+    ASSERT_EQ(pa.valueWindow(), values);
+    ASSERT_LT(outer + block, P);
+    auto ws = [](Model& m, bool peak) {
+      return peak ? m.tracker.peak(MemoryTier::Device, MemoryCategory::Workspace)
+                  : m.tracker.current(MemoryTier::Device, MemoryCategory::Workspace);
+    };
+    EXPECT_EQ(ws(*copy, true) - ws(*win, true),
+              4 * (P - outer - block) + (values ? 4 * (S - outerV - blockV) : 0))
+        << policy;
+    EXPECT_EQ(ws(*copy, false) - ws(*win, false), 4 * P + (values ? 4 * (S - outerV) : 0))
+        << policy << ": between steps";
+    // The 16-bit gradients themselves are unchanged: 2 bytes each.
+    EXPECT_EQ(win->tracker.peak(MemoryTier::Device, MemoryCategory::Gradients), 2 * P) << policy;
+    // The estimator predicts the windowed model to the byte, every category (one rank, the
+    // optimizer on the device).
+    const auto plan = ts::core::predictMemoryReport(c).ranks.at(0);
+    for (int ci = 0; ci < ts::core::kMemoryCategoryCount; ++ci) {
+      const auto cat = static_cast<MemoryCategory>(ci);
+      EXPECT_EQ(plan.at(MemoryTier::Device, cat).peak, win->tracker.peak(MemoryTier::Device, cat))
+          << policy << " " << ts::core::toString(cat);
+    }
+  }
+}
+
+TEST_P(GradWindowOn, CheckpointsMoveBetweenTheLayoutsBitForBit) {
+  for (const char* policy : {"bf16", "pure_bf16"}) {
+    const auto c = configFor(policy);
+    const int vocab = makeDataset(c)->vocabSize();
+    const auto data = batches(c, 4);
+    const auto dir = ts::testsupport::tempDir("grad_window", std::string(policy) + GetParam());
+    for (bool fromWindow : {true, false}) {
+      auto src = build(GetParam(), c, vocab, fromWindow);
+      auto dst = build(GetParam(), c, vocab, !fromWindow);
+      step(*src, {data[0]}, c, 1.f, 1.0);
+      step(*src, {data[1]}, c, 1.f, 1.0);
+      TrainingState st;
+      st.step = 2;
+      const auto info = saveCheckpoint((dir / (fromWindow ? "w" : "c")).string(), src->gpt->arena(),
+                                       *src->opt, nlohmann::json::object(), st);
+      loadCheckpoint(info.path, dst->gpt->arena(), dst->opt.get());
+      dst->gpt->roundWeights();
+      EXPECT_EQ(stored16(*dst), stored16(*src)) << policy << (fromWindow ? " window->copy" : "");
+      // Both continue identically (optimizer state and master came along).
+      step(*src, {data[2]}, c, 1.f, 0.0);
+      step(*dst, {data[2]}, c, 1.f, 0.0);
+      EXPECT_EQ(stored16(*dst), stored16(*src)) << policy << " the step after the load";
+      // The fp32 values the checkpoint streamed are the 16-bit weights, upcast.
+      for (const auto& p : src->gpt->params()) {
+        const auto a = src->gpt->arena().hostValues(p), b = dst->gpt->arena().hostValues(p);
+        ASSERT_EQ(a, b) << policy << " " << p.name;
+      }
+    }
+    std::filesystem::remove_all(dir);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GradWindowOn,
+                         ::testing::ValuesIn(ts::testsupport::engineTestBackends()),
+                         ts::testsupport::backendParamName);
