@@ -371,6 +371,7 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
                         one(-1, S::FinalNorm, R::NormBias, false), dm);
   const ParamInfo* lmHead = maybe(R::Head);
   head_.emplace(lmHead ? lmHead : wte);  // tied: the token table is the head
+  tiedHead_ = lmHead == nullptr;
   compressor_ = ActivationCompressor(
       backend_, tracker_,
       config.compression == GptConfig::Compression::Int8     ? ActivationCompressor::Mode::Int8
@@ -734,23 +735,28 @@ void Gpt::backward() {
   float* dtmp = ws_.dtmp.f32();
   // dlnf = dlogits W_head; dW_head += dlogits^T lnf (W_head is wte when tied).
   const int64_t N = ctx_.rows();
-  // gradWindow: the embeddings' and the head's fp32 gradients stay open through the whole
-  // backward (a tied head and the token embedding both write the token table's).
+  // gradWindow: the final norm's and an untied head's fp32 gradients are open for their
+  // backward, the embeddings' for theirs; a tied head writes the token table's at the start,
+  // so then the embeddings' stay open through the whole backward.
   const auto outer = arena_.outerGroups();
-  for (size_t g : outer) arena_.openGrads(g);
+  const size_t embeddings = outer.front(), last = outer.back();
+  if (tiedHead_) arena_.openGrads(embeddings);
+  arena_.openGrads(last);
   head_->backward(ctx_, dtmp, acts_.logits.f32(), compressor_.load(acts_.lnf, ws_.dfc.f32(), N, C));
   ws_.dres.zero();
   const float* lnfMean = acts_.lnfSaved.mean.empty() ? nullptr : acts_.lnfSaved.mean.f32();
   finalNorm_->backward(ctx_, dres, dtmp,
                        compressor_.loadNormInput(acts_.residOut, ws_.dfc.f32(), lnfMean, N, C),
                        acts_.lnfSaved);
+  if (last != embeddings) arena_.closeGrads(last, true);
   decoder_->backward(ctx_, acts_);
   if (ctx_.dropout.active()) {  // through the embeddings' mask, in place (dres is done)
     ScopedRange r("dropout", SpanCategory::Elementwise);
     backend_->dropout(dres, dres, n, ctx_.dropout.p, ctx_.dropout.seed, ctx_.dropout.stream(-1, 0));
   }
+  arena_.openGrads(embeddings);
   embedding_->backward(ctx_, dres, acts_.tokens.i32());
-  for (size_t g : outer) arena_.closeGrads(g, true);
+  arena_.closeGrads(embeddings, true);
   haveLoss_ = false;
 }
 

@@ -9,6 +9,7 @@
 // claimed (tracker and estimator, to the byte). On the CPU and the guarded backend.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -195,8 +196,14 @@ TEST_P(GradWindowOn, Fp16OverflowIsFoundAndSkippedAsWithTheCopy) {
 }
 
 TEST_P(GradWindowOn, Fp32GradientsExistOneGroupAtATimeAsTheEstimatorSays) {
-  for (const char* policy : {"bf16", "fp8", "pure_bf16"}) {
+  for (auto [policy, arch] : {std::pair{"bf16", "gpt2"},
+                              {"fp8", "gpt2"},
+                              {"pure_bf16", "gpt2"},
+                              {"bf16", "llama"},
+                              {"fp16", "llama"}}) {
     auto c = configFor(policy);
+    c.model.arch = arch;
+    const bool tied = std::string(arch) == "gpt2";  // llama's lm_head is its own tensor
     const int vocab = makeDataset(c)->vocabSize();
     c.model.vocab = vocab;
     auto win = build(GetParam(), c, vocab, true);
@@ -205,30 +212,32 @@ TEST_P(GradWindowOn, Fp32GradientsExistOneGroupAtATimeAsTheEstimatorSays) {
     step(*win, data, c, 1.f, 1.0);
     step(*copy, data, c, 1.f, 1.0);
     const ParamArena& pa = win->gpt->arena();
-    // Groups, counted from the arena itself: the outer ones stay open through backward, the
-    // largest block's joins them (gradients); the outer ones always, one block at a time on top
-    // (weights; fp8 keeps the whole copy: its quantization reads it after every step).
-    int64_t outer = 0, block = 0, outerV = 0, blockV = 0;
-    for (const auto& g : pa.groups()) {
-      if (g.block < 0) {
-        outer += g.gradNumel;
-        outerV += g.numel;
-      } else {
-        block = std::max(block, g.gradNumel);
-        blockV = std::max(blockV, g.numel);
-      }
-    }
-    const int64_t P = pa.gradSize(), S = pa.size();
+    // Counted from the arena's groups: the embeddings' gradients are open for their backward,
+    // or through the whole backward when the head is tied (it writes the token table's first),
+    // the final group's for the head's and final norm's backward, a block's for its own; the
+    // fp32 weights outside the blocks always, a block's while it runs (fp8 keeps the whole
+    // copy: its quantization reads it after every step).
+    const auto& groups = pa.groups();
+    ASSERT_GE(groups.size(), 3u);
+    ASSERT_LT(groups.front().block, 0);
+    ASSERT_LT(groups.back().block, 0);
+    const int64_t first = groups.front().gradNumel, last = groups.back().gradNumel;
+    const int64_t outerV = groups.front().numel + groups.back().numel;
     const bool values = std::string(policy) != "fp8";
+    const int64_t tiedFirst = tied ? first : 0;
+    int64_t moment = std::max(last + tiedFirst, first);
+    for (const auto& g : groups)
+      if (g.block >= 0) moment = std::max(moment, tiedFirst + g.gradNumel + (values ? g.numel : 0));
+    const int64_t P = pa.gradSize(), S = pa.size();
     ASSERT_EQ(pa.valueWindow(), values);
-    ASSERT_LT(outer + block, P);
     auto ws = [](Model& m, bool peak) {
       return peak ? m.tracker.peak(MemoryTier::Device, MemoryCategory::Workspace)
                   : m.tracker.current(MemoryTier::Device, MemoryCategory::Workspace);
     };
+    // The whole copies (4 S + 4 P) against what the windows keep at their peak / between steps.
     EXPECT_EQ(ws(*copy, true) - ws(*win, true),
-              4 * (P - outer - block) + (values ? 4 * (S - outerV - blockV) : 0))
-        << policy;
+              values ? 4 * (S + P) - 4 * (outerV + moment) : 4 * (P - moment))
+        << policy << " " << arch;
     EXPECT_EQ(ws(*copy, false) - ws(*win, false), 4 * P + (values ? 4 * (S - outerV) : 0))
         << policy << ": between steps";
     // The 16-bit gradients themselves are unchanged: 2 bytes each.

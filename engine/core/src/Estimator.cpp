@@ -589,15 +589,32 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
                         offPar = lower(cfg.parallel.offload_params);
       const double values = 4.0 * (static_cast<double>(est.params.total) - nf4Elements);
       const double grads32 = 4.0 * static_cast<double>(P);
+      // The fp32 gradients under the window (ParamArena's gradWindow): a block's while its
+      // backward runs; the final norm's and head's (after the last block) for their backward;
+      // the embeddings' (before the first block) for theirs, or from the start when the head is
+      // tied (it writes the token table's gradient first).
+      double gradFirst = 0, gradLast = 0;
+      std::map<int, double> grad;
+      bool seenBlock = false;
+      for (const auto& t : tensors) {
+        if (t.block >= 0) seenBlock = true;
+        if (!t.trainable) continue;
+        const double n = static_cast<double>(t.numel());
+        if (t.block >= 0)
+          grad[t.block] += n;
+        else
+          (seenBlock ? gradLast : gradFirst) += n;
+      }
+      const double tiedFirst = s.tied ? gradFirst : 0.0;
+      const double headMoment = std::max(gradLast + tiedFirst, gradFirst);
       if (valueWindowOf(policy, ranks, offOpt, offPar)) {
-        // Both windows (ParamArena): the fp32 copies of the tensors outside the blocks always;
-        // at block l's backward, its fp32 values (all but its linear weights under bf16 GEMMs,
-        // which read the 16-bit ones) and its gradients plus those of the groups outside the
-        // blocks (open through the whole backward); pure_bf16's optimizer updates a block's
-        // whole fp32 copy in place with only that block's gradients open. Between steps only
-        // the outer values.
-        double outerV = 0, gradOuter = 0;
-        std::map<int, double> compute, whole, grad;
+        // With the weights' window too (valueWindow): the fp32 copies of the tensors outside
+        // the blocks always; at block l's backward its fp32 values (all but its linear weights
+        // under bf16 GEMMs, which read the 16-bit ones) and its gradients; pure_bf16's
+        // optimizer updates a block's whole fp32 copy in place with only that block's
+        // gradients open. Between steps only the outer values.
+        double outerV = 0;
+        std::map<int, double> compute, whole;
         std::map<int, bool> trains;
         for (const auto& t : tensors) {
           if (nf4 && !t.trainable && t.block >= 0 && t.role == TensorRole::LinearWeight)
@@ -611,18 +628,18 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
           if (!(bf16Gemm && t.role == TensorRole::LinearWeight)) compute[t.block] += n;
           if (t.trainable) trains[t.block] = true;
         }
-        for (const auto& g : zeroGroups(tensors, {}))
-          (g.block < 0 ? gradOuter : grad[g.block]) += static_cast<double>(g.numel);
-        double moment = gradOuter;  // the embeddings' backward, after the blocks
+        double moment = headMoment;
         for (const auto& [b, n] : whole) {
-          moment = std::max(moment, compute[b] + gradOuter + grad[b]);
+          moment = std::max(moment, compute[b] + tiedFirst + grad[b]);
           if (policy == "pure_bf16" && trains[b]) moment = std::max(moment, n + grad[b]);
         }
         wsPeak += 4.0 * (outerV + moment);
         wsSteady += 4.0 * outerV;
       } else if (gradWindowOf(policy, ranks, offOpt, offPar)) {
         // Gradients only (fp8 quantizes from the whole fp32 weights after every step).
-        wsPeak += values + 4.0 * static_cast<double>(gradWindowPeak(zeroGroups(tensors, {})));
+        double moment = headMoment;
+        for (const auto& [b, n] : grad) moment = std::max(moment, tiedFirst + n);
+        wsPeak += values + 4.0 * moment;
         wsSteady += values;
       } else {
         wsPeak += values + grads32;

@@ -272,6 +272,7 @@ class Gpt {
   std::optional<Decoder> decoder_;
   std::unique_ptr<Norm> finalNorm_;
   std::optional<Head> head_;
+  bool tiedHead_ = true;  // the head multiplies by the token table
   ActivationCompressor compressor_;
   LayerContext ctx_;
   Activations acts_;

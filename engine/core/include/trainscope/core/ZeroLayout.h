@@ -78,20 +78,6 @@ inline bool valueWindowOf(const std::string& policy, int ranks, const std::strin
   return gradWindowOf(policy, ranks, offloadOptimizer, offloadParams) && policy != "fp8";
 }
 
-// Under gradWindow, the most fp32 gradient elements resident at once: the groups outside the
-// blocks (open through the whole backward: a tied head and the token embedding share the
-// token table) plus the largest block's (open through its own backward).
-inline int64_t gradWindowPeak(const std::vector<ZeroGroup>& groups) {
-  int64_t outer = 0, block = 0;
-  for (const auto& g : groups) {
-    if (g.block < 0)
-      outer += g.numel;
-    else
-      block = std::max(block, g.numel);
-  }
-  return outer + block;
-}
-
 // Rank r's shard of a padded buffer of `total` elements: [r * total / ranks, (r + 1) * ...).
 inline std::pair<int64_t, int64_t> zeroShard(int64_t total, int ranks, int r) {
   const int64_t s = total / std::max(1, ranks);
