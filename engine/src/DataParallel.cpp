@@ -23,10 +23,10 @@ DataParallel::DataParallel(Communicator* comm, ParamArena* arena, kernels::Backe
     : comm_(comm), arena_(arena), backend_(backend), tracker_(tracker), stage_(stage) {
   const int N = comm_->size(), r = comm_->rank();
   if (stage_ < 0 || stage_ > 3) throw std::invalid_argument("ZeRO stage must be 0..3");
-  if (arena_->gradWindow())
+  if (arena_->gradWindow() || arena_->valueWindow())
     throw std::logic_error(
-        "data parallel keeps fp32 gradient buckets: build the model without "
-        "the gradient window (core::gradWindowOf)");
+        "data parallel keeps fp32 gradient buckets and shards the fp32 values: build the model "
+        "without the gradient and value windows (core::gradWindowOf, valueWindowOf)");
   if (stage_ >= 1 && !arena_->allTrainable() && arena_->options().pureBf16())
     throw std::invalid_argument(
         "pure_bf16 with frozen tensors keeps no master to shard: use "

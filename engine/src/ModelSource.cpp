@@ -50,6 +50,10 @@ GptConfig inferenceConfig(const core::RunConfig& rc, int64_t vocab) {
   g.fp8 = GptConfig::Fp8Recipe::None;
   g.bf16Gemm = false;
   g.compression = GptConfig::Compression::None;
+  // A 16-bit inference model (a bf16 teacher) keeps its whole fp32 compute copy, as the
+  // estimator counts it: the windows are the training model's.
+  g.gradWindow = false;
+  g.valueWindow = false;
   g.checkpointEvery = 0;
   g.dropout = 0.f;
   g.lora.dropout = 0.0;

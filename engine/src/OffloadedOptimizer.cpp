@@ -247,10 +247,10 @@ std::unique_ptr<Optimizer> makeOffloadedOptimizer(const core::OptimizerConfig& c
     throw std::invalid_argument(
         "parallel.offload_optimizer keeps an fp32 master on the host; pure_bf16 has none (use "
         "precision.policy bf16)");
-  if (arena.gradWindow())
+  if (arena.gradWindow() || arena.valueWindow())
     throw std::logic_error(
-        "the offloaded optimizer copies fp32 gradients out: build the model "
-        "without the gradient window (core::gradWindowOf)");
+        "the offloaded optimizer copies fp32 gradients out and fp32 values in: build the model "
+        "without the gradient and value windows (core::gradWindowOf, valueWindowOf)");
   if (offload.where != "cpu" && offload.where != "nvme")
     throw std::invalid_argument("parallel.offload_optimizer must be cpu or nvme");
   return std::make_unique<OffloadedAdamW>(config, arena, backend, tracker, shard, offload);

@@ -434,6 +434,15 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
     est.notes.push_back(
         "bf16 GEMMs: the block linear layers multiply the bf16 weights with "
         "bf16-rounded inputs (two bf16 scratch operands in workspace)");
+  if (engine16 &&
+      gradWindowOf(policy, std::max(1, cfg.parallel.ranks), lower(cfg.parallel.offload_optimizer),
+                   lower(cfg.parallel.offload_params)))
+    est.notes.push_back(
+        policy == "fp8"
+            ? "one rank: the fp32 gradients exist one block at a time (rounded into the bf16 "
+              "gradients as each block's backward ends); fp8 keeps the whole fp32 weight copy"
+            : "one rank: the fp32 compute copies of a block's weights and gradients exist only "
+              "while the block runs (the 16-bit weights and gradients are the lasting copies)");
   if (policy == "fp8" && opt.activation_model == ActivationModel::Engine) {
     est.notes.push_back(
         "fp8 (engine): bf16 weights + fp8 copies of the block linear weights (3 B/param), bf16 "
