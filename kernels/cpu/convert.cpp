@@ -107,12 +107,17 @@ __attribute__((target("avx2"))) void bf16ToFloatAvx2(const uint16_t* x, float* y
 }
 #endif
 
+// A SIMD conversion moves 6 bytes per element at memory speed: below this many elements it
+// takes less time than waking the other threads (a 16-bit block's weights or gradients of a
+// small model are upcast several times a step).
+constexpr int64_t kThreadedConversion = int64_t(1) << 18;
+
 // Runs body(begin, count) over [0, n) in contiguous chunks, threaded for large n. Chunks are
 // multiples of 64 elements so every chunk but the last is a whole number of SIMD blocks.
 template <class Body>
 void chunked(int64_t n, Body body) {
   if (n <= 0) return;
-  if (!worthThreading(n)) {
+  if (n < kThreadedConversion) {
     body(int64_t(0), n);
     return;
   }
