@@ -126,6 +126,7 @@ ParamArena::ParamArena(std::vector<core::TensorSpec> tensors, kernels::Backend* 
           "give pages back (" +
           backend_->name() + " cannot)");
     gradOpen_.assign(groups_.size(), 0);
+    gradZero_.assign(groups_.size(), 1);
     gradTracked_ = TrackedBytes(tracker, gc);
   } else {
     grads_ = Tensor(backend_, tracker, gc, DType::F32, {gradSize_});
@@ -468,6 +469,7 @@ void ParamArena::zeroGrad() {
   }
   for (size_t g = 0; g < groups_.size(); ++g) closeGrads(g, false);
   grads16_.zero();
+  gradZero_.assign(groups_.size(), 1);
   gradScale_ = 1.f;
 }
 
@@ -477,6 +479,9 @@ void ParamArena::openGrads(size_t g, float scale) {
   if (pg.gradNumel == 0) return;
   gradTracked_.add(pg.gradNumel * 4);
   gradOpen_[g] = 1;
+  // Zero 16-bit gradients (the first micro-batch after zeroGrad): the closed range already
+  // reads as zero (discard), nothing to upcast.
+  if (gradZero_[g]) return;
   const auto* h = static_cast<const uint16_t*>(grads16_.data()) + pg.gradOffset;
   float* f = grads_.f32() + pg.gradOffset;
   if (options_.working == DType::BF16)
@@ -491,6 +496,7 @@ void ParamArena::closeGrads(size_t g, bool store) {
   const ParamGroup& pg = groups_[g];
   float* f = grads_.f32() + pg.gradOffset;
   if (store) {
+    gradZero_[g] = 0;
     auto* h = static_cast<uint16_t*>(grads16_.data()) + pg.gradOffset;
     if (options_.working == DType::BF16)
       backend_->floatToBf16(f, h, pg.gradNumel);
@@ -498,7 +504,7 @@ void ParamArena::closeGrads(size_t g, bool store) {
       backend_->floatToFp16(f, h, pg.gradNumel);
   }
   // Whole pages go back; the partial ones at the edges (shared with the neighbouring groups)
-  // are zeroed, not released: each open rewrites its whole range from the 16-bit gradients.
+  // are zeroed, not released: the range reads as zero until the next open rewrites it.
   backend_->discard(f, size_t(pg.gradNumel) * sizeof(float));
   gradOpen_[g] = 0;
   gradTracked_.add(-pg.gradNumel * 4);

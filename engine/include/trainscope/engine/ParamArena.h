@@ -229,6 +229,7 @@ class ParamArena {
   Tensor values_, grads_, values16_, grads16_;
   MemoryTracker* tracker_ = nullptr;
   std::vector<char> gradOpen_;  // gradWindow: which groups' fp32 pages are resident
+  std::vector<char> gradZero_;  // gradWindow: which groups' 16-bit gradients are all zero
   TrackedBytes gradTracked_;    // gradWindow: the resident groups' bytes
   // valueWindow: per group 0 closed, 1 open for compute, 2 open whole; the bytes resident.
   std::vector<char> valueOpen_;
