@@ -88,8 +88,7 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels:
   // (16-bit policies run on the CPU backends, which give pages back.)
   g.gradWindow = core::gradWindowOf(pol, config.parallel.ranks, config.parallel.offload_optimizer,
                                     config.parallel.offload_params);
-  g.valueWindow = g.gradWindow &&
-                  core::valueWindowOf(pol, config.parallel.ranks, config.parallel.offload_optimizer,
+  g.valueWindow = core::valueWindowOf(pol, config.parallel.ranks, config.parallel.offload_optimizer,
                                       config.parallel.offload_params);
   if (pol == "fp8") {
     const auto& f = config.precision.fp8;
@@ -372,6 +371,9 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   const ParamInfo* lmHead = maybe(R::Head);
   head_.emplace(lmHead ? lmHead : wte);  // tied: the token table is the head
   tiedHead_ = lmHead == nullptr;
+  const auto outer = arena_.outerGroups();  // the embeddings' group, and the final norm's
+  embeddingsGroup_ = outer.front();
+  lastGroup_ = outer.back();
   compressor_ = ActivationCompressor(
       backend_, tracker_,
       config.compression == GptConfig::Compression::Int8     ? ActivationCompressor::Mode::Int8
@@ -619,12 +621,18 @@ void Gpt::allocate(int B) {
   // Every buffer of the shared description, allocated as described (the estimator sums the
   // same list, so the memory plan is exactly what the tracker measures).
   const std::map<std::string, Tensor Workspace::*> wsFields = {
-      {"ones", &Workspace::ones},     {"dres", &Workspace::dres},
-      {"dtmp", &Workspace::dtmp},     {"dqkv", &Workspace::dqkv},
-      {"datt", &Workspace::datt},     {"dfc", &Workspace::dfc},
-      {"dfc2", &Workspace::dfc2},     {"ddrop", &Workspace::ddrop},
-      {"loraDU", &Workspace::loraDU}, {"loraX", &Workspace::loraX},
-      {"stream", &Workspace::stream}, {"attUnpack", &Workspace::attUnpack},
+      {"ones", &Workspace::ones},
+      {"dres", &Workspace::dres},
+      {"dtmp", &Workspace::dtmp},
+      {"dqkv", &Workspace::dqkv},
+      {"datt", &Workspace::datt},
+      {"dfc", &Workspace::dfc},
+      {"dfc2", &Workspace::dfc2},
+      {"ddrop", &Workspace::ddrop},
+      {"loraDU", &Workspace::loraDU},
+      {"loraX", &Workspace::loraX},
+      {"stream", &Workspace::stream},
+      {"attUnpack", &Workspace::attUnpack},
       {"kernelScratch", &Workspace::kernelScratch}};
   const std::map<std::string, Tensor*> scratch = {{"x16", &x16_},
                                                   {"g16", &g16_},
@@ -738,8 +746,7 @@ void Gpt::backward() {
   // gradWindow: the final norm's and an untied head's fp32 gradients are open for their
   // backward, the embeddings' for theirs; a tied head writes the token table's at the start,
   // so then the embeddings' stay open through the whole backward.
-  const auto outer = arena_.outerGroups();
-  const size_t embeddings = outer.front(), last = outer.back();
+  const size_t embeddings = embeddingsGroup_, last = lastGroup_;
   if (tiedHead_) arena_.openGrads(embeddings);
   arena_.openGrads(last);
   head_->backward(ctx_, dtmp, acts_.logits.f32(), compressor_.load(acts_.lnf, ws_.dfc.f32(), N, C));

@@ -28,8 +28,7 @@ bool haveF16c() {
   // (checked with the OS's AVX state support) is required for the 256-bit paths anyway.
   static const bool ok = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0 &&
-           __builtin_cpu_supports("avx2");
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0 && __builtin_cpu_supports("avx2");
   }();
   return ok;
 }

@@ -77,10 +77,9 @@ std::vector<Batch> batches(const ts::core::RunConfig& c, int n) {
   return out;
 }
 
-// One training step as the trainer takes it on one rank (loss scale, unscale, clipping, step).
-// Returns the gradient norm.
-double step(Model& m, const std::vector<Batch>& micro, const ts::core::RunConfig& c, float scale,
-            double clip) {
+// The gradients of one step's micro-batches, the loss multiplied by `scale` (fp16's loss scale).
+void accumulate(Model& m, const std::vector<Batch>& micro, const ts::core::RunConfig& c,
+                float scale) {
   Gpt& g = *m.gpt;
   g.zeroGrad();
   const int B = c.train.micro_batch, T = c.model.seq_len;
@@ -89,6 +88,14 @@ double step(Model& m, const std::vector<Batch>& micro, const ts::core::RunConfig
     g.backward();
   }
   g.roundGrads();
+}
+
+// One training step as the trainer takes it on one rank (loss scale, unscale, clipping, step).
+// Returns the gradient norm.
+double step(Model& m, const std::vector<Batch>& micro, const ts::core::RunConfig& c, float scale,
+            double clip) {
+  accumulate(m, micro, c, scale);
+  Gpt& g = *m.gpt;
   g.arena().scaleGrads(1.f / scale);
   const double norm = clipGradNorm(g.arena(), m.backend.get(), clip);
   m.opt->step(1e-3f);
@@ -125,14 +132,7 @@ TEST_P(GradWindowOn, OneMicroBatchGivesTheSameGradientsAndStepBitForBit) {
       EXPECT_EQ(differ, 0) << policy << " step " << s + 1;
     }
     // The next backward's gradients, as the optimizer would read them.
-    win->gpt->zeroGrad();
-    copy->gpt->zeroGrad();
-    const int B = c.train.micro_batch, T = c.model.seq_len;
-    for (auto* m : {win.get(), copy.get()}) {
-      m->gpt->forward(data[0].tokens.data(), data[0].targets.data(), B, T, 1.f / float(B * T));
-      m->gpt->backward();
-      m->gpt->roundGrads();
-    }
+    for (auto* m : {win.get(), copy.get()}) accumulate(*m, {data[0]}, c, 1.f);
     const auto gw = win->gpt->gradientsToHost(), gc = copy->gpt->gradientsToHost();
     ASSERT_EQ(gw.size(), gc.size());
     double any = 0;
@@ -153,15 +153,7 @@ TEST_P(GradWindowOn, AccumulationRoundsOncePerMicroBatchWithinTheBound) {
   auto win = build(GetParam(), c, vocab, true);
   auto copy = build(GetParam(), c, vocab, false);
   const auto data = batches(c, 2);
-  const int B = c.train.micro_batch, T = c.model.seq_len;
-  for (auto* m : {win.get(), copy.get()}) {
-    m->gpt->zeroGrad();
-    for (const auto& b : data) {
-      m->gpt->forward(b.tokens.data(), b.targets.data(), B, T, 1.f / float(2 * B * T));
-      m->gpt->backward();
-    }
-    m->gpt->roundGrads();
-  }
+  for (auto* m : {win.get(), copy.get()}) accumulate(*m, data, c, 1.f);
   const auto gw = win->gpt->gradientsToHost(), gc = copy->gpt->gradientsToHost();
   double diff = 0, ref = 0;
   int64_t differ = 0;
@@ -175,19 +167,15 @@ TEST_P(GradWindowOn, AccumulationRoundsOncePerMicroBatchWithinTheBound) {
   EXPECT_GT(differ, 0) << "two roundings never differed from one: is the window accumulating?";
 }
 
-TEST_P(GradWindowOn, Fp16OverflowIsFoundAndSkippedAsWithTheCopy) {
+TEST_P(GradWindowOn, Fp16OverflowIsFoundAsWithTheCopy) {
   const auto c = configFor("fp16");
   const int vocab = makeDataset(c)->vocabSize();
   auto win = build(GetParam(), c, vocab, true);
   auto copy = build(GetParam(), c, vocab, false);
   const auto data = batches(c, 1);
-  const int B = c.train.micro_batch, T = c.model.seq_len;
   for (auto* m : {win.get(), copy.get()}) {
-    m->gpt->zeroGrad();
     // A loss scale far past fp16's range: the 16-bit gradients overflow to inf.
-    m->gpt->forward(data[0].tokens.data(), data[0].targets.data(), B, T, 1e12f / float(B * T));
-    m->gpt->backward();
-    m->gpt->roundGrads();
+    accumulate(*m, data, c, 1e12f);
     m->gpt->arena().scaleGrads(1e-12f);
   }
   const int64_t nw = win->gpt->arena().gradNonFinite(), nc = copy->gpt->arena().gradNonFinite();
@@ -283,6 +271,35 @@ TEST_P(GradWindowOn, CheckpointsMoveBetweenTheLayoutsBitForBit) {
     }
     std::filesystem::remove_all(dir);
   }
+}
+
+// The windows are one rank's: data parallel keeps fp32 buckets and shards, the offloaded
+// optimizer copies fp32 gradients out. Both refuse a windowed arena (the run config never builds
+// one there: core::gradWindowOf), and the estimate says which copies exist.
+TEST(GradWindow, TheOffloadedOptimizerRefusesAWindowedArenaAndTheEstimateSaysWhy) {
+  auto c = configFor("bf16");
+  const int vocab = makeDataset(c)->vocabSize();
+  auto m = build("cpu", c, vocab, true);
+  OffloadOptions oo;
+  oo.where = "cpu";
+  try {
+    makeOffloadedOptimizer(c.optimizer, m->gpt->arena(), m->backend.get(), &m->tracker, {}, oo);
+    ADD_FAILURE() << "an arena without whole fp32 gradients was accepted";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("gradient and value windows"), std::string::npos)
+        << e.what();
+  }
+  auto hasNote = [](const ts::core::RunConfig& rc) {
+    for (const auto& n : ts::core::estimateMemory(rc).notes)
+      if (n.find("one rank: the fp32 compute copies") != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(hasNote(c));
+  c.parallel.offload_optimizer = "cpu";
+  EXPECT_FALSE(hasNote(c));  // offloaded: whole copies
+  c.parallel.offload_optimizer = "none";
+  c.parallel.ranks = 2;
+  EXPECT_FALSE(hasNote(c));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, GradWindowOn,

@@ -434,9 +434,14 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
     est.notes.push_back(
         "bf16 GEMMs: the block linear layers multiply the bf16 weights with "
         "bf16-rounded inputs (two bf16 scratch operands in workspace)");
-  if (engine16 &&
-      gradWindowOf(policy, std::max(1, cfg.parallel.ranks), lower(cfg.parallel.offload_optimizer),
-                   lower(cfg.parallel.offload_params)))
+  // One rank, optimizer on the device: the engine's fp32 copies exist a block at a time.
+  const std::string offOpt = lower(cfg.parallel.offload_optimizer),
+                    offPar = lower(cfg.parallel.offload_params);
+  const bool gradWindow =
+      engine16 && gradWindowOf(policy, std::max(1, cfg.parallel.ranks), offOpt, offPar);
+  const bool valueWindow =
+      engine16 && valueWindowOf(policy, std::max(1, cfg.parallel.ranks), offOpt, offPar);
+  if (gradWindow)
     est.notes.push_back(
         policy == "fp8"
             ? "one rank: the fp32 gradients exist one block at a time (rounded into the bf16 "
@@ -492,14 +497,14 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
 
   // Activations for one micro-batch.
   const int64_t B = std::max(1, cfg.train.micro_batch);
-  const int kernelThreads = opt.cpu_kernel_threads >= 0 ? opt.cpu_kernel_threads
+  const int kernelThreads = opt.cpu_kernel_threads >= 0           ? opt.cpu_kernel_threads
                             : lower(cfg.device.backend) == "cuda" ? 0
                             : cfg.device.threads > 0              ? cfg.device.threads
                                                                   : usableCores();
-  ActBytes act = opt.activation_model == ActivationModel::PyTorch
-                     ? pytorchActivations(s, B, cfg, pb.act)
-                     : engineActivations(arch, savedStateOptionsOf(cfg, arch.layers, bf16Gemm,
-                                                                   kernelThreads));
+  ActBytes act =
+      opt.activation_model == ActivationModel::PyTorch
+          ? pytorchActivations(s, B, cfg, pb.act)
+          : engineActivations(arch, savedStateOptionsOf(cfg, arch.layers, bf16Gemm, kernelThreads));
 
   // Distillation teacher: same shape as the student unless told otherwise; frozen weights at
   // the working precision, its logits kept for the KL term, one block's forward transient.
@@ -594,8 +599,6 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       // fp32 compute copies: of every weight (frozen ones too), of the trainable gradients.
       // (NF4 weights have none: they are dequantized per GEMM.) On one rank with the optimizer
       // on the device both exist only in part (core::gradWindowOf / valueWindowOf).
-      const std::string offOpt = lower(cfg.parallel.offload_optimizer),
-                        offPar = lower(cfg.parallel.offload_params);
       const double values = 4.0 * (static_cast<double>(est.params.total) - nf4Elements);
       const double grads32 = 4.0 * static_cast<double>(P);
       // The fp32 gradients under the window (ParamArena's gradWindow): a block's while its
@@ -616,7 +619,7 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       }
       const double tiedFirst = s.tied ? gradFirst : 0.0;
       const double headMoment = std::max(gradLast + tiedFirst, gradFirst);
-      if (valueWindowOf(policy, ranks, offOpt, offPar)) {
+      if (valueWindow) {
         // With the weights' window too (valueWindow): the fp32 copies of the tensors outside
         // the blocks always; at block l's backward its fp32 values (all but its linear weights
         // under bf16 GEMMs, which read the 16-bit ones) and its gradients; pure_bf16's
@@ -644,7 +647,7 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
         }
         wsPeak += 4.0 * (outerV + moment);
         wsSteady += 4.0 * outerV;
-      } else if (gradWindowOf(policy, ranks, offOpt, offPar)) {
+      } else if (gradWindow) {
         // Gradients only (fp8 quantizes from the whole fp32 weights after every step).
         double moment = headMoment;
         for (const auto& [b, n] : grad) moment = std::max(moment, tiedFirst + n);

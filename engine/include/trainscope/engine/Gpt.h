@@ -272,7 +272,8 @@ class Gpt {
   std::optional<Decoder> decoder_;
   std::unique_ptr<Norm> finalNorm_;
   std::optional<Head> head_;
-  bool tiedHead_ = true;  // the head multiplies by the token table
+  bool tiedHead_ = true;                        // the head multiplies by the token table
+  size_t embeddingsGroup_ = 0, lastGroup_ = 0;  // the arena groups before / after the blocks
   ActivationCompressor compressor_;
   LayerContext ctx_;
   Activations acts_;

@@ -162,16 +162,7 @@ class ParamArena {
   // for every group holding gradients, in order.
   template <class F>
   void forEachGradGroup(F f) {
-    for (size_t g = 0; g < groups_.size(); ++g) {
-      if (groups_[g].gradNumel == 0) continue;
-      if (!options_.gradWindow) {
-        f(g);
-        continue;
-      }
-      openGrads(g, gradScale_);
-      f(g);
-      closeGrads(g, false);
-    }
+    visitGradGroups(gradScale_, f);
   }
   // gradWindow: makes group g's fp32 gradients resident, holding its 16-bit gradients times
   // `scale`; closeGrads rounds them into the 16-bit gradients (store) and gives the pages
@@ -227,19 +218,32 @@ class ParamArena {
   std::vector<ParamGroup> groups_;
   int64_t numParams_ = 0, trainable_ = 0, size_ = 0, gradSize_ = 0;
   Tensor values_, grads_, values16_, grads16_;
-  MemoryTracker* tracker_ = nullptr;
   std::vector<char> gradOpen_;  // gradWindow: which groups' fp32 pages are resident
-  std::vector<char> gradZero_;  // gradWindow: which groups' 16-bit gradients are all zero
   TrackedBytes gradTracked_;    // gradWindow: the resident groups' bytes
   // valueWindow: per group 0 closed, 1 open for compute, 2 open whole; the bytes resident.
   std::vector<char> valueOpen_;
   std::vector<int64_t> openElems_;
   TrackedBytes valueTracked_;
+  // Runs f(g) for every group holding gradients, its fp32 gradients open (under gradWindow,
+  // read from the 16-bit ones times `scale`, closed again without storing).
+  template <class F>
+  void visitGradGroups(float scale, F f) {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (groups_[g].gradNumel == 0) continue;
+      openGrads(g, scale);
+      f(g);
+      closeGrads(g, false);
+    }
+  }
   size_t groupOf(const ParamInfo& p) const;
   bool windowed(size_t g) const { return options_.valueWindow && groups_[g].block >= 0; }
   // p's fp32 compute copy holds its values now (not a closed block under valueWindow).
   bool f32Valid(const ParamInfo& p) const;
+  // Working 16-bit <-> fp32, on the backend (toF32, fromF32) or on host memory.
   void toF32(const uint16_t* h, float* f, int64_t n) const;
+  void fromF32(const float* f, uint16_t* h, int64_t n) const;
+  void hostToF32(const uint16_t* h, float* f, int64_t n) const;
+  void hostFromF32(const float* f, uint16_t* h, int64_t n) const;
   void roundTripRange(int64_t lo, int64_t n);
   float gradScale_ = 1.f;  // gradWindow: the pending factor of scaleGrads
   Tensor nf4Packed_, nf4Codes_, nf4Scales_, nf4Map_;
