@@ -54,7 +54,7 @@ void Attention::forward(const LayerContext& c, float* out, AttentionSaved& s, co
 }
 
 void Attention::backward(const LayerContext& c, float* dinp, const float* dout,
-                         AttentionSaved& s) const {
+                         AttentionSaved& s, const InputRecompute& recomputeIn) const {
   const int N = static_cast<int>(c.rows()), B = c.B, T = c.T, C = s_.dModel;
   ActivationCompressor& comp = *c.compressor;
   Workspace& ws = *c.ws;
@@ -80,7 +80,13 @@ void Attention::backward(const LayerContext& c, float* dinp, const float* dout,
   // Back through the rotation: dq, dk of the unrotated projections, in place.
   if (s_.ropeTheta > 0) rope(c, ws.dqkv.f32(), true);
   const uint16_t* in16 = qkv_->readsBf16Input() ? comp.bf16Data(s.in) : nullptr;
-  const float* in = in16 ? nullptr : comp.load(s.in, ws.dfc.f32(), N, C);
+  const float* in = nullptr;
+  if (s.in.empty()) {
+    recomputeIn(ws.dfc.f32());
+    in = ws.dfc.f32();
+  } else if (!in16) {
+    in = comp.load(s.in, ws.dfc.f32(), N, C);
+  }
   qkv_->backward(dinp, ws.dqkv.f32(), in, N, *c.scratch, in16);
 }
 

@@ -1,5 +1,7 @@
 #include "trainscope/engine/Block.h"
 
+#include <stdexcept>
+
 #include "trainscope/profiler/Tracer.h"
 
 namespace ts::engine {
@@ -63,7 +65,13 @@ void Block::backward(const LayerContext& c, BlockActivations& a, const float* in
     dbranch = ws.ddrop.f32();
   }
   // MLP branch: out = resid2 + proj(act(fc(norm_2(resid2)))).
-  mlp_.backward(c, dtmp, dbranch, a.mlp);
+  // The norms' outputs, when not kept, are recomputed from their exact (fp32) inputs with the
+  // same kernel as forward: the same values forward computed.
+  mlp_.backward(c, dtmp, dbranch, a.mlp, [&](float* ln2) {
+    if (!a.resid2.exact()) throw std::logic_error("norm_2's output recomputed from a packed input");
+    ScopedRange r("norm_recompute", SpanCategory::Elementwise);
+    norm2_->forward(c, ln2, a.norm2, a.resid2.f32());
+  });
   // Stored norm inputs expand into dfc, free between the branches.
   norm2_->backward(c, dres, dtmp,
                    comp.loadNormInput(a.resid2, ws.dfc.f32(), rowMean(a.norm2), N, C_), a.norm2);
@@ -73,10 +81,15 @@ void Block::backward(const LayerContext& c, BlockActivations& a, const float* in
     dropout(c, ws.ddrop.f32(), dres, 0);
     dbranch = ws.ddrop.f32();
   }
-  attn_.backward(c, dtmp, dbranch, a.attn);
+  const float* input = a.input.empty() ? in : a.input.exact() ? a.input.f32() : nullptr;
+  attn_.backward(c, dtmp, dbranch, a.attn, [&](float* ln1) {
+    if (!input) throw std::logic_error("norm_1's output recomputed from a packed input");
+    ScopedRange r("norm_recompute", SpanCategory::Elementwise);
+    norm1_->forward(c, ln1, a.norm1, input);
+  });
   norm1_->backward(
       c, dres, dtmp,
-      a.input.empty() ? in : comp.loadNormInput(a.input, ws.dfc.f32(), rowMean(a.norm1), N, C_),
+      input ? input : comp.loadNormInput(a.input, ws.dfc.f32(), rowMean(a.norm1), N, C_),
       a.norm1);
 }
 

@@ -749,7 +749,19 @@ void Gpt::backward() {
   const size_t embeddings = embeddingsGroup_, last = lastGroup_;
   if (tiedHead_) arena_.openGrads(embeddings);
   arena_.openGrads(last);
-  head_->backward(ctx_, dtmp, acts_.logits.f32(), compressor_.load(acts_.lnf, ws_.dfc.f32(), N, C));
+  // Under 16-bit storage the final norm's output is not kept: recomputed from the exact
+  // residual with forward's kernel, so the head reads what forward computed.
+  const float* lnf = nullptr;
+  if (acts_.lnf.empty()) {
+    if (!acts_.residOut.exact())
+      throw std::logic_error("the final norm's output recomputed from a packed input");
+    ScopedRange r("norm_recompute", SpanCategory::Elementwise);
+    finalNorm_->forward(ctx_, ws_.dfc.f32(), acts_.lnfSaved, acts_.residOut.f32());
+    lnf = ws_.dfc.f32();
+  } else {
+    lnf = compressor_.load(acts_.lnf, ws_.dfc.f32(), N, C);
+  }
+  head_->backward(ctx_, dtmp, acts_.logits.f32(), lnf);
   ws_.dres.zero();
   const float* lnfMean = acts_.lnfSaved.mean.empty() ? nullptr : acts_.lnfSaved.mean.f32();
   finalNorm_->backward(ctx_, dres, dtmp,

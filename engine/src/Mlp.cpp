@@ -49,7 +49,8 @@ void Mlp::forward(const LayerContext& c, float* out, MlpSaved& s, const float* i
     comp.store(s.act, act, N, F_, count, act_ == Activation::Relu);
 }
 
-void Mlp::backward(const LayerContext& c, float* dinp, const float* dout, MlpSaved& s) const {
+void Mlp::backward(const LayerContext& c, float* dinp, const float* dout, MlpSaved& s,
+                   const InputRecompute& recomputeIn) const {
   const int N = static_cast<int>(c.rows());
   const int64_t n = int64_t(N) * F_;
   const int64_t preCols = act_ == Activation::SwiGlu ? 2 * F_ : F_;
@@ -87,7 +88,13 @@ void Mlp::backward(const LayerContext& c, float* dinp, const float* dout, MlpSav
       c.backend->geluBackward(ws.dfc2.f32(), pre, ws.dfc.f32(), n);
   }
   const uint16_t* in16 = up_->readsBf16Input() ? comp.bf16Data(s.in) : nullptr;
-  const float* in = in16 ? nullptr : comp.load(s.in, ws.dfc.f32(), N, C_);
+  const float* in = nullptr;
+  if (s.in.empty()) {
+    recomputeIn(ws.dfc.f32());
+    in = ws.dfc.f32();
+  } else if (!in16) {
+    in = comp.load(s.in, ws.dfc.f32(), N, C_);
+  }
   up_->backward(dinp, ws.dfc2.f32(), in, N, *c.scratch, in16);
 }
 

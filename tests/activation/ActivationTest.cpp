@@ -115,11 +115,13 @@ bool bitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
 // (without its input when `withInput` is false), and the total activations. U: bytes per value
 // of the tensors backward takes approximately (4 fp32, 2 with 16-bit storage, 1 int8, which
 // adds one fp32 scale per row); R: the same for the norms' inputs (fp32 under 16-bit storage,
-// bf16 under int8).
+// bf16 under int8). 16-bit storage keeps no norm output (backward recomputes it from the exact
+// input): `normOuts` is how many bytes per value they take.
 struct Storage {
   int64_t U = 4, R = 4;
   bool int8 = false;
   bool packedResidual() const { return R != 4; }
+  int64_t normOuts() const { return U == 2 ? 0 : U; }
 };
 Storage storageOf(const GptConfig& c) {
   Storage st;
@@ -138,7 +140,8 @@ int64_t blockBytes(const GptConfig& c, int64_t B, int64_t nnz, bool withInput) {
                   + 4 * 4 * N                                    // two norms' mean and rstd
                   + U * 3 * N * C                                // qkv
                   + R * N * C                                    // resid2
-                  + U * 3 * N * C;                               // ln1, attOut, ln2
+                  + U * N * C                                    // attOut
+                  + st.normOuts() * 2 * N * C;                   // ln1, ln2
   bytes += c.flash ? 4 * A : U * A + (st.int8 ? 4 * A / T : 0);  // lse exact; probabilities
   if (keepPre) bytes += U * 4 * N * C;                           // c_fc output
   if (c.compression == Comp::Sparse)
@@ -165,7 +168,8 @@ int64_t activationFormula(const GptConfig& c, int64_t B, const std::vector<int64
   }
   // tokens, targets, ln_f's statistics, losses, logits; the last block's output (a norm
   // input) and ln_f's output (the head's input).
-  return 4 * (2 * N + 3 * N + N * V) + st.R * N * C + st.U * N * C + (st.int8 ? 4 * N : 0) + blocks;
+  return 4 * (2 * N + 3 * N + N * V) + st.R * N * C + st.normOuts() * N * C +
+         (st.int8 ? 4 * N : 0) + blocks;
 }
 
 class Checkpointing : public ::testing::TestWithParam<Variant> {};
@@ -394,6 +398,40 @@ TEST(SavedStorage, GradientsCloseToFp32Storage) {
         EXPECT_GT(e, 0.0) << "nothing was rounded";
         EXPECT_EQ(a.loss, b.loss) << "the forward changed";
       }
+    }
+}
+
+namespace {
+// One named tensor's slice of runStep's gradient vector (the layout depends only on the config).
+std::vector<float> gradOf(const Variant& v, const StepRun& r, const std::string& name) {
+  auto backend = ts::kernels::makeCpuBackend();
+  MemoryTracker tracker;
+  Gpt model(configOf(v), backend.get(), &tracker);
+  const ParamInfo* p = model.find(name);
+  const auto first = r.grads.begin() + p->gradOffset;
+  return {first, first + p->numel};
+}
+}  // namespace
+
+// 16-bit storage keeps no norm output: backward recomputes it from the exact (fp32) norm input
+// with forward's kernel. What reads only those and the exact logits is then bitwise the
+// fp32-stored run's: the untied LM head's gradient (dlogits^T · ln_f's output) and the final
+// norm's (its input and the gradient through the head) — a rounded copy of ln_f's output would
+// change both — while the blocks' gradients, which read the 16-bit tensors, are not.
+TEST(SavedStorage, NormOutputsRecomputedExactly) {
+  auto backend = ts::kernels::makeCpuBackend();
+  for (bool flash : {false, true})
+    for (DType half : {DType::BF16, DType::F16}) {
+      Variant exact{"exact", 0, Comp::None, 1, flash, false, 2};
+      exact.llamaDff = 16;
+      Variant v = exact;
+      v.saved = half;
+      const StepRun a = runStep(exact, backend.get());
+      const StepRun b = runStep(v, backend.get());
+      for (const char* name : {"lm_head.weight", "model.norm.weight"})
+        EXPECT_TRUE(bitwiseEqual(gradOf(v, b, name), gradOf(exact, a, name)))
+            << name << " flash " << flash << " saved " << int(half);
+      EXPECT_GT(relErr(b.grads, a.grads), 0.0) << "nothing was stored in 16 bits";
     }
 }
 

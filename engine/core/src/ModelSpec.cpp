@@ -310,6 +310,11 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
     }
   };
   const bool packedResidual = int8;  // the blocks then run on an fp32 stream
+  // 16-bit storage keeps the norms' inputs exact, so backward recomputes the norms' outputs
+  // from them and their statistics (bit for bit what forward computed) instead of keeping a
+  // rounded 16-bit copy: 2·N·C bytes per norm less, and the linears' weight gradients see the
+  // exact values.
+  const bool normOutKept = half == E::F32 || int8;
   auto residual = [&](const std::string& name, std::vector<int64_t> shape, int set) {
     add(name, std::move(shape),
         !packedResidual  ? E::F32
@@ -341,9 +346,9 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
     // LoRA: each adapter keeps its down-projected input u = x A^T for dB.
     for (size_t i = 0; i < sites.size(); ++i)
       add("loraU", {B, T, o.lora.r}, E::F32, Cat::Activations, s, static_cast<int>(i));
-    saved("ln1", {B, T, C}, s);
+    if (normOutKept) saved("ln1", {B, T, C}, s);
     saved("attOut", {B, T, C}, s);
-    saved("ln2", {B, T, C}, s);
+    if (normOutKept) saved("ln2", {B, T, C}, s);
     if (sparse) {
       // A bitmap of the ReLU output (1 bit per value) and its nonzeros, counted per forward.
       add("fcMask", {ceilDiv(N * F, 8)}, E::I8, Cat::Activations, s);
@@ -356,7 +361,7 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
     for (int64_t seg = 0; seg < ceilDiv(a.layers, k); ++seg)
       add("checkpoint", {B, T, C}, E::F32, Cat::Activations, -1, static_cast<int>(seg));
   residual("residOut", {B, T, C}, -1);
-  saved("lnf", {B, T, C}, -1);
+  if (normOutKept) saved("lnf", {B, T, C}, -1);
   if (!a.rmsNorm) add("lnfMean", {B, T});
   add("lnfRstd", {B, T});
   add("logits", {B, T, V});

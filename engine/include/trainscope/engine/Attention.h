@@ -10,7 +10,7 @@ namespace ts::engine {
 // What attention keeps for backward (N = B*T rows), each stored as the description says
 // (SavedTensor.h); flash's log-sum-exp is always exact.
 struct AttentionSaved {
-  SavedTensor in;   // (N,C) the normed input (the qkv projection's input)
+  SavedTensor in;   // (N,C) the normed input (the qkv projection's input); empty: recomputed
   SavedTensor qkv;  // (N, q+k+v) projections, q and k rotated when rotary
   SavedTensor att;  // naive: softmax probabilities (B,NH,T,T); flash: log-sum-exp (B,NH,T)
   SavedTensor out;  // (N,C) heads merged (the output projection's input)
@@ -34,8 +34,10 @@ class Attention {
                bool recompute) const;
   // dinp (N,C) = gradient of the input (=); parameter gradients accumulate. Uses ws.dtmp as
   // scratch (dinp may be ws.dtmp), ws.dqkv, ws.datt, ws.dfc, and ws.dfc2 / ws.attUnpack to
-  // expand stored tensors.
-  void backward(const LayerContext& c, float* dinp, const float* dout, AttentionSaved& s) const;
+  // expand stored tensors. `recomputeIn` writes the input when `s.in` is not kept (into ws.dfc,
+  // after the attention kernels are done with it).
+  void backward(const LayerContext& c, float* dinp, const float* dout, AttentionSaved& s,
+                const InputRecompute& recomputeIn) const;
 
  private:
   void rope(const LayerContext& c, float* qkv, bool backward) const;

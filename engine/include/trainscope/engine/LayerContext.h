@@ -4,6 +4,7 @@
 // shape. Layers hold views into the arena; the context holds the rest, so a layer is its
 // parameters plus forward/backward over Backend ops.
 #include <cstdint>
+#include <functional>
 
 #include "trainscope/engine/ActivationCompressor.h"
 #include "trainscope/engine/Dropout.h"
@@ -35,6 +36,12 @@ struct Workspace {
   // backend by each forward and backward
   Tensor kernelScratch;
 };
+
+// Writes a layer's fp32 input into `out` when backward needs it and it was not saved: under
+// 16-bit storage the norms' outputs are not kept, since the block recomputes them exactly from
+// the fp32 residual stream and the norm's statistics it keeps anyway (a rounded copy would cost
+// 2 bytes per value and be less exact).
+using InputRecompute = std::function<void(float* out)>;
 
 struct LayerContext {
   kernels::Backend* backend = nullptr;

@@ -8,7 +8,7 @@ namespace ts::engine {
 
 // What the MLP keeps for backward (N = B*T rows, F = d_ff), stored as the description says.
 struct MlpSaved {
-  SavedTensor in;   // (N,C) the normed input (the up projection's input)
+  SavedTensor in;   // (N,C) the normed input (the up projection's input); empty: recomputed
   SavedTensor pre;  // (N,F) or (N,2F) for SwiGLU: the up projection's output
   SavedTensor act;  // (N,F) after the activation (the down projection's input); empty: sparse
   // sparse compression of `act` (post-ReLU): a bitmap, 1 bit per value, and the nonzeros in
@@ -27,8 +27,10 @@ class Mlp {
   void forward(const LayerContext& c, float* out, MlpSaved& s, const float* in,
                bool recompute) const;
   // dinp (N,C) = gradient of the input (=). Uses ws.dfc and ws.dfc2 as scratch (also to
-  // expand stored tensors).
-  void backward(const LayerContext& c, float* dinp, const float* dout, MlpSaved& s) const;
+  // expand stored tensors). `recomputeIn` writes the input when `s.in` is not kept (into ws.dfc,
+  // once the activation's backward is done with it).
+  void backward(const LayerContext& c, float* dinp, const float* dout, MlpSaved& s,
+                const InputRecompute& recomputeIn) const;
 
  private:
   int C_, F_;

@@ -98,7 +98,7 @@ struct SavedStateOptions {
   // How the saved activations backward can take approximately are stored without int8: F32, or
   // BF16 / F16 (the bf16, pure_bf16 and fp8 policies store them in bf16, fp16 in fp16). The
   // norms' inputs, norm statistics, flash's log-sum-exp, logits, checkpoints and LoRA's u stay
-  // fp32.
+  // fp32; the norms' outputs are then not kept (backward recomputes them from those exactly).
   ElementType saved = ElementType::F32;
   int checkpointEvery = 0;  // segments of k blocks (0 = off)
   bool bf16Gemm = false;    // bf16 GEMM operand scratch
