@@ -64,9 +64,31 @@ void Mlp::backward(const LayerContext& c, float* dinp, const float* dout, MlpSav
   const uint16_t* act16 =
       down_->readsBf16Input() && !s.pre.empty() ? comp.bf16Data(s.act) : nullptr;
   const float* act = nullptr;
+  // 16-bit storage keeps no activation output: it is recomputed from the stored pre-activation
+  // (GELU/ReLU in place on its expansion in dfc2; SwiGLU's narrower output into the second
+  // half of dfc, whose first half then takes the down projection's input gradient).
+  const bool recomputeAct = s.act.empty() && !comp.sparse();
+  const float* preF = nullptr;  // the pre-activation, still readable after the recomputation
   if (comp.sparse()) {
     comp.unpackSparse(ws.dfc2.f32(), s.mask, s.vals, n);
     act = ws.dfc2.f32();
+  } else if (recomputeAct) {
+    ScopedRange r("activation_recompute", SpanCategory::Elementwise);
+    const float* pre = comp.load(s.pre, ws.dfc2.f32(), N, preCols);
+    if (act_ == Activation::SwiGlu) {
+      float* out = ws.dfc.f32() + n;
+      c.backend->swigluForward(out, pre, N, F_);
+      act = out;
+      preF = pre;
+    } else {
+      float* out = ws.dfc2.f32();  // in place on the expansion, which is then expanded again
+      if (act_ == Activation::Relu)
+        c.backend->reluForward(out, pre, n);
+      else
+        c.backend->geluForward(out, pre, n);
+      act = out;
+      preF = pre == out ? nullptr : pre;
+    }
   } else if (!act16) {
     act = comp.load(s.act, ws.dfc2.f32(), N, F_);
   }
@@ -74,7 +96,9 @@ void Mlp::backward(const LayerContext& c, float* dinp, const float* dout, MlpSav
   {
     // ReLU without a kept pre-activation (int8): the mask from the activation, which packing
     // kept exactly nonzero where it was.
-    const float* pre = s.pre.empty() ? act : comp.load(s.pre, ws.dfc2.f32(), N, preCols);
+    const float* pre = s.pre.empty() ? act
+                       : preF        ? preF
+                                     : comp.load(s.pre, ws.dfc2.f32(), N, preCols);
     const char* name = act_ == Activation::SwiGlu ? "swiglu_bwd"
                        : act_ == Activation::Relu ? "relu_bwd"
                                                   : "gelu_bwd";

@@ -116,12 +116,14 @@ bool bitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
 // of the tensors backward takes approximately (4 fp32, 2 with 16-bit storage, 1 int8, which
 // adds one fp32 scale per row); R: the same for the norms' inputs (fp32 under 16-bit storage,
 // bf16 under int8). 16-bit storage keeps no norm output (backward recomputes it from the exact
-// input): `normOuts` is how many bytes per value they take.
+// input) and no MLP activation output (recomputed from the pre-activation): `normOuts` and
+// `actOut` are how many bytes per value they take.
 struct Storage {
   int64_t U = 4, R = 4;
   bool int8 = false;
   bool packedResidual() const { return R != 4; }
   int64_t normOuts() const { return U == 2 ? 0 : U; }
+  int64_t actOut() const { return U == 2 ? 0 : U; }
 };
 Storage storageOf(const GptConfig& c) {
   Storage st;
@@ -147,7 +149,7 @@ int64_t blockBytes(const GptConfig& c, int64_t B, int64_t nnz, bool withInput) {
   if (c.compression == Comp::Sparse)
     bytes += (4 * N * C + 7) / 8 + 4 * nnz;  // bitmap + the nonzeros (fp32)
   else
-    bytes += U * 4 * N * C;                         // the activation
+    bytes += st.actOut() * 4 * N * C;               // the activation
   if (st.int8) bytes += 4 * N * (keepPre ? 6 : 5);  // a scale per row of each int8 tensor
   return withInput ? bytes : bytes - R * N * C;
 }

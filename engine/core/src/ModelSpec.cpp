@@ -314,7 +314,13 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
   // from them and their statistics (bit for bit what forward computed) instead of keeping a
   // rounded 16-bit copy: 2·N·C bytes per norm less, and the linears' weight gradients see the
   // exact values.
-  const bool normOutKept = half == E::F32 || int8;
+  const bool sixteenBit = half != E::F32 && !int8;
+  const bool normOutKept = !sixteenBit;
+  // The same storage keeps no MLP activation output either: backward recomputes it from the
+  // stored 16-bit pre-activation (one elementwise op; it then reads act(round(pre)) where a
+  // stored copy would give round(act(pre)): the same order of rounding error, and 2·N·F bytes
+  // less per block).
+  const bool actKept = !sixteenBit;
   auto residual = [&](const std::string& name, std::vector<int64_t> shape, int set) {
     add(name, std::move(shape),
         !packedResidual  ? E::F32
@@ -353,7 +359,7 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
       // A bitmap of the ReLU output (1 bit per value) and its nonzeros, counted per forward.
       add("fcMask", {ceilDiv(N * F, 8)}, E::I8, Cat::Activations, s);
       v.push_back({"fcVals", {B, T, F}, E::F32, Cat::Activations, s, 0, true});
-    } else {
+    } else if (actKept) {
       saved("fcAct", {B, T, F}, s);
     }
   }

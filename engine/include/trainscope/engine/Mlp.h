@@ -10,7 +10,9 @@ namespace ts::engine {
 struct MlpSaved {
   SavedTensor in;   // (N,C) the normed input (the up projection's input); empty: recomputed
   SavedTensor pre;  // (N,F) or (N,2F) for SwiGLU: the up projection's output
-  SavedTensor act;  // (N,F) after the activation (the down projection's input); empty: sparse
+  // (N,F) after the activation (the down projection's input); empty: sparse, or 16-bit storage
+  // (backward recomputes it from `pre`)
+  SavedTensor act;
   // sparse compression of `act` (post-ReLU): a bitmap, 1 bit per value, and the nonzeros in
   // order; `vals` is re-allocated by every forward with the exact count.
   Tensor mask, vals;
