@@ -214,7 +214,6 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   ao.nf4FrozenLinears = config.nf4Base;
   ao.gradWindow = config.gradWindow;
   ao.valueWindow = config.valueWindow;
-  ao.valueWindowSkipsLinearWeights = config.bf16Gemm;
   arena_ = ParamArena(std::move(tensors), backend_, tracker_, ao);
   arena_.onWeightsChanged = [this] {
     if (fp8()) quantizeFp8Weights();

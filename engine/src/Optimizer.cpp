@@ -87,23 +87,14 @@ void publish(ParamArena& arena, Tensor& master, bool pure, const OptimizerShard&
   if (pure) arena.roundWeights();
 }
 
-// Runs f(p) for every trainable tensor in arena order, group by group, with the group's fp32
-// gradients readable (under ParamArena's gradWindow they exist only while their group is
-// visited, scaled by the pending loss-scale and clipping factor).
-// updatesValues (pure_bf16: the update is applied to the fp32 compute copy): under the
-// arena's valueWindow a block's copy exists whole for its update and is rounded into the 16-bit
-// weights right after.
+// Runs f(p) for every trainable tensor in arena order with its fp32 gradients readable (under
+// ParamArena's gradWindow they exist only while the tensor is visited, scaled by the pending
+// loss-scale and clipping factor). updatesValues (pure_bf16: the update is applied to the fp32
+// compute copy): under the arena's valueWindow a tensor's copy exists for its update and is
+// rounded into the 16-bit weights right after.
 template <class F>
 void forEachTrainable(ParamArena& arena, F f, bool updatesValues = false) {
-  arena.forEachGradGroup([&](size_t gi) {
-    const ParamGroup& g = arena.groups()[gi];
-    if (updatesValues) arena.openValues(gi, true);
-    for (size_t i = g.firstParam; i < g.firstParam + g.paramCount; ++i) {
-      const ParamInfo& p = arena.params()[i];
-      if (p.trainable()) f(p);  // frozen: no state, no update
-    }
-    if (updatesValues) arena.storeValues(gi);
-  });
+  arena.forEachGradTensor(f, updatesValues);
 }
 
 // pure_bf16 (no master): optimizer state is stored in bf16 as well.

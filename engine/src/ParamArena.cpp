@@ -1,5 +1,6 @@
 #include "trainscope/engine/ParamArena.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -123,6 +124,7 @@ ParamArena::ParamArena(std::vector<core::TensorSpec> tensors, kernels::Backend* 
   if (options_.gradWindow) {
     grads_ = windowBuffer(gc, gradSize_, "gradients");
     gradOpen_.assign(groups_.size(), 0);
+    gradOpenElems_.assign(groups_.size(), 0);
     gradTracked_ = TrackedBytes(tracker, gc);
   } else {
     grads_ = Tensor(backend_, tracker, gc, DType::F32, {gradSize_});
@@ -205,9 +207,68 @@ size_t ParamArena::groupOf(const ParamInfo& p) const {
 bool ParamArena::f32Valid(const ParamInfo& p) const {
   if (!options_.valueWindow || p.offset < 0) return true;
   const size_t g = groupOf(p);
-  if (!windowed(g) || valueOpen_[g] == 2) return true;
-  return valueOpen_[g] == 1 &&
-         !(options_.valueWindowSkipsLinearWeights && p.spec.role == core::TensorRole::LinearWeight);
+  if (!windowed(g)) return true;
+  if (ownWindow(p)) {
+    for (const auto& [off, n] : openWeightValues_)
+      if (p.offset >= off && p.offset + p.numel <= off + n) return true;
+    return false;
+  }
+  return valueOpen_[g] != 0;
+}
+
+void ParamArena::discardInner(float* p, int64_t n) {
+  // 4 KiB steps: on a larger page size the backend zeroes the partial pages it is given, which
+  // then still lie inside this range.
+  constexpr uintptr_t kStep = 4096;
+  const auto a = reinterpret_cast<uintptr_t>(p), e = a + uintptr_t(n) * sizeof(float);
+  const uintptr_t lo = (a + kStep - 1) / kStep * kStep, hi = e / kStep * kStep;
+  if (hi > lo) backend_->discard(reinterpret_cast<void*>(lo), hi - lo);
+}
+
+void ParamArena::openWeightValues(const ParamInfo& w) {
+  if (!options_.valueWindow || !ownWindow(w)) return;
+  toF32(static_cast<const uint16_t*>(values16_.data()) + w.offset, values_.f32() + w.offset,
+        w.numel);
+  openWeightValues_.push_back({w.offset, w.numel});
+  valueTracked_.add(4 * w.numel);
+}
+
+void ParamArena::closeWeightValues(const ParamInfo& w) {
+  if (!options_.valueWindow || !ownWindow(w)) return;
+  const auto it = std::find(openWeightValues_.begin(), openWeightValues_.end(),
+                            std::pair<int64_t, int64_t>{w.offset, w.numel});
+  if (it == openWeightValues_.end()) throw std::logic_error(w.name + ": values not open");
+  openWeightValues_.erase(it);
+  discardInner(values_.f32() + w.offset, w.numel);
+  valueTracked_.add(-4 * w.numel);
+}
+
+void ParamArena::storeWeightValues(const ParamInfo& w) {
+  if (!options_.valueWindow || !ownWindow(w)) return;
+  fromF32(values_.f32() + w.offset, static_cast<uint16_t*>(values16_.data()) + w.offset, w.numel);
+  closeWeightValues(w);
+}
+
+void ParamArena::openWeightGrads(const ParamInfo& w, float scale) {
+  if (!options_.gradWindow || !ownWindow(w) || !w.trainable()) return;
+  float* f = grads_.f32() + w.gradOffset;
+  // Upcast even from zero 16-bit gradients: see openGrads.
+  toF32(static_cast<const uint16_t*>(grads16_.data()) + w.gradOffset, f, w.numel);
+  if (scale != 1.f) backend_->scale(f, w.numel, scale);
+  openWeightGrads_.push_back({w.gradOffset, w.numel});
+  gradTracked_.add(4 * w.numel);
+}
+
+void ParamArena::closeWeightGrads(const ParamInfo& w, bool store) {
+  if (!options_.gradWindow || !ownWindow(w) || !w.trainable()) return;
+  const auto it = std::find(openWeightGrads_.begin(), openWeightGrads_.end(),
+                            std::pair<int64_t, int64_t>{w.gradOffset, w.numel});
+  if (it == openWeightGrads_.end()) throw std::logic_error(w.name + ": gradients not open");
+  openWeightGrads_.erase(it);
+  float* f = grads_.f32() + w.gradOffset;
+  if (store) fromF32(f, static_cast<uint16_t*>(grads16_.data()) + w.gradOffset, w.numel);
+  discardInner(f, w.numel);
+  gradTracked_.add(-4 * w.numel);
 }
 
 void ParamArena::toF32(const uint16_t* h, float* f, int64_t n) const {
@@ -263,17 +324,13 @@ void ParamArena::openValues(size_t g, bool full) {
   const auto* h = static_cast<const uint16_t*>(values16_.data());
   float* f = values_.f32();
   closeValues(g);
+  // The linear weights have windows of their own (openWeightValues).
   int64_t elems = 0;
-  if (full || !options_.valueWindowSkipsLinearWeights) {
-    toF32(h + pg.offset, f + pg.offset, pg.numel);
-    elems = pg.numel;
-  } else {
-    for (size_t i = pg.firstParam; i < pg.firstParam + pg.paramCount; ++i) {
-      const ParamInfo& p = params_[i];
-      if (p.offset < 0 || p.spec.role == core::TensorRole::LinearWeight) continue;
-      toF32(h + p.offset, f + p.offset, p.numel);
-      elems += p.numel;
-    }
+  for (size_t i = pg.firstParam; i < pg.firstParam + pg.paramCount; ++i) {
+    const ParamInfo& p = params_[i];
+    if (p.offset < 0 || ownWindow(p)) continue;
+    toF32(h + p.offset, f + p.offset, p.numel);
+    elems += p.numel;
   }
   valueOpen_[g] = full ? 2 : 1;
   valueTracked_.add(4 * elems);
@@ -291,7 +348,11 @@ void ParamArena::closeValues(size_t g) {
 
 void ParamArena::storeValues(size_t g) {
   if (!windowed(g) || valueOpen_[g] != 2) return;
-  roundTripRange(groups_[g].offset, groups_[g].numel);
+  const ParamGroup& pg = groups_[g];
+  for (size_t i = pg.firstParam; i < pg.firstParam + pg.paramCount; ++i) {
+    const ParamInfo& p = params_[i];
+    if (p.offset >= 0 && !ownWindow(p)) roundTripRange(p.offset, p.numel);
+  }
   closeValues(g);
 }
 
@@ -484,28 +545,41 @@ void ParamArena::openGrads(size_t g, float scale) {
   if (!options_.gradWindow || gradOpen_.at(g)) return;
   const ParamGroup& pg = groups_[g];
   if (pg.gradNumel == 0) return;
-  gradTracked_.add(pg.gradNumel * 4);
   gradOpen_[g] = 1;
   // Upcast even when the 16-bit gradients are all zero (after zeroGrad): writing the pages here
   // faults them in, which inside the threaded backward GEMMs cost a third of bf16's tokens/s on
-  // gpt-d512 (measured: 0.53x fp32 instead of 0.80x).
-  float* f = grads_.f32() + pg.gradOffset;
-  toF32(static_cast<const uint16_t*>(grads16_.data()) + pg.gradOffset, f, pg.gradNumel);
-  if (scale != 1.f) backend_->scale(f, pg.gradNumel, scale);
+  // gpt-d512 (measured: 0.53x fp32 instead of 0.80x). The linear weights have windows of their
+  // own (openWeightGrads).
+  const auto* h = static_cast<const uint16_t*>(grads16_.data());
+  int64_t elems = 0;
+  for (size_t i = pg.firstParam; i < pg.firstParam + pg.paramCount; ++i) {
+    const ParamInfo& p = params_[i];
+    if (!p.trainable() || ownWindow(p)) continue;
+    float* f = grads_.f32() + p.gradOffset;
+    toF32(h + p.gradOffset, f, p.numel);
+    if (scale != 1.f) backend_->scale(f, p.numel, scale);
+    elems += p.numel;
+  }
+  gradOpenElems_[g] = elems;
+  gradTracked_.add(elems * 4);
 }
 
 void ParamArena::closeGrads(size_t g, bool store) {
   if (!options_.gradWindow || !gradOpen_.at(g)) return;
   const ParamGroup& pg = groups_[g];
   float* f = grads_.f32() + pg.gradOffset;
-  if (store) {
-    fromF32(f, static_cast<uint16_t*>(grads16_.data()) + pg.gradOffset, pg.gradNumel);
+  for (size_t i = pg.firstParam; store && i < pg.firstParam + pg.paramCount; ++i) {
+    const ParamInfo& p = params_[i];
+    if (p.trainable() && !ownWindow(p))
+      fromF32(grads_.f32() + p.gradOffset, static_cast<uint16_t*>(grads16_.data()) + p.gradOffset,
+              p.numel);
   }
   // Whole pages go back; the partial ones at the edges (shared with the neighbouring groups)
   // are zeroed, not released: the range reads as zero until the next open rewrites it.
   backend_->discard(f, size_t(pg.gradNumel) * sizeof(float));
   gradOpen_[g] = 0;
-  gradTracked_.add(-pg.gradNumel * 4);
+  gradTracked_.add(-gradOpenElems_[g] * 4);
+  gradOpenElems_[g] = 0;
 }
 
 std::vector<size_t> ParamArena::outerGroups() const {
@@ -525,18 +599,14 @@ double ParamArena::gradSumSquares() {
   if (!options_.gradWindow) return backend_->sumSquares(grads_.f32(), gradSize_);
   // Unscaled reads; the pending factor applies to the sum.
   double ss = 0;
-  visitGradGroups(1.f, [&](size_t g) {
-    ss += backend_->sumSquares(grads_.f32() + groups_[g].gradOffset, groups_[g].gradNumel);
-  });
+  visitGradTensors(1.f, [&](const ParamInfo& p) { ss += backend_->sumSquares(grad(p), p.numel); });
   return ss * double(gradScale_) * double(gradScale_);
 }
 
 int64_t ParamArena::gradNonFinite() {
   if (!options_.gradWindow) return backend_->countNonFinite(grads_.f32(), gradSize_);
   int64_t n = 0;
-  visitGradGroups(1.f, [&](size_t g) {
-    n += backend_->countNonFinite(grads_.f32() + groups_[g].gradOffset, groups_[g].gradNumel);
-  });
+  visitGradTensors(1.f, [&](const ParamInfo& p) { n += backend_->countNonFinite(grad(p), p.numel); });
   return n;
 }
 
@@ -549,10 +619,8 @@ void ParamArena::scaleGrads(float s) {
 
 std::vector<float> ParamArena::gradsToHost() {
   std::vector<float> out(size_t(gradSize_), 0.f);
-  forEachGradGroup([&](size_t g) {
-    const ParamGroup& pg = groups_[g];
-    backend_->copyToHost(out.data() + pg.gradOffset, grads_.f32() + pg.gradOffset,
-                         size_t(pg.gradNumel) * sizeof(float));
+  forEachGradTensor([&](const ParamInfo& p) {
+    backend_->copyToHost(out.data() + p.gradOffset, grad(p), size_t(p.numel) * sizeof(float));
   });
   return out;
 }

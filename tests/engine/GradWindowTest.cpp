@@ -2,7 +2,8 @@
 // the model accumulates one block's fp32 gradients at a time and rounds them into the 16-bit
 // gradients; clipping, the loss scaler and the optimizer read the groups one at a time. Weights
 // (valueWindow): a block's fp32 compute copy is upcast from its 16-bit weights while the block
-// runs and given back after. Checked against the same model keeping both whole fp32 copies (the
+// runs and given back after; its linear weights only around the GEMM that uses them, one at a
+// time (their gradients too). Checked against the same model keeping both whole fp32 copies (the
 // previous layout): the same gradients and the same steps bit for bit with one micro-batch,
 // within a stated bound with accumulation (one more rounding per micro-batch); overflow found the
 // same; checkpoints move between the two layouts bit for bit; and the fp32 memory moves as
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <vector>
 
 #include "../support/TestBackends.h"
@@ -183,14 +185,20 @@ TEST_P(GradWindowOn, Fp16OverflowIsFoundAsWithTheCopy) {
   EXPECT_EQ(nw, nc);
 }
 
-TEST_P(GradWindowOn, Fp32GradientsExistOneGroupAtATimeAsTheEstimatorSays) {
-  for (auto [policy, arch] : {std::pair{"bf16", "gpt2"},
-                              {"fp8", "gpt2"},
-                              {"pure_bf16", "gpt2"},
-                              {"bf16", "llama"},
-                              {"fp16", "llama"}}) {
+TEST_P(GradWindowOn, Fp32CopiesExistOneWindowAtATimeAsTheEstimatorSays) {
+  struct Case {
+    const char* policy;
+    const char* arch;
+    const char* gemm = "fp32";
+  };
+  for (const Case& k : {Case{"bf16", "gpt2"}, Case{"bf16", "gpt2", "bf16"}, Case{"fp8", "gpt2"},
+                        Case{"pure_bf16", "gpt2"}, Case{"bf16", "llama"}, Case{"fp16", "llama"},
+                        Case{"pure_bf16", "llama", "bf16"}}) {
+    const char* policy = k.policy;
+    const char* arch = k.arch;
     auto c = configFor(policy);
     c.model.arch = arch;
+    c.precision.gemm = k.gemm;
     const bool tied = std::string(arch) == "gpt2";  // llama's lm_head is its own tensor
     const int vocab = makeDataset(c)->vocabSize();
     c.model.vocab = vocab;
@@ -200,11 +208,14 @@ TEST_P(GradWindowOn, Fp32GradientsExistOneGroupAtATimeAsTheEstimatorSays) {
     step(*win, data, c, 1.f, 1.0);
     step(*copy, data, c, 1.f, 1.0);
     const ParamArena& pa = win->gpt->arena();
-    // Counted from the arena's groups: the embeddings' gradients are open for their backward,
-    // or through the whole backward when the head is tied (it writes the token table's first),
-    // the final group's for the head's and final norm's backward, a block's for its own; the
-    // fp32 weights outside the blocks always, a block's while it runs (fp8 keeps the whole
-    // copy: its quantization reads it after every step).
+    // Counted from the arena's groups and tensors: the embeddings' gradients are open for their
+    // backward, or through the whole backward when the head is tied (it writes the token
+    // table's first), the final group's for the head's and final norm's backward; a block's
+    // group (norms, biases) while the block runs, with one linear GEMM weight's own window at a
+    // time (a fused q|k|v or gate|up whole): its gradient, or its fp32 values (not read under
+    // bf16 GEMMs); pure_bf16's optimizer opens one linear weight's values and gradient
+    // together. The fp32 weights outside the blocks always (fp8 keeps the whole copy: its
+    // quantization reads it after every step).
     const auto& groups = pa.groups();
     ASSERT_GE(groups.size(), 3u);
     ASSERT_LT(groups.front().block, 0);
@@ -214,8 +225,24 @@ TEST_P(GradWindowOn, Fp32GradientsExistOneGroupAtATimeAsTheEstimatorSays) {
     const bool values = std::string(policy) != "fp8";
     const int64_t tiedFirst = tied ? first : 0;
     int64_t moment = std::max(last + tiedFirst, first);
-    for (const auto& g : groups)
-      if (g.block >= 0) moment = std::max(moment, tiedFirst + g.gradNumel + (values ? g.numel : 0));
+    std::map<int, int64_t> smallV, smallG, tensorMax;
+    std::map<std::pair<int, int>, int64_t> gemm;
+    for (const auto& p : pa.params()) {
+      const int b = p.spec.block;
+      if (b < 0) continue;
+      ASSERT_TRUE(p.trainable());
+      if (p.spec.role == ts::core::TensorRole::LinearWeight) {
+        gemm[{b, static_cast<int>(p.spec.slot)}] += p.numel;
+        tensorMax[b] = std::max(tensorMax[b], p.numel);
+        continue;
+      }
+      smallV[b] += p.numel;
+      smallG[b] += p.numel;
+    }
+    for (const auto& [key, n] : gemm)
+      moment = std::max(moment, tiedFirst + smallG[key.first] + (values ? smallV[key.first] : 0) + n);
+    if (std::string(policy) == "pure_bf16")
+      for (const auto& [b, n] : tensorMax) moment = std::max(moment, smallV[b] + smallG[b] + 2 * n);
     const int64_t P = pa.gradSize(), S = pa.size();
     ASSERT_EQ(pa.valueWindow(), values);
     auto ws = [](Model& m, bool peak) {
@@ -225,7 +252,7 @@ TEST_P(GradWindowOn, Fp32GradientsExistOneGroupAtATimeAsTheEstimatorSays) {
     // The whole copies (4 S + 4 P) against what the windows keep at their peak / between steps.
     EXPECT_EQ(ws(*copy, true) - ws(*win, true),
               values ? 4 * (S + P) - 4 * (outerV + moment) : 4 * (P - moment))
-        << policy << " " << arch;
+        << policy << " " << arch << " gemm " << k.gemm;
     EXPECT_EQ(ws(*copy, false) - ws(*win, false), 4 * P + (values ? 4 * (S - outerV) : 0))
         << policy << ": between steps";
     // The 16-bit gradients themselves are unchanged: 2 bytes each.
@@ -236,7 +263,7 @@ TEST_P(GradWindowOn, Fp32GradientsExistOneGroupAtATimeAsTheEstimatorSays) {
     for (int ci = 0; ci < ts::core::kMemoryCategoryCount; ++ci) {
       const auto cat = static_cast<MemoryCategory>(ci);
       EXPECT_EQ(plan.at(MemoryTier::Device, cat).peak, win->tracker.peak(MemoryTier::Device, cat))
-          << policy << " " << ts::core::toString(cat);
+          << policy << " " << arch << " gemm " << k.gemm << " " << ts::core::toString(cat);
     }
   }
 }

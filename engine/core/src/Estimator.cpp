@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -606,51 +607,71 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       // the embeddings' (before the first block) for theirs, or from the start when the head is
       // tied (it writes the token table's gradient first).
       double gradFirst = 0, gradLast = 0;
-      std::map<int, double> grad;
       bool seenBlock = false;
       for (const auto& t : tensors) {
         if (t.block >= 0) seenBlock = true;
-        if (!t.trainable) continue;
-        const double n = static_cast<double>(t.numel());
-        if (t.block >= 0)
-          grad[t.block] += n;
-        else
-          (seenBlock ? gradLast : gradFirst) += n;
+        if (!t.trainable || t.block >= 0) continue;
+        (seenBlock ? gradLast : gradFirst) += static_cast<double>(t.numel());
       }
       const double tiedFirst = s.tied ? gradFirst : 0.0;
       const double headMoment = std::max(gradLast + tiedFirst, gradFirst);
-      if (valueWindow) {
-        // With the weights' window too (valueWindow): the fp32 copies of the tensors outside
-        // the blocks always; at block l's backward its fp32 values (all but its linear weights
-        // under bf16 GEMMs, which read the 16-bit ones) and its gradients; pure_bf16's
-        // optimizer updates a block's whole fp32 copy in place with only that block's
-        // gradients open. Between steps only the outer values.
-        double outerV = 0;
-        std::map<int, double> compute, whole;
-        std::map<int, bool> trains;
-        for (const auto& t : tensors) {
-          if (nf4 && !t.trainable && t.block >= 0 && t.role == TensorRole::LinearWeight)
-            continue;  // NF4: no fp32 value at all
-          const double n = static_cast<double>(t.numel());
-          if (t.block < 0) {
-            outerV += n;
-            continue;
-          }
-          whole[t.block] += n;
-          if (!(bf16Gemm && t.role == TensorRole::LinearWeight)) compute[t.block] += n;
-          if (t.trainable) trains[t.block] = true;
+      // A block's linear weights have windows of their own (ParamArena::openWeight*), open
+      // one GEMM at a time: its gradient around the GEMM that accumulates it, its fp32 values
+      // around each GEMM that reads them (not under bf16 GEMMs, nor for NF4 weights). A fused
+      // weight (llama's q|k|v, gate|up) opens whole; the optimizer opens tensor by tensor. The
+      // rest of a block (norms, biases, adapters) opens with its group.
+      std::map<int, double> smallV, smallG, gemmMax, tensorMax;
+      std::map<std::pair<int, int>, double> gemmV, gemmG;
+      std::map<int, bool> trains;
+      double outerV = 0;
+      for (const auto& t : tensors) {
+        const double n = static_cast<double>(t.numel());
+        const bool nf4Weight =
+            nf4 && !t.trainable && t.block >= 0 && t.role == TensorRole::LinearWeight;
+        if (t.block < 0) {
+          outerV += n;
+          continue;
         }
+        if (t.trainable) trains[t.block] = true;
+        if (t.role == TensorRole::LinearWeight) {
+          const std::pair<int, int> key{t.block, static_cast<int>(t.slot)};
+          if (!bf16Gemm && !nf4Weight) gemmV[key] += n;
+          if (t.trainable) {
+            gemmG[key] += n;
+            tensorMax[t.block] = std::max(tensorMax[t.block], n);
+          }
+          continue;
+        }
+        smallV[t.block] += n;
+        if (t.trainable) smallG[t.block] += n;
+      }
+      for (const auto& [key, n] : gemmV) gemmMax[key.first] = std::max(gemmMax[key.first], n);
+      for (const auto& [key, n] : gemmG) gemmMax[key.first] = std::max(gemmMax[key.first], n);
+      std::set<int> blocks;
+      for (const auto& t : tensors)
+        if (t.block >= 0) blocks.insert(t.block);
+      if (valueWindow) {
+        // The fp32 copies of the tensors outside the blocks always; at block l's backward its
+        // group's values and gradients and one linear weight's window; pure_bf16's optimizer
+        // updates a block's group in place and then each linear weight with both its values and
+        // gradient open. Between steps only the outer values.
         double moment = headMoment;
-        for (const auto& [b, n] : whole) {
-          moment = std::max(moment, compute[b] + tiedFirst + grad[b]);
-          if (policy == "pure_bf16" && trains[b]) moment = std::max(moment, n + grad[b]);
+        for (int b : blocks) {
+          moment = std::max(moment, smallV[b] + tiedFirst + smallG[b] + gemmMax[b]);
+          if (policy == "pure_bf16" && trains[b])
+            moment = std::max(moment, smallV[b] + smallG[b] + 2 * tensorMax[b]);
         }
         wsPeak += 4.0 * (outerV + moment);
         wsSteady += 4.0 * outerV;
       } else if (gradWindow) {
         // Gradients only (fp8 quantizes from the whole fp32 weights after every step).
         double moment = headMoment;
-        for (const auto& [b, n] : grad) moment = std::max(moment, tiedFirst + n);
+        for (int b : blocks) {
+          double lin = 0;
+          for (const auto& [key, n] : gemmG)
+            if (key.first == b) lin = std::max(lin, n);
+          moment = std::max(moment, tiedFirst + smallG[b] + lin);
+        }
         wsPeak += values + 4.0 * moment;
         wsSteady += values;
       } else {

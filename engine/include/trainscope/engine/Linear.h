@@ -26,7 +26,9 @@ struct ParamStorage {
   Tensor* values16 = nullptr;         // the stored bf16/fp16 weights (16-bit policies)
   Tensor* w8 = nullptr;               // fp8 weight copies (fp8)
   Tensor* w8Scales = nullptr;         // their dequantization scales (fp8)
-  const ParamArena* arena = nullptr;  // NF4 weights: dequantized through the arena
+  // NF4 weights are dequantized through the arena; under its windows a block linear's fp32
+  // weight and gradient exist only around the GEMM that uses them (ParamArena::openWeight*).
+  ParamArena* arena = nullptr;
 };
 
 // Scratch every linear of a model shares (allocated with the activations).

@@ -74,17 +74,17 @@ struct ArenaOptions {
   // back): the fp32 gradient buffer keeps its layout, but a group's pages hold memory only
   // while it is open (openGrads .. closeGrads): the model accumulates one block at a time into
   // them and rounds the result into the 16-bit gradients, and the clipping, the loss scaler
-  // and the optimizer read the groups one at a time. Model states are then 2 + 2 + 12 bytes
-  // per parameter, as the ZeRO paper counts mixed precision.
+  // and the optimizer read the groups one at a time. A block's linear weights have windows of
+  // their own (openWeightGrads), open only around the GEMM that writes them. Model states are
+  // then 2 + 2 + 12 bytes per parameter, as the ZeRO paper counts mixed precision.
   bool gradWindow = false;
   // The fp32 compute copy of each block's tensors without resident pages between uses (mixed,
   // one rank): a block's group is upcast from its 16-bit weights when its forward,
-  // recomputation or backward starts (openBlockValues) and its pages go back when it ends; the
-  // 16-bit weights are the only lasting copy. The groups outside the blocks (embeddings, final
-  // norm, head) keep theirs. valueWindowSkipsLinearWeights: the blocks' GEMMs read the 16-bit
-  // weights themselves (bf16 GEMMs), so their linear weights are never upcast.
+  // recomputation or backward starts (openBlockValues) and its pages go back when it ends, and
+  // each linear weight only around the GEMMs that read it (openWeightValues; never under bf16
+  // GEMMs, which read the 16-bit weights); the 16-bit weights are the only lasting copy. The
+  // groups outside the blocks (embeddings, final norm, head) keep theirs.
   bool valueWindow = false;
-  bool valueWindowSkipsLinearWeights = false;
 };
 
 class ParamArena {
@@ -158,11 +158,14 @@ class ParamArena {
   double gradSumSquares();
   int64_t gradNonFinite();
   void scaleGrads(float s);
-  // Runs f(group index) with that group's fp32 gradients readable (grad(p) of its tensors),
-  // for every group holding gradients, in order.
+  // Runs f(p) for every trainable tensor in arena order with p's fp32 gradients readable
+  // (grad(p)): under gradWindow its group's, and a block linear weight's own window, open
+  // only for it. updatesValues (pure_bf16's optimizer, which updates the fp32 values in
+  // place): under valueWindow p's fp32 values are open whole too and rounded into the 16-bit
+  // weights after f.
   template <class F>
-  void forEachGradGroup(F f) {
-    visitGradGroups(gradScale_, f);
+  void forEachGradTensor(F f, bool updatesValues = false) {
+    visitGradTensors(gradScale_, f, updatesValues);
   }
   // gradWindow: makes group g's fp32 gradients resident, holding its 16-bit gradients times
   // `scale`; closeGrads rounds them into the 16-bit gradients (store) and gives the pages
@@ -170,16 +173,26 @@ class ParamArena {
   // accumulated and closes it when the group's gradients are complete.
   void openGrads(size_t g, float scale = 1.f);
   void closeGrads(size_t g, bool store);
+  // Tensor windows: a block's linear weights are not part of their group's windows. The
+  // linear opens its weight's fp32 gradient only around the GEMM that accumulates into it
+  // (openWeightGrads .. closeWeightGrads(store)), and under valueWindow its fp32 values only
+  // around each GEMM that reads them, so at most one linear weight of a block is upcast at a
+  // time. `w` may span consecutive tensors of one block (a fused q|k|v or gate|up weight).
+  // No-ops without the windows, for NF4 weights and for tensors outside the blocks.
+  void openWeightValues(const ParamInfo& w);
+  void closeWeightValues(const ParamInfo& w);
+  void openWeightGrads(const ParamInfo& w, float scale = 1.f);
+  void closeWeightGrads(const ParamInfo& w, bool store);
   // The groups of the tensors before and after the blocks (block -1), and that of block l.
   std::vector<size_t> outerGroups() const;
   int groupOfBlock(int l) const;
   // The gradients (gradient space, fp32, scaled as the optimizer would read them) on the host.
   std::vector<float> gradsToHost();
 
-  // valueWindow: block l's fp32 compute copy around its forward or backward (no-ops otherwise
-  // and for the groups outside the blocks). openValues(g, true) upcasts every tensor of the
-  // group (an update in place: pure_bf16's optimizer); storeValues rounds such a group into the
-  // 16-bit weights and closes it.
+  // valueWindow: block l's fp32 compute copy (all but its linear weights, which have windows of
+  // their own) around its forward or backward (no-ops otherwise and for the groups outside the
+  // blocks). openValues(g, true) upcasts them for an update in place (pure_bf16's optimizer);
+  // storeValues rounds such a group into the 16-bit weights and closes it.
   bool valueWindow() const { return options_.valueWindow; }
   void openBlockValues(int l);
   void closeBlockValues(int l);
@@ -219,24 +232,55 @@ class ParamArena {
   int64_t numParams_ = 0, trainable_ = 0, size_ = 0, gradSize_ = 0;
   Tensor values_, grads_, values16_, grads16_;
   std::vector<char> gradOpen_;  // gradWindow: which groups' fp32 pages are resident
+  std::vector<int64_t> gradOpenElems_;  // and the elements each holds
   TrackedBytes gradTracked_;    // gradWindow: the resident groups' bytes
   // valueWindow: per group 0 closed, 1 open for compute, 2 open whole; the bytes resident.
   std::vector<char> valueOpen_;
   std::vector<int64_t> openElems_;
   TrackedBytes valueTracked_;
-  // Runs f(g) for every group holding gradients, its fp32 gradients open (under gradWindow,
-  // read from the 16-bit ones times `scale`, closed again without storing).
+  // Runs f(p) for every trainable tensor, its fp32 gradients open (under gradWindow read from
+  // the 16-bit ones times `scale`, closed again without storing); updatesValues: see
+  // forEachGradTensor.
   template <class F>
-  void visitGradGroups(float scale, F f) {
+  void visitGradTensors(float scale, F f, bool updatesValues = false) {
     for (size_t g = 0; g < groups_.size(); ++g) {
-      if (groups_[g].gradNumel == 0) continue;
+      const ParamGroup& pg = groups_[g];
+      if (pg.gradNumel == 0) continue;
       openGrads(g, scale);
-      f(g);
+      if (updatesValues) openValues(g, true);
+      for (size_t i = pg.firstParam; i < pg.firstParam + pg.paramCount; ++i) {
+        const ParamInfo& p = params_[i];
+        if (!p.trainable()) continue;  // frozen: no gradient
+        const bool own = weightWindowed(p);
+        if (own) {
+          openWeightGrads(p, scale);
+          if (updatesValues) openWeightValues(p);
+        }
+        f(p);
+        if (own) {
+          if (updatesValues) storeWeightValues(p);
+          closeWeightGrads(p, false);
+        }
+      }
+      if (updatesValues) storeValues(g);
       closeGrads(g, false);
     }
   }
   size_t groupOf(const ParamInfo& p) const;
   bool windowed(size_t g) const { return options_.valueWindow && groups_[g].block >= 0; }
+  // A block's linear weight: windows of its own (when gradWindow / valueWindow are on).
+  static bool ownWindow(const ParamInfo& p) {
+    return p.spec.block >= 0 && p.spec.role == core::TensorRole::LinearWeight && p.offset >= 0;
+  }
+  bool weightWindowed(const ParamInfo& p) const {
+    return (options_.gradWindow || options_.valueWindow) && ownWindow(p);
+  }
+  void storeWeightValues(const ParamInfo& w);  // rounds an open weight window, then closes it
+  // Open weight windows (offset, elements): values, and gradients (gradient offsets).
+  std::vector<std::pair<int64_t, int64_t>> openWeightValues_, openWeightGrads_;
+  // Gives back the whole pages inside [p, p + n) only: the partial ones at the edges belong to
+  // neighbouring tensors that may be open (they are released with their group).
+  void discardInner(float* p, int64_t n);
   // p's fp32 compute copy holds its values now (not a closed block under valueWindow).
   bool f32Valid(const ParamInfo& p) const;
   // Working 16-bit <-> fp32, on the backend (toF32, fromF32) or on host memory.
