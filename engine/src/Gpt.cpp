@@ -706,7 +706,10 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   compressor_.resetStats();
   backend_->copyToDevice(acts_.tokens.data(), tokens, sizeof(int32_t) * N);
   float* x0 = decoder_->input(ctx_, acts_);
+  // valueWindow: the tensors outside the blocks are upcast only around the ops that read them.
+  arena_.openValues(embeddingsGroup_, false);
   embedding_->forward(ctx_, x0, acts_.tokens.i32());
+  arena_.closeValues(embeddingsGroup_);
   if (ctx_.dropout.active()) {
     ScopedRange r("dropout", SpanCategory::Elementwise);
     backend_->dropout(x0, x0, int64_t(N) * C, ctx_.dropout.p, ctx_.dropout.seed,
@@ -717,8 +720,10 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   float* resid = compressor_.slot(acts_.residOut, ws_.stream.f32());
   decoder_->forward(ctx_, acts_, resid);
   float* lnf = compressor_.slot(acts_.lnf, ws_.dfc2.f32());
+  openHeadValues();
   finalNorm_->forward(ctx_, lnf, acts_.lnfSaved, resid);
   head_->forward(ctx_, acts_.logits.f32(), lnf);
+  closeHeadValues();
   compressor_.storeNormInput(acts_.residOut, resid,
                              acts_.lnfSaved.mean.empty() ? nullptr : acts_.lnfSaved.mean.f32(), N,
                              C);
@@ -748,6 +753,7 @@ void Gpt::backward() {
   const size_t embeddings = embeddingsGroup_, last = lastGroup_;
   if (tiedHead_) arena_.openGrads(embeddings);
   arena_.openGrads(last);
+  openHeadValues();
   // Under 16-bit storage the final norm's output is not kept: recomputed from the exact
   // residual with forward's kernel, so the head reads what forward computed.
   const float* lnf = nullptr;
@@ -766,6 +772,7 @@ void Gpt::backward() {
   finalNorm_->backward(ctx_, dres, dtmp,
                        compressor_.loadNormInput(acts_.residOut, ws_.dfc.f32(), lnfMean, N, C),
                        acts_.lnfSaved);
+  closeHeadValues();
   if (last != embeddings) arena_.closeGrads(last, true);
   decoder_->backward(ctx_, acts_);
   if (ctx_.dropout.active()) {  // through the embeddings' mask, in place (dres is done)

@@ -113,10 +113,6 @@ ParamArena::ParamArena(std::vector<core::TensorSpec> tensors, kernels::Backend* 
     valueOpen_.assign(groups_.size(), 0);
     openElems_.assign(groups_.size(), 0);
     valueTracked_ = TrackedBytes(tracker, pc);
-    int64_t fixed = size_;
-    for (const auto& g : groups_)
-      if (g.block >= 0) fixed -= g.numel;
-    valueTracked_.set(4 * fixed);
   } else {
     values_ = Tensor(backend_, tracker, pc, DType::F32, {size_});
     values_.zero();
@@ -207,7 +203,6 @@ size_t ParamArena::groupOf(const ParamInfo& p) const {
 bool ParamArena::f32Valid(const ParamInfo& p) const {
   if (!options_.valueWindow || p.offset < 0) return true;
   const size_t g = groupOf(p);
-  if (!windowed(g)) return true;
   if (ownWindow(p)) {
     for (const auto& [off, n] : openWeightValues_)
       if (p.offset >= off && p.offset + p.numel <= off + n) return true;
@@ -319,7 +314,7 @@ void ParamArena::closeBlockValues(int l) {
 }
 
 void ParamArena::openValues(size_t g, bool full) {
-  if (!windowed(g) || valueOpen_[g] >= (full ? 2 : 1)) return;
+  if (!options_.valueWindow || valueOpen_[g] >= (full ? 2 : 1)) return;
   const ParamGroup& pg = groups_[g];
   const auto* h = static_cast<const uint16_t*>(values16_.data());
   float* f = values_.f32();
@@ -338,7 +333,7 @@ void ParamArena::openValues(size_t g, bool full) {
 }
 
 void ParamArena::closeValues(size_t g) {
-  if (!windowed(g) || !valueOpen_[g]) return;
+  if (!options_.valueWindow || !valueOpen_[g]) return;
   const ParamGroup& pg = groups_[g];
   backend_->discard(values_.f32() + pg.offset, size_t(pg.numel) * sizeof(float));
   valueTracked_.add(-4 * openElems_[g]);
@@ -347,7 +342,7 @@ void ParamArena::closeValues(size_t g) {
 }
 
 void ParamArena::storeValues(size_t g) {
-  if (!windowed(g) || valueOpen_[g] != 2) return;
+  if (!options_.valueWindow || valueOpen_[g] != 2) return;
   const ParamGroup& pg = groups_[g];
   for (size_t i = pg.firstParam; i < pg.firstParam + pg.paramCount; ++i) {
     const ParamInfo& p = params_[i];
@@ -364,12 +359,7 @@ void ParamArena::valuesToHost(float* dst) const {
   std::vector<uint16_t> h;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& pg = groups_[g];
-    if (!windowed(g)) {
-      backend_->copyToHost(dst + pg.offset, values_.f32() + pg.offset,
-                           size_t(pg.numel) * sizeof(float));
-      continue;
-    }
-    // A block's 16-bit weights are its values (an open copy only repeats them, or holds an
+    // The 16-bit weights are the values (an open copy only repeats them, or holds an
     // update not yet stored: storeValues first).
     h.resize(size_t(pg.numel));
     backend_->copyToHost(h.data(), static_cast<const uint16_t*>(values16_.data()) + pg.offset,
@@ -386,11 +376,6 @@ void ParamArena::setValuesFromHost(const float* src) {
   std::vector<uint16_t> h;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& pg = groups_[g];
-    if (!windowed(g)) {
-      backend_->copyToDevice(values_.f32() + pg.offset, src + pg.offset,
-                             size_t(pg.numel) * sizeof(float));
-      continue;
-    }
     closeValues(g);
     h.resize(size_t(pg.numel));
     hostFromF32(src + pg.offset, h.data(), pg.numel);
@@ -446,27 +431,25 @@ void ParamArena::copyTrainableTo(float* dst) const {
 
 void ParamArena::setWeightsFrom(const float* master) {
   if (options_.valueWindow) {
-    // A closed block's values round straight from the master into its 16-bit weights; an
-    // open one's copy was only read (compute) unless opened whole (an update in place).
-    for (size_t g = 0; g < groups_.size(); ++g)
-      if (windowed(g) && valueOpen_[g] == 1) closeValues(g);
+    // The values round straight from the master into the 16-bit weights; a group open for
+    // compute is closed first (its copy was only read), one opened whole (an update in place)
+    // takes its small tensors' values and is stored.
+    const bool copy = master != values_.f32();  // else the copy was updated in place
     for (size_t g = 0; g < groups_.size(); ++g) {
+      if (valueOpen_[g] == 1) closeValues(g);
       const ParamGroup& pg = groups_[g];
-      const bool closed = windowed(g) && !valueOpen_[g];
-      const bool copy = master != values_.f32();  // else the copy was updated in place
+      const bool whole = valueOpen_[g] == 2;
       for (size_t i = pg.firstParam; copy && i < pg.firstParam + pg.paramCount; ++i) {
         const ParamInfo& p = params_[i];
         if (!p.trainable()) continue;
-        if (closed)
-          fromF32(master + p.gradOffset, static_cast<uint16_t*>(values16_.data()) + p.offset,
-                  p.numel);
-        else
+        if (whole && !ownWindow(p))
           backend_->copyOnDevice(values_.f32() + p.offset, master + p.gradOffset,
                                  p.numel * int64_t(sizeof(float)));
+        else
+          fromF32(master + p.gradOffset, static_cast<uint16_t*>(values16_.data()) + p.offset,
+                  p.numel);
       }
-      if (closed) continue;
-      roundTripRange(pg.offset, pg.numel);
-      closeValues(g);  // a no-op outside the blocks
+      if (whole) storeValues(g);
     }
     if (onWeightsChanged) onWeightsChanged();
     return;

@@ -623,13 +623,15 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       std::map<int, double> smallV, smallG, gemmMax, tensorMax;
       std::map<std::pair<int, int>, double> gemmV, gemmG;
       std::map<int, bool> trains;
-      double outerV = 0;
+      double firstV = 0, lastV = 0;  // the values before the first block and after the last
+      bool pastBlocks = false;
       for (const auto& t : tensors) {
         const double n = static_cast<double>(t.numel());
         const bool nf4Weight =
             nf4 && !t.trainable && t.block >= 0 && t.role == TensorRole::LinearWeight;
+        if (t.block >= 0) pastBlocks = true;
         if (t.block < 0) {
-          outerV += n;
+          (pastBlocks ? lastV : firstV) += n;
           continue;
         }
         if (t.trainable) trains[t.block] = true;
@@ -651,18 +653,21 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       for (const auto& t : tensors)
         if (t.block >= 0) blocks.insert(t.block);
       if (valueWindow) {
-        // The fp32 copies of the tensors outside the blocks always; at block l's backward its
-        // group's values and gradients and one linear weight's window; pure_bf16's optimizer
-        // updates a block's group in place and then each linear weight with both its values and
-        // gradient open. Between steps only the outer values.
-        double moment = headMoment;
+        // The embeddings' fp32 values around their forward; the final norm's and head's (and
+        // the token table's, tied) around their forward and backward, with their gradients; at
+        // block l's backward its group's values and gradients and one linear weight's window;
+        // pure_bf16's optimizer updates a group in place and then each linear weight with both
+        // its values and gradient open. Between steps none.
+        const double headV = lastV + (s.tied ? firstV : 0.0);
+        double moment = std::max({gradLast + tiedFirst + headV, gradFirst, firstV});
+        if (policy == "pure_bf16")
+          moment = std::max({moment, firstV + gradFirst, lastV + gradLast});
         for (int b : blocks) {
           moment = std::max(moment, smallV[b] + tiedFirst + smallG[b] + gemmMax[b]);
           if (policy == "pure_bf16" && trains[b])
             moment = std::max(moment, smallV[b] + smallG[b] + 2 * tensorMax[b]);
         }
-        wsPeak += 4.0 * (outerV + moment);
-        wsSteady += 4.0 * outerV;
+        wsPeak += 4.0 * moment;
       } else if (gradWindow) {
         // Gradients only (fp8 quantizes from the whole fp32 weights after every step).
         double moment = headMoment;

@@ -83,7 +83,8 @@ struct ArenaOptions {
   // recomputation or backward starts (openBlockValues) and its pages go back when it ends, and
   // each linear weight only around the GEMMs that read it (openWeightValues; never under bf16
   // GEMMs, which read the 16-bit weights); the 16-bit weights are the only lasting copy. The
-  // groups outside the blocks (embeddings, final norm, head) keep theirs.
+  // groups outside the blocks (embeddings, final norm, head) are open only around the ops that
+  // read them (openValues).
   bool valueWindow = false;
 };
 
@@ -190,9 +191,10 @@ class ParamArena {
   std::vector<float> gradsToHost();
 
   // valueWindow: block l's fp32 compute copy (all but its linear weights, which have windows of
-  // their own) around its forward or backward (no-ops otherwise and for the groups outside the
-  // blocks). openValues(g, true) upcasts them for an update in place (pure_bf16's optimizer);
-  // storeValues rounds such a group into the 16-bit weights and closes it.
+  // their own) around its forward or backward; openValues(g) / closeValues(g) any group's (the
+  // model opens the embeddings' and the head's around the ops that read them). No-ops
+  // otherwise. openValues(g, true) upcasts them for an update in place (pure_bf16's
+  // optimizer); storeValues rounds such a group into the 16-bit weights and closes it.
   bool valueWindow() const { return options_.valueWindow; }
   void openBlockValues(int l);
   void closeBlockValues(int l);
@@ -267,7 +269,6 @@ class ParamArena {
     }
   }
   size_t groupOf(const ParamInfo& p) const;
-  bool windowed(size_t g) const { return options_.valueWindow && groups_[g].block >= 0; }
   // A block's linear weight: windows of its own (when gradWindow / valueWindow are on).
   static bool ownWindow(const ParamInfo& p) {
     return p.spec.block >= 0 && p.spec.role == core::TensorRole::LinearWeight && p.offset >= 0;
