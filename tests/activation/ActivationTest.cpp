@@ -11,6 +11,7 @@
 #include "../support/TrainerHarness.h"
 #include "trainscope/core/Estimator.h"
 #include "trainscope/engine/Gpt.h"
+#include "trainscope/engine/Optimizer.h"
 #include "trainscope/engine/Trainer.h"
 
 using namespace ts::engine;
@@ -288,13 +289,16 @@ TEST(ActivationFormula, EstimatorPredictsTrackerForCheckpointingAndInt8) {
     Gpt model(gptConfigFrom(c, 14), backend.get(), &tracker);
     model.initWeights(1);
     model.allocate(3);
-    // One training micro-batch: the peaks of a real step (16-bit policies keep fp32 gradients
-    // only while a group accumulates).
+    // One training step: the peaks of a real step (16-bit policies keep fp32 copies only while
+    // a window is open; pure_bf16's optimizer opens a linear weight's values and gradient
+    // together).
+    auto opt = makeOptimizer(c.optimizer, model.arena(), backend.get(), &tracker);
     std::vector<int32_t> tok(3 * 12), tgt(3 * 12);
     for (size_t i = 0; i < tok.size(); ++i) tok[i] = int32_t(i * 5 % 14), tgt[i] = int32_t(i % 14);
     model.zeroGrad();
     model.forward(tok.data(), tgt.data(), 3, 12, 1.f / 36);
     model.backward();
+    opt->step(1e-3f);
     EXPECT_EQ(plan.at(MemoryTier::Device, MemoryCategory::Activations).peak,
               tracker.peak(MemoryTier::Device, MemoryCategory::Activations))
         << m.ck << " " << m.every << " " << m.comp << " " << m.attn << " " << m.policy << " "
