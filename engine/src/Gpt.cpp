@@ -368,7 +368,7 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   finalNorm_ = makeNorm(one(-1, S::FinalNorm, R::NormWeight, true),
                         one(-1, S::FinalNorm, R::NormBias, false), dm);
   const ParamInfo* lmHead = maybe(R::Head);
-  head_.emplace(lmHead ? lmHead : wte);  // tied: the token table is the head
+  head_.emplace(lmHead ? lmHead : wte, config_.bf16Gemm);  // tied: the token table is the head
   tiedHead_ = lmHead == nullptr;
   const auto outer = arena_.outerGroups();  // the embeddings' group, and the final norm's
   embeddingsGroup_ = outer.front();

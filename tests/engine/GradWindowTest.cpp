@@ -211,7 +211,8 @@ TEST_P(GradWindowOn, Fp32CopiesExistOneWindowAtATimeAsTheEstimatorSays) {
     // Counted from the arena's groups and tensors: the embeddings' gradients are open for their
     // backward, or through the whole backward when the head is tied (it writes the token
     // table's first), the final group's for the head's and final norm's backward, with their
-    // fp32 values (and the token table's when tied); the embeddings' values for their forward;
+    // fp32 values (and the token table's when a tied head reads it in fp32; an untied head has
+    // a window of its own); the embeddings' values for their forward;
     // a block's group (norms, biases) while the block runs, with one linear GEMM weight's own
     // window at a time (a fused q|k|v or gate|up whole): its gradient, or its fp32 values (not
     // read under bf16 GEMMs); pure_bf16's optimizer updates a group in place, then each linear
@@ -230,9 +231,20 @@ TEST_P(GradWindowOn, Fp32CopiesExistOneWindowAtATimeAsTheEstimatorSays) {
       for (size_t i = g.firstParam; i < g.firstParam + g.paramCount; ++i) n += pa.params()[i].numel;
       return values ? n : 0;
     };
-    const int64_t firstV = valuesOf(groups.front()), lastV = valuesOf(groups.back());
-    int64_t moment = std::max({last + tiedFirst + lastV + (tied ? firstV : 0), first, firstV});
-    if (pure) moment = std::max({moment, firstV + first, lastV + last});
+    // The last group: the final norm, and llama's lm_head, which has windows of its own.
+    const bool bf16Gemm = std::string(k.gemm) == "bf16";
+    int64_t lastSmallV = 0, headW = 0;
+    for (size_t i = groups.back().firstParam;
+         i < groups.back().firstParam + groups.back().paramCount; ++i) {
+      const auto& p = pa.params()[i];
+      (p.spec.role == ts::core::TensorRole::Head ? headW : lastSmallV) += p.numel;
+    }
+    const int64_t lastSmallG = last - headW, firstV = valuesOf(groups.front());
+    // A bf16 head reads the bf16 token table: no fp32 copy of it for the head.
+    const int64_t headV = lastSmallV + (tied && !bf16Gemm ? firstV : 0);
+    int64_t moment = values ? std::max({lastSmallG + tiedFirst + headV + headW, first, firstV})
+                            : std::max(last + tiedFirst, first);
+    if (pure) moment = std::max({moment, firstV + first, lastSmallV + lastSmallG + 2 * headW});
     std::map<int, int64_t> smallV, smallG, tensorMax;
     std::map<std::pair<int, int>, int64_t> gemm;
     for (const auto& p : pa.params()) {

@@ -463,6 +463,66 @@ TEST_P(PrecisionPolicyOn, Bf16GemmSeesBf16RoundedInputs) {
   }
 }
 
+// The LM head too (issue 21: "the LM head and embeddings run in bf16"): under bf16 GEMMs the
+// logits equal a double-precision product of the bf16-rounded final norm output and the bf16
+// token table (tied), and in backward the token table's gradient is the bf16 product of the
+// rounded logit gradient and input: within bf16 rounding of the fp32 GEMMs' gradient, and not
+// equal to it. With fp32 GEMMs the logits are the product of the unrounded output.
+TEST_P(PrecisionPolicyOn, Bf16GemmHeadSeesBf16RoundedInputs) {
+  std::vector<float> grads[2];
+  for (bool bf16Gemm : {true, false}) {
+    const GptConfig g = oneBlockBf16(GptConfig::Fp8Recipe::None, bf16Gemm);
+    auto backend = this->backend();
+    MemoryTracker tracker;
+    Gpt model(g, backend.get(), &tracker);
+    model.initWeights(5);
+    const int B = 2, T = 8, N = B * T, C = g.d_model, V = g.vocab;
+    model.allocate(B);
+    std::vector<int32_t> tok(N), tgt(N);
+    for (int i = 0; i < N; ++i) tok[size_t(i)] = (i * 7 + 3) % V, tgt[size_t(i)] = (i * 5) % V;
+    model.forward(tok.data(), nullptr, B, T, 0.f);
+    const auto lnf = hostCopy(model.activations().lnf.data);
+    const auto logits = hostCopy(model.activations().logits);
+    const auto weights = hostCopy(model.paramBuffer());
+    const float* w = weights.data() + model.find("wte")->offset;
+    double errRounded = 0, errPlain = 0, maxRef = 0;
+    for (int n = 0; n < N; ++n)
+      for (int v = 0; v < V; ++v) {
+        double rounded = 0, plain = 0;
+        for (int c = 0; c < C; ++c) {
+          const float xv = lnf[size_t(n) * C + c];
+          rounded += double(ts::kernels::bf16ToFloat(ts::kernels::floatToBf16(xv))) * w[v * C + c];
+          plain += double(xv) * double(w[v * C + c]);
+        }
+        const double got = logits[size_t(n) * V + v];
+        errRounded = std::max(errRounded, std::fabs(got - rounded));
+        errPlain = std::max(errPlain, std::fabs(got - plain));
+        maxRef = std::max(maxRef, std::fabs(plain));
+      }
+    if (bf16Gemm) {
+      EXPECT_LT(errRounded, 2e-5 * maxRef);
+      EXPECT_GT(errPlain, 20 * errRounded) << "bf16 rounding left no trace";
+    } else {
+      EXPECT_LT(errPlain, 2e-5 * maxRef);
+    }
+    model.zeroGrad();
+    model.forward(tok.data(), tgt.data(), B, T, 1.f / N);
+    model.backward();
+    const auto all = hostCopy(model.gradBuffer());
+    const auto* wte = model.find("wte");
+    grads[bf16Gemm ? 0 : 1].assign(all.begin() + wte->gradOffset,
+                                   all.begin() + wte->gradOffset + wte->numel);
+  }
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    diff += double(grads[0][i] - grads[1][i]) * double(grads[0][i] - grads[1][i]);
+    ref += double(grads[1][i]) * double(grads[1][i]);
+  }
+  ASSERT_GT(ref, 0.0);
+  EXPECT_LT(std::sqrt(diff / ref), 2e-2);
+  EXPECT_GT(diff, 0.0);
+}
+
 // The fp8 scaling state survives fp8State() -> loadFp8State() into a fresh model with the same
 // weights: same state and the same fp8 weight bytes (re-quantized with the saved scales). A
 // malformed or mismatched state is refused with the site named, and changes nothing.

@@ -624,7 +624,8 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       std::map<std::pair<int, int>, double> gemmV, gemmG;
       std::map<int, bool> trains;
       double firstV = 0, lastV = 0;  // the values before the first block and after the last
-      bool pastBlocks = false;
+      double headW = 0;              // an untied LM head (its own windows; in lastV too)
+      bool headTrains = false, pastBlocks = false;
       for (const auto& t : tensors) {
         const double n = static_cast<double>(t.numel());
         const bool nf4Weight =
@@ -632,6 +633,10 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
         if (t.block >= 0) pastBlocks = true;
         if (t.block < 0) {
           (pastBlocks ? lastV : firstV) += n;
+          if (t.role == TensorRole::Head) {
+            headW = n;
+            headTrains = t.trainable;
+          }
           continue;
         }
         if (t.trainable) trains[t.block] = true;
@@ -653,15 +658,21 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       for (const auto& t : tensors)
         if (t.block >= 0) blocks.insert(t.block);
       if (valueWindow) {
-        // The embeddings' fp32 values around their forward; the final norm's and head's (and
-        // the token table's, tied) around their forward and backward, with their gradients; at
-        // block l's backward its group's values and gradients and one linear weight's window;
-        // pure_bf16's optimizer updates a group in place and then each linear weight with both
-        // its values and gradient open. Between steps none.
-        const double headV = lastV + (s.tied ? firstV : 0.0);
-        double moment = std::max({gradLast + tiedFirst + headV, gradFirst, firstV});
+        // The embeddings' fp32 values around their forward; the final norm's (and the token
+        // table's when a tied head reads it in fp32) around its and the head's forward and
+        // backward, with their gradients, and an untied head's own window (its gradient, or its
+        // fp32 values, not read by a bf16 head); at block l's backward its group's values and
+        // gradients and one linear weight's window; pure_bf16's optimizer updates a group in
+        // place and then each own-window weight with its values and gradient open. Between
+        // steps none.
+        const double lastSmallV = lastV - headW;
+        const double lastSmallG = gradLast - (headTrains ? headW : 0.0);
+        const double headOwn = (headTrains || !bf16Gemm) ? headW : 0.0;
+        const double headV = lastSmallV + (s.tied && !bf16Gemm ? firstV : 0.0);
+        double moment = std::max({lastSmallG + tiedFirst + headV + headOwn, gradFirst, firstV});
         if (policy == "pure_bf16")
-          moment = std::max({moment, firstV + gradFirst, lastV + gradLast});
+          moment = std::max({moment, firstV + gradFirst,
+                             lastSmallV + lastSmallG + (headTrains ? 2 * headW : 0.0)});
         for (int b : blocks) {
           moment = std::max(moment, smallV[b] + tiedFirst + smallG[b] + gemmMax[b]);
           if (policy == "pure_bf16" && trains[b])

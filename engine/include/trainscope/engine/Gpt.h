@@ -274,15 +274,16 @@ class Gpt {
   std::optional<Head> head_;
   bool tiedHead_ = true;                        // the head multiplies by the token table
   size_t embeddingsGroup_ = 0, lastGroup_ = 0;  // the arena groups before / after the blocks
-  // valueWindow: the final norm's and head's fp32 values (the token table's too when tied)
-  // around their forward and backward.
+  // valueWindow: the final norm's fp32 values around its and the head's forward and backward,
+  // and the token table's when a tied head reads it in fp32 (a bf16 head reads the bf16 one;
+  // an untied head opens its own window).
   void openHeadValues() {
     arena_.openValues(lastGroup_, false);
-    if (tiedHead_) arena_.openValues(embeddingsGroup_, false);
+    if (tiedHead_ && !config_.bf16Gemm) arena_.openValues(embeddingsGroup_, false);
   }
   void closeHeadValues() {
     arena_.closeValues(lastGroup_);
-    if (tiedHead_) arena_.closeValues(embeddingsGroup_);
+    arena_.closeValues(embeddingsGroup_);
   }
   ActivationCompressor compressor_;
   LayerContext ctx_;

@@ -1,13 +1,16 @@
 #pragma once
 // The LM head: logits = x W^T over the vocabulary, W its own lm_head (llama) or tied to the
-// token embedding (GPT-2: the same view, so both gradients sum in one place).
+// token embedding (GPT-2: the same view, so both gradients sum in one place). Under bf16 GEMMs
+// (precision.gemm) it multiplies the stored bf16 weight with the bf16-rounded input, and in
+// backward the bf16-rounded logit gradient, fp32 accumulation, as the block linears do.
 #include "trainscope/engine/LayerContext.h"
 
 namespace ts::engine {
 
 class Head {
  public:
-  explicit Head(const ParamInfo* weight) : w_(weight) {}
+  Head(const ParamInfo* weight, bool bf16Gemm) : w_(weight), bf16_(bf16Gemm) {}
+  bool bf16Gemm() const { return bf16_; }
   // logits (N, V) from x (N, C).
   void forward(const LayerContext& c, float* logits, const float* x) const;
   // dx (N, C) = dlogits W (=); dW += dlogits^T x when trainable.
@@ -15,6 +18,7 @@ class Head {
 
  private:
   const ParamInfo* w_;
+  bool bf16_;
 };
 
 }  // namespace ts::engine

@@ -178,8 +178,9 @@ class ParamArena {
   // linear opens its weight's fp32 gradient only around the GEMM that accumulates into it
   // (openWeightGrads .. closeWeightGrads(store)), and under valueWindow its fp32 values only
   // around each GEMM that reads them, so at most one linear weight of a block is upcast at a
-  // time. `w` may span consecutive tensors of one block (a fused q|k|v or gate|up weight).
-  // No-ops without the windows, for NF4 weights and for tensors outside the blocks.
+  // time. `w` may span consecutive tensors of one block (a fused q|k|v or gate|up weight). An
+  // untied LM head has such windows too. No-ops without the windows, for NF4 weights and for
+  // the other tensors outside the blocks.
   void openWeightValues(const ParamInfo& w);
   void closeWeightValues(const ParamInfo& w);
   void openWeightGrads(const ParamInfo& w, float scale = 1.f);
@@ -269,9 +270,12 @@ class ParamArena {
     }
   }
   size_t groupOf(const ParamInfo& p) const;
-  // A block's linear weight: windows of its own (when gradWindow / valueWindow are on).
+  // A block's linear weight, or an untied LM head: windows of their own (when gradWindow /
+  // valueWindow are on).
   static bool ownWindow(const ParamInfo& p) {
-    return p.spec.block >= 0 && p.spec.role == core::TensorRole::LinearWeight && p.offset >= 0;
+    return ((p.spec.block >= 0 && p.spec.role == core::TensorRole::LinearWeight) ||
+            p.spec.role == core::TensorRole::Head) &&
+           p.offset >= 0;
   }
   bool weightWindowed(const ParamInfo& p) const {
     return (options_.gradWindow || options_.valueWindow) && ownWindow(p);
