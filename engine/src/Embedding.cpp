@@ -9,6 +9,11 @@ using profiler::SpanCategory;
 
 void Embedding::forward(const LayerContext& c, float* out, const int32_t* tokens) const {
   ScopedRange r("embedding_fwd", SpanCategory::Elementwise);
+  if (bf16_) {
+    c.backend->embeddingForwardBf16(out, tokens, c.arena->value16(*wte_),
+                                    wpe_ ? c.arena->value16(*wpe_) : nullptr, c.B, c.T, dim_);
+    return;
+  }
   c.backend->embeddingForward(out, tokens, c.value(wte_), c.value(wpe_), c.B, c.T, dim_);
 }
 

@@ -364,7 +364,7 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   }
   decoder_.emplace(std::move(blocks), config.checkpointEvery, config.inferenceOnly);
   const ParamInfo* wte = maybe(R::TokenEmbedding);
-  embedding_.emplace(wte, maybe(R::PositionEmbedding), dm);
+  embedding_.emplace(wte, maybe(R::PositionEmbedding), dm, config_.bf16Gemm);
   finalNorm_ = makeNorm(one(-1, S::FinalNorm, R::NormWeight, true),
                         one(-1, S::FinalNorm, R::NormBias, false), dm);
   const ParamInfo* lmHead = maybe(R::Head);
@@ -706,8 +706,9 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   compressor_.resetStats();
   backend_->copyToDevice(acts_.tokens.data(), tokens, sizeof(int32_t) * N);
   float* x0 = decoder_->input(ctx_, acts_);
-  // valueWindow: the tensors outside the blocks are upcast only around the ops that read them.
-  arena_.openValues(embeddingsGroup_, false);
+  // valueWindow: the tensors outside the blocks are upcast only around the ops that read them
+  // (a bf16 embedding reads the bf16 tables).
+  if (!embedding_->bf16()) arena_.openValues(embeddingsGroup_, false);
   embedding_->forward(ctx_, x0, acts_.tokens.i32());
   arena_.closeValues(embeddingsGroup_);
   if (ctx_.dropout.active()) {

@@ -6,6 +6,7 @@
 
 #include "cpu/VecMath.h"
 #include "trainscope/kernels/CpuOps.h"
+#include "trainscope/kernels/Numeric.h"
 
 namespace ts::kernels::cpu {
 
@@ -22,6 +23,21 @@ void embeddingForward(float* out, const int32_t* tokens, const float* wte, const
     const float* p = wpe + int64_t(bt % T) * C;
 #pragma omp simd
     for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+  }
+}
+
+void embeddingForwardBf16(float* out, const int32_t* tokens, const uint16_t* wte,
+                          const uint16_t* wpe, int B, int T, int C) {
+#pragma omp parallel for schedule(static) if (worthThreading(int64_t(B) * T * C))
+  for (int bt = 0; bt < B * T; ++bt) {
+    const uint16_t* e = wte + int64_t(tokens[bt]) * C;
+    float* o = out + int64_t(bt) * C;
+    if (!wpe) {
+      for (int c = 0; c < C; ++c) o[c] = kernels::bf16ToFloat(e[c]);
+      continue;
+    }
+    const uint16_t* p = wpe + int64_t(bt % T) * C;
+    for (int c = 0; c < C; ++c) o[c] = kernels::bf16ToFloat(e[c]) + kernels::bf16ToFloat(p[c]);
   }
 }
 

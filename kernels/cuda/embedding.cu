@@ -2,6 +2,7 @@
 // repeated tokens never race and the sum order is fixed (deterministic, no atomics).
 #include "Common.cuh"
 #include "trainscope/kernels/CudaOps.h"
+#include "trainscope/kernels/Numeric.h"
 
 namespace ts::kernels::cuda {
 
@@ -12,6 +13,16 @@ __global__ void embFwd(float* out, const int32_t* tokens, const float* wte, cons
     const int c = int(idx % C);
     const int64_t bt = idx / C;
     out[idx] = wte[int64_t(tokens[bt]) * C + c] + (wpe ? wpe[(bt % T) * C + c] : 0.0f);
+  }
+}
+
+__global__ void embFwdBf16(float* out, const int32_t* tokens, const uint16_t* wte,
+                           const uint16_t* wpe, int T, int C, int64_t total) {
+  TS_GRID_LOOP(idx, total) {
+    const int c = int(idx % C);
+    const int64_t bt = idx / C;
+    out[idx] = ts::kernels::bf16ToFloat(wte[int64_t(tokens[bt]) * C + c]) +
+               (wpe ? ts::kernels::bf16ToFloat(wpe[(bt % T) * C + c]) : 0.0f);
   }
 }
 
@@ -37,6 +48,15 @@ void embeddingForward(float* out, const int32_t* tokens, const float* wte, const
   embFwd<<<gridFor(total, kElementwiseBlock), kElementwiseBlock>>>(out, tokens, wte, wpe, T, C,
                                                                    total);
   TS_CUDA_LAUNCHED("embeddingForward");
+}
+
+void embeddingForwardBf16(float* out, const int32_t* tokens, const uint16_t* wte,
+                          const uint16_t* wpe, int B, int T, int C) {
+  const int64_t total = int64_t(B) * T * C;
+  if (total <= 0) return;
+  embFwdBf16<<<gridFor(total, kElementwiseBlock), kElementwiseBlock>>>(out, tokens, wte, wpe, T, C,
+                                                                       total);
+  TS_CUDA_LAUNCHED("embeddingForwardBf16");
 }
 
 void embeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,

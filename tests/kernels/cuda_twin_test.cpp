@@ -204,6 +204,15 @@ TEST_F(CudaTwin, Embedding) {
   EXPECT_TRUE(allClose(down(dOut, out.size()), out, 1e-6, 0));
   EXPECT_TRUE(allClose(down(dDwte, dwte.size()), dwte, 1e-5, 1e-6));
   EXPECT_TRUE(allClose(down(dDwpe, dwpe.size()), dwpe, 1e-5, 1e-6));
+  // From bf16 tables: the device output NaN-poisoned first, then bit for bit the CPU's.
+  std::vector<uint16_t> wte16(wte.size()), wpe16(wpe.size());
+  cpu_->floatToBf16(wte.data(), wte16.data(), int64_t(wte.size()));
+  cpu_->floatToBf16(wpe.data(), wpe16.data(), int64_t(wpe.size()));
+  auto out16 = nanVec(out.size());
+  float* dOut16 = up(out16);
+  gpu_->embeddingForwardBf16(dOut16, dTok, up(wte16), up(wpe16), B, T, C);
+  cpu_->embeddingForwardBf16(out16.data(), tok.data(), wte16.data(), wpe16.data(), B, T, C);
+  EXPECT_TRUE(allClose(down(dOut16, out16.size()), out16, 0, 0));
 }
 
 TEST_F(CudaTwin, Optimizers) {

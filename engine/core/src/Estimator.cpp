@@ -658,18 +658,19 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       for (const auto& t : tensors)
         if (t.block >= 0) blocks.insert(t.block);
       if (valueWindow) {
-        // The embeddings' fp32 values around their forward; the final norm's (and the token
-        // table's when a tied head reads it in fp32) around its and the head's forward and
-        // backward, with their gradients, and an untied head's own window (its gradient, or its
-        // fp32 values, not read by a bf16 head); at block l's backward its group's values and
-        // gradients and one linear weight's window; pure_bf16's optimizer updates a group in
-        // place and then each own-window weight with its values and gradient open. Between
-        // steps none.
+        // The embeddings' fp32 values around their forward (fp32 GEMMs; a bf16 embedding reads
+        // the bf16 tables); the final norm's (and the token table's when a tied head reads it
+        // in fp32) around its and the head's forward and backward, with their gradients, and
+        // an untied head's own window (its gradient, or its fp32 values, not read by a bf16
+        // head); at block l's backward its group's values and gradients and one linear
+        // weight's window; pure_bf16's optimizer updates a group in place and then each
+        // own-window weight with its values and gradient open. Between steps none.
         const double lastSmallV = lastV - headW;
         const double lastSmallG = gradLast - (headTrains ? headW : 0.0);
         const double headOwn = (headTrains || !bf16Gemm) ? headW : 0.0;
         const double headV = lastSmallV + (s.tied && !bf16Gemm ? firstV : 0.0);
-        double moment = std::max({lastSmallG + tiedFirst + headV + headOwn, gradFirst, firstV});
+        double moment = std::max({lastSmallG + tiedFirst + headV + headOwn, gradFirst,
+                                  bf16Gemm ? 0.0 : firstV});
         if (policy == "pure_bf16")
           moment = std::max({moment, firstV + gradFirst,
                              lastSmallV + lastSmallG + (headTrains ? 2 * headW : 0.0)});

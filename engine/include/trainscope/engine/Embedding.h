@@ -1,14 +1,16 @@
 #pragma once
 // Token embedding plus, when the description has one, a learned position table (GPT-2's wpe;
 // llama has rotary positions in attention instead). Saves nothing: backward needs the tokens.
+// Under bf16 GEMMs forward reads the stored bf16 tables (the same values as their fp32 copy).
 #include "trainscope/engine/LayerContext.h"
 
 namespace ts::engine {
 
 class Embedding {
  public:
-  Embedding(const ParamInfo* tokens, const ParamInfo* positions, int dim)
-      : wte_(tokens), wpe_(positions), dim_(dim) {}
+  Embedding(const ParamInfo* tokens, const ParamInfo* positions, int dim, bool bf16 = false)
+      : wte_(tokens), wpe_(positions), dim_(dim), bf16_(bf16) {}
+  bool bf16() const { return bf16_; }
   // out (B,T,C) from token ids (B,T) in backend memory.
   void forward(const LayerContext& c, float* out, const int32_t* tokens) const;
   // Accumulates (+=) the table gradients (the trainable ones).
@@ -17,6 +19,7 @@ class Embedding {
  private:
   const ParamInfo *wte_, *wpe_;
   int dim_;
+  bool bf16_;
 };
 
 }  // namespace ts::engine

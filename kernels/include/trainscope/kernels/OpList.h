@@ -114,6 +114,12 @@ TS_OP(Embedding, void, embeddingForward,
 TS_OP(Embedding, void, embeddingBackward,
       (float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C),
       (dwte, dwpe, dout, tokens, B, T, C))
+// embeddingForward from bf16 tables (the stored weights under bf16 GEMMs): each value widened
+// exactly, the sum in fp32, so it equals embeddingForward on the upcast tables bit for bit.
+TS_OP(Embedding, void, embeddingForwardBf16,
+      (float* out, const int32_t* tokens, const uint16_t* wte, const uint16_t* wpe, int B, int T,
+       int C),
+      (out, tokens, wte, wpe, B, T, C))
 
 // out = a + b (out may alias a or b).
 TS_OP_KIND(Residual)
