@@ -53,8 +53,8 @@ void Attention::forward(const LayerContext& c, float* out, AttentionSaved& s, co
   if (!out16) comp.store(s.out, attOut, N, C, count);
 }
 
-void Attention::backward(const LayerContext& c, float* dinp, const float* dout,
-                         AttentionSaved& s, const InputRecompute& recomputeIn) const {
+void Attention::backward(const LayerContext& c, float* dinp, const float* dout, AttentionSaved& s,
+                         const InputRecompute& recomputeIn) const {
   const int N = static_cast<int>(c.rows()), B = c.B, T = c.T, C = s_.dModel;
   ActivationCompressor& comp = *c.compressor;
   Workspace& ws = *c.ws;

@@ -89,8 +89,7 @@ void Block::backward(const LayerContext& c, BlockActivations& a, const float* in
   });
   norm1_->backward(
       c, dres, dtmp,
-      input ? input : comp.loadNormInput(a.input, ws.dfc.f32(), rowMean(a.norm1), N, C_),
-      a.norm1);
+      input ? input : comp.loadNormInput(a.input, ws.dfc.f32(), rowMean(a.norm1), N, C_), a.norm1);
 }
 
 }  // namespace ts::engine

@@ -66,8 +66,7 @@ void Head::backward(const LayerContext& c, float* dx, const float* dlogits, cons
       const int R = std::min(rows, N - r0);
       c.backend->floatToBf16(dlogits + int64_t(r0) * V, g16, int64_t(R) * V);
       c.backend->matmulBf16(dx + int64_t(r0) * C, g16, w16, R, C, V, false, false, 1.f, 0.f);
-      if (dw)
-        c.backend->matmulBf16(dw, g16, x16 + int64_t(r0) * C, V, C, R, true, false, 1.f, 1.f);
+      if (dw) c.backend->matmulBf16(dw, g16, x16 + int64_t(r0) * C, V, C, R, true, false, 1.f, 1.f);
     }
     return;
   }

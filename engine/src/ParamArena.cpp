@@ -589,7 +589,8 @@ double ParamArena::gradSumSquares() {
 int64_t ParamArena::gradNonFinite() {
   if (!options_.gradWindow) return backend_->countNonFinite(grads_.f32(), gradSize_);
   int64_t n = 0;
-  visitGradTensors(1.f, [&](const ParamInfo& p) { n += backend_->countNonFinite(grad(p), p.numel); });
+  visitGradTensors(1.f,
+                   [&](const ParamInfo& p) { n += backend_->countNonFinite(grad(p), p.numel); });
   return n;
 }
 

@@ -262,7 +262,8 @@ TEST_P(GradWindowOn, Fp32CopiesExistOneWindowAtATimeAsTheEstimatorSays) {
       smallG[b] += p.numel;
     }
     for (const auto& [key, n] : gemm)
-      moment = std::max(moment, tiedFirst + smallG[key.first] + (values ? smallV[key.first] : 0) + n);
+      moment =
+          std::max(moment, tiedFirst + smallG[key.first] + (values ? smallV[key.first] : 0) + n);
     if (pure)
       for (const auto& [b, n] : tensorMax) moment = std::max(moment, smallV[b] + smallG[b] + 2 * n);
     const int64_t P = pa.gradSize(), S = pa.size();

@@ -68,7 +68,8 @@ TEST(Embedding, ForwardFromBf16TablesEqualsTheWidenedTables) {
                                positions ? wpe16.data() : nullptr, B, T, C);
       be->embeddingForward(want.data(), tok.data(), wteW.data(), positions ? wpeW.data() : nullptr,
                            B, T, C);
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "positions " << positions;
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+          << "positions " << positions;
     }
   }
 }

@@ -669,8 +669,8 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
         const double lastSmallG = gradLast - (headTrains ? headW : 0.0);
         const double headOwn = (headTrains || !bf16Gemm) ? headW : 0.0;
         const double headV = lastSmallV + (s.tied && !bf16Gemm ? firstV : 0.0);
-        double moment = std::max({lastSmallG + tiedFirst + headV + headOwn, gradFirst,
-                                  bf16Gemm ? 0.0 : firstV});
+        double moment = std::max(
+            {lastSmallG + tiedFirst + headV + headOwn, gradFirst, bf16Gemm ? 0.0 : firstV});
         if (policy == "pure_bf16")
           moment = std::max({moment, firstV + gradFirst,
                              lastSmallV + lastSmallG + (headTrains ? 2 * headW : 0.0)});

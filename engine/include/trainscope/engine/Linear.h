@@ -21,11 +21,11 @@ class ParamArena;
 
 // The model's parameter storage the linears read (owned by the model; stable pointers).
 struct ParamStorage {
-  Tensor* values = nullptr;           // fp32 (the compute copy under a 16-bit policy)
-  Tensor* grads = nullptr;            // fp32, gradient space (ParamInfo::gradOffset)
-  Tensor* values16 = nullptr;         // the stored bf16/fp16 weights (16-bit policies)
-  Tensor* w8 = nullptr;               // fp8 weight copies (fp8)
-  Tensor* w8Scales = nullptr;         // their dequantization scales (fp8)
+  Tensor* values = nullptr;    // fp32 (the compute copy under a 16-bit policy)
+  Tensor* grads = nullptr;     // fp32, gradient space (ParamInfo::gradOffset)
+  Tensor* values16 = nullptr;  // the stored bf16/fp16 weights (16-bit policies)
+  Tensor* w8 = nullptr;        // fp8 weight copies (fp8)
+  Tensor* w8Scales = nullptr;  // their dequantization scales (fp8)
   // NF4 weights are dequantized through the arena; under its windows a block linear's fp32
   // weight and gradient exist only around the GEMM that uses them (ParamArena::openWeight*).
   ParamArena* arena = nullptr;

@@ -234,9 +234,9 @@ class ParamArena {
   std::vector<ParamGroup> groups_;
   int64_t numParams_ = 0, trainable_ = 0, size_ = 0, gradSize_ = 0;
   Tensor values_, grads_, values16_, grads16_;
-  std::vector<char> gradOpen_;  // gradWindow: which groups' fp32 pages are resident
+  std::vector<char> gradOpen_;          // gradWindow: which groups' fp32 pages are resident
   std::vector<int64_t> gradOpenElems_;  // and the elements each holds
-  TrackedBytes gradTracked_;    // gradWindow: the resident groups' bytes
+  TrackedBytes gradTracked_;            // gradWindow: the resident groups' bytes
   // valueWindow: per group 0 closed, 1 open for compute, 2 open whole; the bytes resident.
   std::vector<char> valueOpen_;
   std::vector<int64_t> openElems_;
