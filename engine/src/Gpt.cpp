@@ -364,11 +364,15 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   }
   decoder_.emplace(std::move(blocks), config.checkpointEvery, config.inferenceOnly);
   const ParamInfo* wte = maybe(R::TokenEmbedding);
-  embedding_.emplace(wte, maybe(R::PositionEmbedding), dm, config_.bf16Gemm);
+  // The embedding and the head read the bf16 tables wherever the linears multiply in bf16 (bf16
+  // GEMMs, or an NF4 base with bf16 weights: QLoRA's bf16 compute).
+  const bool bf16Tables =
+      config_.bf16Gemm || (config_.nf4Base && config_.working == DType::BF16);
+  embedding_.emplace(wte, maybe(R::PositionEmbedding), dm, bf16Tables);
   finalNorm_ = makeNorm(one(-1, S::FinalNorm, R::NormWeight, true),
                         one(-1, S::FinalNorm, R::NormBias, false), dm);
   const ParamInfo* lmHead = maybe(R::Head);
-  head_.emplace(lmHead ? lmHead : wte, config_.bf16Gemm);  // tied: the token table is the head
+  head_.emplace(lmHead ? lmHead : wte, bf16Tables);  // tied: the token table is the head
   tiedHead_ = lmHead == nullptr;
   const auto outer = arena_.outerGroups();  // the embeddings' group, and the final norm's
   embeddingsGroup_ = outer.front();

@@ -667,10 +667,12 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
         // own-window weight with its values and gradient open. Between steps none.
         const double lastSmallV = lastV - headW;
         const double lastSmallG = gradLast - (headTrains ? headW : 0.0);
-        const double headOwn = (headTrains || !bf16Gemm) ? headW : 0.0;
-        const double headV = lastSmallV + (s.tied && !bf16Gemm ? firstV : 0.0);
+        // The head and embedding read the bf16 tables under bf16 GEMMs and with a bf16 NF4 base.
+        const bool bf16Tables = bf16Gemm || (nf4 && (policy == "bf16" || policy == "pure_bf16"));
+        const double headOwn = (headTrains || !bf16Tables) ? headW : 0.0;
+        const double headV = lastSmallV + (s.tied && !bf16Tables ? firstV : 0.0);
         double moment = std::max(
-            {lastSmallG + tiedFirst + headV + headOwn, gradFirst, bf16Gemm ? 0.0 : firstV});
+            {lastSmallG + tiedFirst + headV + headOwn, gradFirst, bf16Tables ? 0.0 : firstV});
         if (policy == "pure_bf16")
           moment = std::max({moment, firstV + gradFirst,
                              lastSmallV + lastSmallG + (headTrains ? 2 * headW : 0.0)});

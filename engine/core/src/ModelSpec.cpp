@@ -271,7 +271,7 @@ int64_t kernelScratchPerThread(const ArchSpec& a, const SavedStateOptions& o) {
     // lease on the calling thread may span the region, so each thread carries its share.
     const int64_t F = a.dFf, fcPre = a.swiglu ? 2 * F : F;
     const int64_t d =
-        std::max({o.batch * T, C, a.qkvDim(), fcPre, F, o.bf16Gemm ? a.vocab : int64_t(0)});
+        std::max({o.batch * T, C, a.qkvDim(), fcPre, F, a.vocab});
     const int64_t threads = std::max(1, o.kernelThreads);
     per = std::max(per, (ks::matmulBf16Emulated(d, d, d) + threads - 1) / threads);
   }
@@ -411,7 +411,7 @@ std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o
   if (o.bf16Gemm || o.nf4) {  // bf16 inputs / output gradients of the block GEMMs
     add("x16", {N * widest}, E::BF16, ws);
     // Also the LM head's logit gradient, a block of rows at a time: at least one row of V.
-    add("g16", {std::max(N * widest, o.bf16Gemm ? V : 0)}, E::BF16, ws);
+    add("g16", {std::max(N * widest, V)}, E::BF16, ws);
   }
   if (o.nf4)  // an NF4 base weight dequantized for its GEMM (the largest one)
     add("nf4W", {std::max({qkv * C, fcPre * C, C * F})}, E::BF16, ws);

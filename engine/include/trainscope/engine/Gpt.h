@@ -279,7 +279,7 @@ class Gpt {
   // an untied head opens its own window).
   void openHeadValues() {
     arena_.openValues(lastGroup_, false);
-    if (tiedHead_ && !config_.bf16Gemm) arena_.openValues(embeddingsGroup_, false);
+    if (tiedHead_ && !head_->bf16Gemm()) arena_.openValues(embeddingsGroup_, false);
   }
   void closeHeadValues() {
     arena_.closeValues(lastGroup_);
