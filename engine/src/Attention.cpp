@@ -80,13 +80,8 @@ void Attention::backward(const LayerContext& c, float* dinp, const float* dout, 
   // Back through the rotation: dq, dk of the unrotated projections, in place.
   if (s_.ropeTheta > 0) rope(c, ws.dqkv.f32(), true);
   const uint16_t* in16 = qkv_->readsBf16Input() ? comp.bf16Data(s.in) : nullptr;
-  const float* in = nullptr;
-  if (s.in.empty()) {
-    recomputeIn(ws.dfc.f32());
-    in = ws.dfc.f32();
-  } else if (!in16) {
-    in = comp.load(s.in, ws.dfc.f32(), N, C);
-  }
+  const float* in =
+      linearInputForBackward(comp, s.in, in16 != nullptr, ws.dfc.f32(), N, C, recomputeIn);
   qkv_->backward(dinp, ws.dqkv.f32(), in, N, *c.scratch, in16);
 }
 

@@ -366,8 +366,7 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   const ParamInfo* wte = maybe(R::TokenEmbedding);
   // The embedding and the head read the bf16 tables wherever the linears multiply in bf16 (bf16
   // GEMMs, or an NF4 base with bf16 weights: QLoRA's bf16 compute).
-  const bool bf16Tables =
-      config_.bf16Gemm || (config_.nf4Base && config_.working == DType::BF16);
+  const bool bf16Tables = config_.bf16Gemm || (config_.nf4Base && config_.working == DType::BF16);
   embedding_.emplace(wte, maybe(R::PositionEmbedding), dm, bf16Tables);
   finalNorm_ = makeNorm(one(-1, S::FinalNorm, R::NormWeight, true),
                         one(-1, S::FinalNorm, R::NormBias, false), dm);

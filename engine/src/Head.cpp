@@ -9,31 +9,6 @@ namespace ts::engine {
 using profiler::ScopedRange;
 using profiler::SpanCategory;
 
-namespace {
-// A weight with a window of its own (llama's untied lm_head): open only around the GEMM that
-// reads (values) or accumulates into (gradient) it; no-ops otherwise (ParamArena).
-struct Open {
-  Open(ParamArena& a, const ParamInfo& w, bool grads) : arena(a), weight(w), grads(grads) {
-    if (grads)
-      arena.openWeightGrads(weight);
-    else
-      arena.openWeightValues(weight);
-  }
-  ~Open() {
-    if (grads)
-      arena.closeWeightGrads(weight, true);
-    else
-      arena.closeWeightValues(weight);
-  }
-  ParamArena& arena;
-  const ParamInfo& weight;
-  bool grads;
-};
-const uint16_t* weight16(const LayerContext& c, const ParamInfo* w) {
-  return c.arena->value16(*w);
-}
-}  // namespace
-
 void Head::forward(const LayerContext& c, float* logits, const float* x) const {
   const int N = static_cast<int>(c.rows());
   const int V = static_cast<int>(w_->shape[0]), C = static_cast<int>(w_->shape[1]);
@@ -41,10 +16,10 @@ void Head::forward(const LayerContext& c, float* logits, const float* x) const {
   if (bf16_) {
     auto* x16 = static_cast<uint16_t*>(c.scratch->x16->data());
     c.backend->floatToBf16(x, x16, int64_t(N) * C);
-    c.backend->matmulBf16(logits, x16, weight16(c, w_), N, V, C, false, true, 1.f, 0.f);
+    c.backend->matmulBf16(logits, x16, c.arena->value16(*w_), N, V, C, false, true, 1.f, 0.f);
     return;
   }
-  Open open(*c.arena, *w_, false);
+  WeightWindow open(*c.arena, *w_, WeightWindow::Kind::Values);
   c.backend->matmul(logits, x, c.value(w_), N, V, C, false, true, 1.f, 0.f);
 }
 
@@ -59,8 +34,8 @@ void Head::backward(const LayerContext& c, float* dx, const float* dlogits, cons
     auto* g16 = static_cast<uint16_t*>(c.scratch->g16->data());
     const int rows = static_cast<int>(std::min<int64_t>(N, c.scratch->g16->numel() / V));
     c.backend->floatToBf16(x, x16, int64_t(N) * C);
-    const uint16_t* w16 = weight16(c, w_);
-    Open open(*c.arena, *w_, true);
+    const uint16_t* w16 = c.arena->value16(*w_);
+    WeightWindow open(*c.arena, *w_, WeightWindow::Kind::Grads);
     float* dw = c.grad(w_);
     for (int r0 = 0; r0 < N; r0 += rows) {
       const int R = std::min(rows, N - r0);
@@ -71,11 +46,11 @@ void Head::backward(const LayerContext& c, float* dx, const float* dlogits, cons
     return;
   }
   {
-    Open open(*c.arena, *w_, false);
+    WeightWindow open(*c.arena, *w_, WeightWindow::Kind::Values);
     c.backend->matmul(dx, dlogits, c.value(w_), N, C, V, false, false, 1.f, 0.f);
   }
   if (float* dw = c.grad(w_)) {
-    Open open(*c.arena, *w_, true);
+    WeightWindow open(*c.arena, *w_, WeightWindow::Kind::Grads);
     c.backend->matmul(dw, dlogits, x, V, C, N, true, false, 1.f, 1.f);
   }
 }

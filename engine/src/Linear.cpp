@@ -30,27 +30,6 @@ int64_t Linear::out() const {
   return w_->shape[0];
 }
 
-namespace {
-// The arena's window of a block linear weight around one GEMM (no-ops without the windows): its
-// fp32 values read, or its fp32 gradient accumulated into and rounded into the 16-bit one.
-struct ValueWindow {
-  ValueWindow(ParamArena& a, const ParamInfo& w) : arena(a), weight(w) {
-    arena.openWeightValues(weight);
-  }
-  ~ValueWindow() { arena.closeWeightValues(weight); }
-  ParamArena& arena;
-  const ParamInfo& weight;
-};
-struct GradWindow {
-  GradWindow(ParamArena& a, const ParamInfo& w) : arena(a), weight(w) {
-    arena.openWeightGrads(weight);
-  }
-  ~GradWindow() { arena.closeWeightGrads(weight, true); }
-  ParamArena& arena;
-  const ParamInfo& weight;
-};
-}  // namespace
-
 float* Linear::value(const ParamInfo& p) const {
   return storage_->values->f32() + p.offset;
 }
@@ -232,7 +211,7 @@ void Linear::forwardBase(float* out, const float* inp, int N, const LinearScratc
                          OC, IC, false, true, 1.f, beta);
     return;
   }
-  ValueWindow open(*storage_->arena, *w_);
+  WeightWindow open(*storage_->arena, *w_, WeightWindow::Kind::Values);
   backend_->matmul(out, inp, value(*w_), N, OC, IC, false, true, 1.f, beta);
 }
 
@@ -273,7 +252,7 @@ void Linear::backwardBase(float* dinp, const float* dout, const float* inp, int 
       backend_->fakeQuantizeFp8(inp, X, int64_t(N) * IC, Fp8Format::E4M3, site_.xUsed);
     }
     if (trainable) {
-      GradWindow open(*storage_->arena, *w_);
+      WeightWindow open(*storage_->arena, *w_, WeightWindow::Kind::Grads);
       backend_->matmul(grad(*w_), G, X, OC, IC, N, true, false, 1.f, 1.f);
     }
     return;
@@ -292,7 +271,7 @@ void Linear::backwardBase(float* dinp, const float* dout, const float* inp, int 
     const uint16_t* W16 = static_cast<const uint16_t*>(storage_->values16->data()) + w_->offset;
     backend_->floatToBf16(dout, G, int64_t(N) * OC);
     if (trainable) {
-      GradWindow open(*storage_->arena, *w_);
+      WeightWindow open(*storage_->arena, *w_, WeightWindow::Kind::Grads);
       backend_->matmulBf16(grad(*w_), G, bf16Input(inp, inp16, N, s), OC, IC, N, true, false, 1.f,
                            1.f);
     }
@@ -300,11 +279,11 @@ void Linear::backwardBase(float* dinp, const float* dout, const float* inp, int 
     return;
   }
   if (trainable) {
-    GradWindow open(*storage_->arena, *w_);
+    WeightWindow open(*storage_->arena, *w_, WeightWindow::Kind::Grads);
     backend_->matmul(grad(*w_), dout, inp, OC, IC, N, true, false, 1.f, 1.f);
   }
   if (dinp) {
-    ValueWindow open(*storage_->arena, *w_);
+    WeightWindow open(*storage_->arena, *w_, WeightWindow::Kind::Values);
     backend_->matmul(dinp, dout, value(*w_), N, IC, OC, false, false, 1.f, 0.f);
   }
 }

@@ -11,6 +11,16 @@ float* Mlp::inputSlot(const LayerContext& c, MlpSaved& s) const {
   return c.compressor->slot(s.in, c.ws->dfc2.f32());
 }
 
+void Mlp::activate(const LayerContext& c, float* act, const float* pre) const {
+  const int N = static_cast<int>(c.rows());
+  if (act_ == Activation::SwiGlu)
+    c.backend->swigluForward(act, pre, N, F_);
+  else if (act_ == Activation::Relu)
+    c.backend->reluForward(act, pre, int64_t(N) * F_);
+  else
+    c.backend->geluForward(act, pre, int64_t(N) * F_);
+}
+
 void Mlp::forward(const LayerContext& c, float* out, MlpSaved& s, const float* in,
                   bool recompute) const {
   const int N = static_cast<int>(c.rows());
@@ -32,12 +42,7 @@ void Mlp::forward(const LayerContext& c, float* out, MlpSaved& s, const float* i
                        : act_ == Activation::Relu ? "relu_fwd"
                                                   : "gelu_fwd";
     ScopedRange r(name, SpanCategory::Elementwise);
-    if (act_ == Activation::SwiGlu)
-      c.backend->swigluForward(act, pre, N, F_);
-    else if (act_ == Activation::Relu)
-      c.backend->reluForward(act, pre, n);
-    else
-      c.backend->geluForward(act, pre, n);
+    activate(c, act, pre);
   }
   const uint16_t* act16 =
       comp.sparse() ? nullptr : comp.packForBf16Gemm(s.act, act, N, F_, down_->readsBf16Input());
@@ -75,20 +80,12 @@ void Mlp::backward(const LayerContext& c, float* dinp, const float* dout, MlpSav
   } else if (recomputeAct) {
     ScopedRange r("activation_recompute", SpanCategory::Elementwise);
     const float* pre = comp.load(s.pre, ws.dfc2.f32(), N, preCols);
-    if (act_ == Activation::SwiGlu) {
-      float* out = ws.dfc.f32() + n;
-      c.backend->swigluForward(out, pre, N, F_);
-      act = out;
-      preF = pre;
-    } else {
-      float* out = ws.dfc2.f32();  // in place on the expansion, which is then expanded again
-      if (act_ == Activation::Relu)
-        c.backend->reluForward(out, pre, n);
-      else
-        c.backend->geluForward(out, pre, n);
-      act = out;
-      preF = pre == out ? nullptr : pre;
-    }
+    // SwiGLU's output is narrower than its input: not in place. GELU/ReLU run in place on the
+    // expansion, which is then expanded again.
+    float* out = act_ == Activation::SwiGlu ? ws.dfc.f32() + n : ws.dfc2.f32();
+    activate(c, out, pre);
+    act = out;
+    preF = pre == out ? nullptr : pre;
   } else if (!act16) {
     act = comp.load(s.act, ws.dfc2.f32(), N, F_);
   }
@@ -112,13 +109,8 @@ void Mlp::backward(const LayerContext& c, float* dinp, const float* dout, MlpSav
       c.backend->geluBackward(ws.dfc2.f32(), pre, ws.dfc.f32(), n);
   }
   const uint16_t* in16 = up_->readsBf16Input() ? comp.bf16Data(s.in) : nullptr;
-  const float* in = nullptr;
-  if (s.in.empty()) {
-    recomputeIn(ws.dfc.f32());
-    in = ws.dfc.f32();
-  } else if (!in16) {
-    in = comp.load(s.in, ws.dfc.f32(), N, C_);
-  }
+  const float* in =
+      linearInputForBackward(comp, s.in, in16 != nullptr, ws.dfc.f32(), N, C_, recomputeIn);
   up_->backward(dinp, ws.dfc2.f32(), in, N, *c.scratch, in16);
 }
 

@@ -202,13 +202,12 @@ size_t ParamArena::groupOf(const ParamInfo& p) const {
 
 bool ParamArena::f32Valid(const ParamInfo& p) const {
   if (!options_.valueWindow || p.offset < 0) return true;
-  const size_t g = groupOf(p);
   if (ownWindow(p)) {
     for (const auto& [off, n] : openWeightValues_)
       if (p.offset >= off && p.offset + p.numel <= off + n) return true;
     return false;
   }
-  return valueOpen_[g] != 0;
+  return valueOpen_[groupOf(p)] != 0;
 }
 
 void ParamArena::discardInner(float* p, int64_t n) {

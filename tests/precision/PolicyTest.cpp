@@ -417,6 +417,37 @@ TEST_P(PrecisionPolicyOn, Fp8GemmSeesTheQuantizedOperands) {
   }
 }
 
+namespace {
+// A GEMM's output `got` (N x OC) against double-precision products of x (N x C) and w (OC x C,
+// the stored bf16 values) plus `bias` (may be null): with bf16 GEMMs the product of x rounded
+// to bf16, else of x itself, and the other product visibly off (fp32 accumulation of C
+// products is ~1e-6 relative, bf16 rounding of x ~1e-3).
+void expectProductOf(const float* got, const float* x, const float* w, const float* bias, int N,
+                     int OC, int C, bool bf16Gemm) {
+  double errRounded = 0, errPlain = 0, maxRef = 0;
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      double rounded = bias ? bias[o] : 0.0, plain = rounded;
+      for (int c = 0; c < C; ++c) {
+        const float xv = x[n * C + c];
+        rounded += double(ts::kernels::bf16ToFloat(ts::kernels::floatToBf16(xv))) * w[o * C + c];
+        plain += double(xv) * double(w[o * C + c]);
+      }
+      const double v = got[size_t(n) * OC + o];
+      errRounded = std::max(errRounded, std::fabs(v - rounded));
+      errPlain = std::max(errPlain, std::fabs(v - plain));
+      maxRef = std::max(maxRef, std::fabs(plain));
+    }
+  if (bf16Gemm) {
+    EXPECT_LT(errRounded, 2e-5 * maxRef);
+    EXPECT_GT(errPlain, 20 * errRounded) << "bf16 rounding left no trace";
+  } else {
+    EXPECT_LT(errPlain, 2e-5 * maxRef);
+    EXPECT_GT(errRounded, 20 * errPlain);
+  }
+}
+}  // namespace
+
 // With bf16 GEMMs (precision.gemm bf16) c_attn multiplies the bf16-rounded input (ln_1's
 // output) with the bf16 weights: its output equals a double-precision product of exactly those
 // values plus the bias; with fp32 GEMMs it is the product of the unrounded input.
@@ -435,31 +466,9 @@ TEST_P(PrecisionPolicyOn, Bf16GemmSeesBf16RoundedInputs) {
     const auto ln1 = hostCopy(model.activations().blocks[0].attn.in.data);
     const auto qkv = hostCopy(model.activations().blocks[0].attn.qkv.data);
     const auto weights = hostCopy(model.paramBuffer());
-    const float* x = ln1.data();
     const float* w = weights.data() + model.find("h.0.attn.c_attn.weight")->offset;
     const float* bias = weights.data() + model.find("h.0.attn.c_attn.bias")->offset;
-    double errRounded = 0, errPlain = 0, maxRef = 0;
-    for (int n = 0; n < N; ++n)
-      for (int o = 0; o < OC; ++o) {
-        double rounded = bias[o], plain = bias[o];
-        for (int c = 0; c < C; ++c) {
-          const float xv = x[n * C + c];
-          rounded += double(ts::kernels::bf16ToFloat(ts::kernels::floatToBf16(xv))) * w[o * C + c];
-          plain += double(xv) * double(w[o * C + c]);
-        }
-        const double got = qkv[size_t(n) * OC + o];
-        errRounded = std::max(errRounded, std::fabs(got - rounded));
-        errPlain = std::max(errPlain, std::fabs(got - plain));
-        maxRef = std::max(maxRef, std::fabs(plain));
-      }
-    // fp32 accumulation of 160 products is ~1e-6 relative; bf16 rounding of x is ~1e-3.
-    if (bf16Gemm) {
-      EXPECT_LT(errRounded, 2e-5 * maxRef);
-      EXPECT_GT(errPlain, 20 * errRounded) << "bf16 rounding left no trace";
-    } else {
-      EXPECT_LT(errPlain, 2e-5 * maxRef);
-      EXPECT_GT(errRounded, 20 * errPlain);
-    }
+    expectProductOf(qkv.data(), ln1.data(), w, bias, N, OC, C, bf16Gemm);
   }
 }
 
@@ -484,27 +493,8 @@ TEST_P(PrecisionPolicyOn, Bf16GemmHeadSeesBf16RoundedInputs) {
     const auto lnf = hostCopy(model.activations().lnf.data);
     const auto logits = hostCopy(model.activations().logits);
     const auto weights = hostCopy(model.paramBuffer());
-    const float* w = weights.data() + model.find("wte")->offset;
-    double errRounded = 0, errPlain = 0, maxRef = 0;
-    for (int n = 0; n < N; ++n)
-      for (int v = 0; v < V; ++v) {
-        double rounded = 0, plain = 0;
-        for (int c = 0; c < C; ++c) {
-          const float xv = lnf[size_t(n) * C + c];
-          rounded += double(ts::kernels::bf16ToFloat(ts::kernels::floatToBf16(xv))) * w[v * C + c];
-          plain += double(xv) * double(w[v * C + c]);
-        }
-        const double got = logits[size_t(n) * V + v];
-        errRounded = std::max(errRounded, std::fabs(got - rounded));
-        errPlain = std::max(errPlain, std::fabs(got - plain));
-        maxRef = std::max(maxRef, std::fabs(plain));
-      }
-    if (bf16Gemm) {
-      EXPECT_LT(errRounded, 2e-5 * maxRef);
-      EXPECT_GT(errPlain, 20 * errRounded) << "bf16 rounding left no trace";
-    } else {
-      EXPECT_LT(errPlain, 2e-5 * maxRef);
-    }
+    expectProductOf(logits.data(), lnf.data(), weights.data() + model.find("wte")->offset, nullptr,
+                    N, V, C, bf16Gemm);
     model.zeroGrad();
     model.forward(tok.data(), tgt.data(), B, T, 1.f / N);
     model.backward();

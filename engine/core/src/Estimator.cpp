@@ -620,7 +620,7 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       // around each GEMM that reads them (not under bf16 GEMMs, nor for NF4 weights). A fused
       // weight (llama's q|k|v, gate|up) opens whole; the optimizer opens tensor by tensor. The
       // rest of a block (norms, biases, adapters) opens with its group.
-      std::map<int, double> smallV, smallG, gemmMax, tensorMax;
+      std::map<int, double> smallV, smallG, gemmMax, gradGemmMax, tensorMax;
       std::map<std::pair<int, int>, double> gemmV, gemmG;
       std::map<int, bool> trains;
       double firstV = 0, lastV = 0;  // the values before the first block and after the last
@@ -653,7 +653,10 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
         if (t.trainable) smallG[t.block] += n;
       }
       for (const auto& [key, n] : gemmV) gemmMax[key.first] = std::max(gemmMax[key.first], n);
-      for (const auto& [key, n] : gemmG) gemmMax[key.first] = std::max(gemmMax[key.first], n);
+      for (const auto& [key, n] : gemmG) {
+        gemmMax[key.first] = std::max(gemmMax[key.first], n);
+        gradGemmMax[key.first] = std::max(gradGemmMax[key.first], n);
+      }
       std::set<int> blocks;
       for (const auto& t : tensors)
         if (t.block >= 0) blocks.insert(t.block);
@@ -685,12 +688,7 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       } else if (gradWindow) {
         // Gradients only (fp8 quantizes from the whole fp32 weights after every step).
         double moment = headMoment;
-        for (int b : blocks) {
-          double lin = 0;
-          for (const auto& [key, n] : gemmG)
-            if (key.first == b) lin = std::max(lin, n);
-          moment = std::max(moment, tiedFirst + smallG[b] + lin);
-        }
+        for (int b : blocks) moment = std::max(moment, tiedFirst + smallG[b] + gradGemmMax[b]);
         wsPeak += values + 4.0 * moment;
         wsSteady += values;
       } else {

@@ -270,8 +270,7 @@ int64_t kernelScratchPerThread(const ArchSpec& a, const SavedStateOptions& o) {
     // a micro-batch, or a weight's rows or columns; the vocabulary for the bf16 LM head); one
     // lease on the calling thread may span the region, so each thread carries its share.
     const int64_t F = a.dFf, fcPre = a.swiglu ? 2 * F : F;
-    const int64_t d =
-        std::max({o.batch * T, C, a.qkvDim(), fcPre, F, a.vocab});
+    const int64_t d = std::max({o.batch * T, C, a.qkvDim(), fcPre, F, a.vocab});
     const int64_t threads = std::max(1, o.kernelThreads);
     per = std::max(per, (ks::matmulBf16Emulated(d, d, d) + threads - 1) / threads);
   }

@@ -43,6 +43,19 @@ struct Workspace {
 // 2 bytes per value and be less exact).
 using InputRecompute = std::function<void(float* out)>;
 
+// A linear's fp32 input for its backward: recomputed into `scratch` when `saved` is not kept,
+// else the saved values (expanded into `scratch` when stored packed); null when the linear
+// reads the bf16 saved copy itself (`reads16`).
+inline const float* linearInputForBackward(ActivationCompressor& comp, const SavedTensor& saved,
+                                           bool reads16, float* scratch, int64_t rows, int64_t cols,
+                                           const InputRecompute& recompute) {
+  if (saved.empty()) {
+    recompute(scratch);
+    return scratch;
+  }
+  return reads16 ? nullptr : comp.load(saved, scratch, rows, cols);
+}
+
 struct LayerContext {
   kernels::Backend* backend = nullptr;
   ParamArena* arena = nullptr;

@@ -35,6 +35,8 @@ class Mlp {
                 const InputRecompute& recomputeIn) const;
 
  private:
+  // act = the activation of pre (its rows of F, or of [gate | up] for SwiGLU).
+  void activate(const LayerContext& c, float* act, const float* pre) const;
   int C_, F_;
   Activation act_;
   Linear *up_, *down_;

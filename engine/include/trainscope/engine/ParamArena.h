@@ -298,4 +298,31 @@ class ParamArena {
   Tensor nf4Packed_, nf4Codes_, nf4Scales_, nf4Map_;
 };
 
+// A weight's own window around one GEMM (no-ops where it has none): its fp32 values for a read,
+// or its fp32 gradient for an accumulation, rounded into the 16-bit gradient when it closes.
+class WeightWindow {
+ public:
+  enum class Kind { Values, Grads };
+  WeightWindow(ParamArena& arena, const ParamInfo& w, Kind kind)
+      : arena_(arena), w_(w), kind_(kind) {
+    if (kind_ == Kind::Grads)
+      arena_.openWeightGrads(w_);
+    else
+      arena_.openWeightValues(w_);
+  }
+  ~WeightWindow() {
+    if (kind_ == Kind::Grads)
+      arena_.closeWeightGrads(w_, true);
+    else
+      arena_.closeWeightValues(w_);
+  }
+  WeightWindow(const WeightWindow&) = delete;
+  WeightWindow& operator=(const WeightWindow&) = delete;
+
+ private:
+  ParamArena& arena_;
+  const ParamInfo& w_;
+  Kind kind_;
+};
+
 }  // namespace ts::engine
