@@ -388,13 +388,24 @@ void Db::migrate() {
     s.step();
     return s.i64(0) == 0;
   };
-  int v = userVersion();
+  // The version and the emptiness come from one statement, so one snapshot: read apart, a
+  // creator committing between them showed a reader "version 0 but not empty".
+  int v = 0;
+  bool isEmpty = false;
+  {
+    Stmt s(db_,
+           "SELECT (SELECT user_version FROM pragma_user_version), "
+           "(SELECT count(*) FROM sqlite_master)");
+    s.step();
+    v = static_cast<int>(s.i64(0));
+    isEmpty = s.i64(1) == 0;
+  }
   check(v);
   if (v == kRunStoreSchemaVersion) return;
   if (readOnly_) {
     // An engine creating the file has not written its schema yet (or the file is empty): a
     // "locked" wait, which RunStore::open retries until the busy timeout, not a migration.
-    if (v == 0 && empty())
+    if (v == 0 && isEmpty)
       throw StoreError(StoreError::Kind::Locked,
                        "database " + path_ +
                            " holds no run store yet (another process is creating it, or the "
