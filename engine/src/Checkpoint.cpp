@@ -342,7 +342,7 @@ namespace {
 // arena's tensors laid out with `align` / `padTo` (as ParamArena lays them out): how a
 // checkpoint written by another number of ranks (core/ZeroLayout.h) is read back.
 std::pair<std::vector<int64_t>, int64_t> gradLayout(const ParamArena& arena, int64_t align,
-                                                    int64_t padTo) {
+                                                    int64_t padTo, int64_t tensorAlign) {
   auto up = [](int64_t n, int64_t a) { return a > 1 ? (n + a - 1) / a * a : n; };
   std::vector<int64_t> off;
   int64_t g = 0;
@@ -352,6 +352,7 @@ std::pair<std::vector<int64_t>, int64_t> gradLayout(const ParamArena& arena, int
       g = up(g, align);
       block = p.spec.block;
     }
+    if (p.trainable()) g = up(g, tensorAlign);
     off.push_back(p.trainable() ? g : -1);
     if (p.trainable()) g += p.numel;
   }
@@ -402,12 +403,14 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Opti
     // into a rank's shard: remapped tensor by tensor.
     const nlohmann::json extra = s.value("extra", nlohmann::json::object());
     const auto zl = extra.value("zero_layout", nlohmann::json::object());
-    const int64_t srcAlign = zl.value("align", int64_t(1)), srcPad = zl.value("pad_to", int64_t(1));
+    const int64_t srcAlign = zl.value("align", int64_t(1)), srcPad = zl.value("pad_to", int64_t(1)),
+                  srcTensorAlign = zl.value("tensor_align", int64_t(1));
     const bool remap =
         shard.sharded() ||
-        (zl.size() > 0 && (srcAlign != model.options().align || srcPad != model.options().padTo));
+        (zl.size() > 0 && (srcAlign != model.options().align || srcPad != model.options().padTo ||
+                           srcTensorAlign != model.options().tensorAlign));
     std::pair<std::vector<int64_t>, int64_t> src;
-    if (remap) src = gradLayout(model, srcAlign, srcPad);
+    if (remap) src = gradLayout(model, srcAlign, srcPad, srcTensorAlign);
     if (optimizer) {
       const std::string type = s.at("optimizer").at("type").get<std::string>();
       if (type != optimizer->name())
@@ -416,10 +419,15 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Opti
       for (auto& [name, t] : optimizer->state()) {
         // A master the writer did not keep (fp32 without ZeRO) starts from the weights.
         if (remap && name == "master" && !of.has(name)) continue;
-        // Remapped: the whole buffer in the writer's layout; else exactly this run's tensor.
+        // Compact state: the whole state, whatever the writer's ranks. Remapped: the whole
+        // buffer in the writer's layout; else exactly this run's tensor.
+        const auto compact = optimizer->compactSlice(name);
         const size_t eb = of.has(name) ? stateElementBytes(of.entry(name).dtype) : 0;
-        const size_t want = remap ? size_t(src.second) * eb : static_cast<size_t>(t->bytes());
-        if (!of.has(name) || (remap && eb == 0) ||
+        const size_t want =
+            compact ? size_t(compact->total) * size_t(kernels::dtypeBits(t->dtype()) / 8)
+            : remap ? size_t(src.second) * eb
+                    : static_cast<size_t>(t->bytes());
+        if (!of.has(name) || (remap && !compact && eb == 0) ||
             of.entry(name).end - of.entry(name).begin != want)
           throw CheckpointError((dir / "optimizer.safetensors").string() + ": state '" + name +
                                 (remap ? "' is missing or does not match the layout in state.json"
@@ -445,10 +453,19 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Opti
       }
     }
     model.setValuesFromHost(params.data());
+    // This rank's slice of a compact state (8-bit AdamW's) is one run of the whole.
+    auto loadCompact = [&](const std::string& name, Tensor* t) {
+      const auto c = optimizer->compactSlice(name);
+      if (!c) return false;
+      const size_t eb = size_t(kernels::dtypeBits(t->dtype()) / 8);
+      t->copyFromHost(of.bytes(name).data() + size_t(c->offset) * eb);
+      return true;
+    };
     if (optimizer && remap) {
       const int64_t lo = shard.sharded() ? shard.lo : 0;
       const int64_t hi = shard.sharded() ? shard.hi : model.gradSize();
       for (auto& [name, t] : optimizer->state()) {
+        if (loadCompact(name, t)) continue;
         if (name == "master" && !of.has(name)) {
           std::vector<float> m(size_t(t->numel()), 0.f);
           for (const auto& p : model.params()) {
@@ -479,7 +496,8 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Opti
       optimizer->stateLoaded();
     } else if (optimizer) {
       for (auto& [name, t] : optimizer->state())
-        t->copyFromHost(of.bytes(name).data());  // size and dtype checked above
+        if (!loadCompact(name, t))
+          t->copyFromHost(of.bytes(name).data());  // size and dtype checked above
       optimizer->setStepCount(s.at("optimizer").at("step_count").get<int64_t>());
       optimizer->stateLoaded();
     }

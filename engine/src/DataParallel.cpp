@@ -274,7 +274,41 @@ std::vector<std::pair<std::string, Tensor>> DataParallel::gatherOptimizerState(O
                                                                                int root) {
   std::vector<std::pair<std::string, Tensor>> out;
   const bool here = comm_->rank() == root;
+  const int N = comm_->size();
   for (auto& [name, t] : opt.state()) {
+    if (const auto c = opt.compactSlice(name)) {
+      // Compact state (8-bit AdamW's): the ranks' buffers differ in length. Each sends its own
+      // padded to the longest; the root keeps each rank's elements, in rank order.
+      const int64_t eb = kernels::dtypeBits(t->dtype()) / 8;
+      const auto counts = comm_->gatherStrings(std::to_string(t->numel()), root);
+      const int64_t most = static_cast<int64_t>(comm_->allReduceMax(double(t->numel())));
+      Tensor padded(backend_, tracker_, MemoryCategory::Workspace, t->dtype(), {most});
+      padded.zero();
+      if (t->numel() > 0) backend_->copyOnDevice(padded.data(), t->data(), t->bytes());
+      Tensor all, full;
+      if (here) {
+        all = Tensor(backend_, tracker_, MemoryCategory::Workspace, t->dtype(), {most * N});
+        full = Tensor(backend_, tracker_, MemoryCategory::Workspace, t->dtype(), {c->total});
+      }
+      comm_->gatherBytes(padded.data(), most * eb, here ? all.data() : nullptr, root);
+      if (!here) continue;
+      int64_t at = 0;
+      for (int r = 0; r < N; ++r) {
+        const int64_t n = std::stoll(counts.at(size_t(r)));
+        if (at + n > c->total)
+          throw std::logic_error("compact optimizer state: ranks' slices overrun '" + name + "'");
+        if (n > 0)
+          backend_->copyOnDevice(static_cast<char*>(full.data()) + at * eb,
+                                 static_cast<const char*>(all.data()) + int64_t(r) * most * eb,
+                                 n * eb);
+        at += n;
+      }
+      if (at != c->total)
+        throw std::logic_error("compact optimizer state: the ranks' slices of '" + name +
+                               "' do not add up to it");
+      out.emplace_back(name, std::move(full));
+      continue;
+    }
     Tensor full;
     if (here)
       full = Tensor(backend_, tracker_, MemoryCategory::Workspace, t->dtype(),

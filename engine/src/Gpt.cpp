@@ -82,9 +82,11 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels:
   g.lora = config.finetune.lora;
   g.nf4Base = config.finetune.base_quant == "nf4";
   g.distill = !config.distill.teacher_checkpoint.empty();
-  const auto zl = core::zeroLayoutOf(config.parallel.ranks, config.parallel.zero_stage);
+  const auto zl = core::zeroLayoutOf(config.parallel.ranks, config.parallel.zero_stage,
+                                     config.optimizer.state_bits);
   g.arenaAlign = zl.align;
   g.arenaPadTo = zl.padTo;
+  g.arenaTensorAlign = zl.tensorAlign;
   // (16-bit policies run on the CPU backends, which give pages back.)
   g.gradWindow = core::gradWindowOf(pol, config.parallel.ranks, config.parallel.offload_optimizer,
                                     config.parallel.offload_params);
@@ -210,6 +212,7 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   ao.working = config.working;
   ao.align = std::max<int64_t>(1, config.arenaAlign);
   ao.padTo = std::max<int64_t>(1, config.arenaPadTo);
+  ao.tensorAlign = std::max<int64_t>(1, config.arenaTensorAlign);
   ao.masterWeights = config.masterWeights;
   ao.nf4FrozenLinears = config.nf4Base;
   ao.gradWindow = config.gradWindow;

@@ -207,31 +207,51 @@ class AdamW final : public Optimizer {
 
 // 8-bit AdamW (optimizer.state_bits 8; bitsandbytes' AdamW8bit): tensors of at least 4096
 // elements keep m and v as uint8 codes into the dynamic maps with an fp32 absmax per block of
-// 256; smaller tensors keep fp32 state (bitsandbytes' min_8bit_size). In gradient space, like
-// the 32-bit optimizer, so a rank's slice is a slice of each buffer.
+// 256; smaller tensors keep fp32 state (bitsandbytes' min_8bit_size). The state is compact (only
+// the tensors' own elements, in arena order). A ZeRO shard keeps the part of it for its piece of
+// each tensor: the ZeRO layout starts every tensor on a block (core::ZeroLayout's tensorAlign),
+// so a shard boundary never cuts a block and the ranks' buffers in rank order are one rank's.
 class AdamW8 final : public Optimizer {
  public:
   static constexpr int64_t kMin8bit = 4096;
   static constexpr int kBlock = 256;
   AdamW8(const core::OptimizerConfig& c, ParamArena& arena, kernels::Backend* backend,
-         MemoryTracker* tracker)
-      : config_(c), arena_(arena), backend_(backend) {
+         MemoryTracker* tracker, OptimizerShard shard)
+      : config_(c), arena_(arena), backend_(backend), shard_(shard) {
     if (pureBf16(arena))
       throw std::invalid_argument(
           "optimizer.state_bits 8 keeps an fp32 master; it does not combine with pure_bf16");
-    int64_t big = 0, blocks = 0, small = 0;
+    auto blocksOf = [](int64_t n) { return (n + kBlock - 1) / kBlock; };
+    int64_t big = 0, blocks = 0, small = 0;  // this rank's
     for (const auto& p : arena.params()) {
       if (!p.trainable()) continue;
       Slot s;
       s.p = &p;
+      const Piece q = pieceOf(p, shard);
+      const int64_t in = std::max<int64_t>(0, q.in());
+      // Elements of the tensor that ranks before this one keep.
+      const int64_t before =
+          shard.sharded() ? std::clamp(shard.lo - p.gradOffset, int64_t(0), p.numel) : 0;
       if (p.numel >= kMin8bit) {
+        if (in > 0 && ((q.a - p.gradOffset) % kBlock != 0 ||
+                       (q.b != p.gradOffset + p.numel && (q.b - p.gradOffset) % kBlock != 0)))
+          throw std::logic_error("8-bit AdamW: the shard [" + std::to_string(shard.lo) + ", " +
+                                 std::to_string(shard.hi) + ") cuts a block of '" + p.name +
+                                 "' (the arena was not built with core::ZeroLayout's "
+                                 "tensorAlign)");
         s.q = big;
         s.block = blocks;
-        big += p.numel;
-        blocks += (p.numel + kBlock - 1) / kBlock;
+        big += in;
+        blocks += blocksOf(in);
+        codes_.offset += before;
+        codes_.total += p.numel;
+        absmax_.offset += blocksOf(before);
+        absmax_.total += blocksOf(p.numel);
       } else {
         s.f = small;
-        small += p.numel;
+        small += in;
+        fp32_.offset += before;
+        fp32_.total += p.numel;
       }
       slots_.push_back(s);
     }
@@ -253,7 +273,7 @@ class AdamW8 final : public Optimizer {
     mapV_ = Tensor(backend, nullptr, MemoryCategory::Workspace, DType::F32, {256});
     mapM_.copyFromHost(ms.data());
     mapV_.copyFromHost(mu.data());
-    master_ = makeMaster(arena, backend, tracker, {});
+    master_ = makeMaster(arena, backend, tracker, shard);
   }
   void step(float lr) override {
     ScopedRange r("adamw_8bit", SpanCategory::Optimizer);
@@ -266,20 +286,23 @@ class AdamW8 final : public Optimizer {
     forEachTrainable(arena_, [&](const ParamInfo& p) {
       const Slot& s = slots_.at(next++);
       if (s.p != &p) throw std::logic_error("8-bit AdamW: state slots out of arena order");
+      const Piece q = pieceOf(p, shard_);
+      if (q.in() <= 0) return;  // another rank's
       const float wd = p.decay ? static_cast<float>(config_.weight_decay) : 0.f;
-      float* w = targetOf(arena_, master_, p, pieceOf(p, {}), {});
+      float* w = targetOf(arena_, master_, p, q, shard_);
+      const float* g = gradOf(arena_, p, q);
       if (s.q >= 0) {
         auto* qm = static_cast<uint8_t*>(qm_.data()) + s.q;
         auto* qv = static_cast<uint8_t*>(qv_.data()) + s.q;
-        backend_->adamw8bitUpdate(w, arena_.grad(p), qm, qv, am_.f32() + s.block,
-                                  av_.f32() + s.block, mapM_.f32(), mapV_.f32(), p.numel, kBlock,
-                                  lr, b1, b2, eps, wd, t_);
+        backend_->adamw8bitUpdate(w, g, qm, qv, am_.f32() + s.block, av_.f32() + s.block,
+                                  mapM_.f32(), mapV_.f32(), q.in(), kBlock, lr, b1, b2, eps, wd,
+                                  t_);
       } else {
-        backend_->adamwUpdate(w, arena_.grad(p), m_.f32() + s.f, v_.f32() + s.f, p.numel, lr, b1,
-                              b2, eps, wd, t_);
+        backend_->adamwUpdate(w, g, m_.f32() + s.f, v_.f32() + s.f, q.in(), lr, b1, b2, eps, wd,
+                              t_);
       }
     });
-    if (!master_.empty()) arena_.setWeightsFrom(master_.f32());
+    publish(arena_, master_, false, shard_);
   }
   int64_t stepCount() const override { return t_; }
   void setStepCount(int64_t n) override { t_ = n; }
@@ -291,6 +314,13 @@ class AdamW8 final : public Optimizer {
     return s;
   }
   std::string name() const override { return "adamw8bit"; }
+  const Tensor* shardMaster() const override { return master_.empty() ? nullptr : &master_; }
+  std::optional<CompactSlice> compactSlice(const std::string& name) const override {
+    const auto dot = name.find('.');
+    if (dot == std::string::npos) return std::nullopt;  // the master: gradient space
+    const std::string kind = name.substr(dot + 1);
+    return kind == "codes" ? codes_ : kind == "absmax" ? absmax_ : fp32_;
+  }
 
  private:
   struct Slot {
@@ -301,7 +331,9 @@ class AdamW8 final : public Optimizer {
   core::OptimizerConfig config_;
   ParamArena& arena_;
   kernels::Backend* backend_;
+  OptimizerShard shard_;
   std::vector<Slot> slots_;
+  CompactSlice codes_, absmax_, fp32_;  // where this rank's buffers sit in the whole state
   Tensor qm_, qv_, am_, av_, m_, v_, mapM_, mapV_, master_;
   int64_t t_ = 0;
 };
@@ -368,13 +400,8 @@ class Sgd final : public Optimizer {
 std::unique_ptr<Optimizer> makeOptimizer(const core::OptimizerConfig& config, ParamArena& arena,
                                          kernels::Backend* backend, MemoryTracker* tracker,
                                          OptimizerShard shard) {
-  if (config.type == "adamw" && config.state_bits == 8) {
-    if (shard.sharded())
-      throw std::invalid_argument(
-          "optimizer.state_bits 8 keeps blockwise state per tensor and is not sharded: use "
-          "parallel.zero_stage 0 with it");
-    return std::make_unique<AdamW8>(config, arena, backend, tracker);
-  }
+  if (config.type == "adamw" && config.state_bits == 8)
+    return std::make_unique<AdamW8>(config, arena, backend, tracker, shard);
   if (config.state_bits != 32)
     throw std::invalid_argument("optimizer.state_bits " + std::to_string(config.state_bits) +
                                 " needs optimizer.type adamw (8-bit AdamW); " + config.type +

@@ -30,7 +30,9 @@ void roundTrip(kernels::Backend& be, DType dt, float* f32, uint16_t* h, int64_t 
 ParamArena::ParamArena(std::vector<core::TensorSpec> tensors, kernels::Backend* backend,
                        MemoryTracker* tracker, ArenaOptions options)
     : backend_(backend), options_(options) {
-  if (options_.align < 1) throw std::invalid_argument("arena alignment must be >= 1");
+  if (options_.align < 1 || options_.tensorAlign < 1 || options_.align % options_.tensorAlign != 0)
+    throw std::invalid_argument(
+        "arena alignments must be >= 1, the group's a multiple of the tensor's");
   if (mixed() && options_.working != DType::BF16 && options_.working != DType::F16)
     throw std::invalid_argument("working precision must be fp32, bf16 or fp16");
   // Groups: runs of consecutive tensors of the same block (the description stores block by
@@ -69,11 +71,13 @@ ParamArena::ParamArena(std::vector<core::TensorSpec> tensors, kernels::Backend* 
       qCodes += q.blocks();
       qScales += q.scaleCount();
     } else {
+      if (t.trainable) off = roundUp(off, options_.tensorAlign);
       p.offset = off;
       off += p.numel;
     }
     numParams_ += p.numel;
     if (t.trainable) {
+      goff = roundUp(goff, options_.tensorAlign);
       p.gradOffset = goff;
       goff += p.numel;
       trainable_ += p.numel;

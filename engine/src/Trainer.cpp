@@ -79,10 +79,6 @@ std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
   if (stage >= 1 && pol == "pure_bf16" && c.finetune.lora.r > 0)
     add("parallel.zero_stage", stage,
         "pure_bf16 keeps no fp32 master to shard over a frozen base: use precision.policy bf16");
-  if (stage >= 1 && c.optimizer.state_bits == 8)
-    add("parallel.zero_stage", stage,
-        "8-bit AdamW keeps blockwise state per tensor, which is not sharded (use zero_stage 0 "
-        "or optimizer.state_bits 32)");
   if (stage >= 3 && pol == "fp8")
     add("parallel.zero_stage", stage,
         "fp8 re-quantizes every weight after each step, which needs the whole weights: use "
@@ -491,7 +487,8 @@ TrainResult Trainer::run() {
       st.extra["zero_layout"] = {{"ranks", ranks},
                                  {"stage", dp->stage()},
                                  {"align", pa.options().align},
-                                 {"pad_to", pa.options().padTo}};
+                                 {"pad_to", pa.options().padTo},
+                                 {"tensor_align", pa.options().tensorAlign}};
     }
     struct Release {
       DataParallel* dp;

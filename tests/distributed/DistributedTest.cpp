@@ -531,6 +531,136 @@ TEST_F(Distributed, CheckpointFromTwoRanksResumesOnFourAndOnOne) {
   EXPECT_LE(maxDiff(w1, weightsAt(finalCheckpoint(on1, 6))), kWeightTol);
 }
 
+namespace {
+// Elements of b further than `tol` from a's.
+int64_t countBeyond(const Weights& a, const Weights& b, double tol) {
+  int64_t n = 0;
+  for (const auto& [name, va] : a) {
+    const auto& vb = b.at(name);
+    for (size_t i = 0; i < va.size() && i < vb.size(); ++i)
+      n += std::fabs(double(va[i]) - double(vb[i])) > tol;
+  }
+  return n;
+}
+int64_t countElements(const Weights& w) {
+  int64_t n = 0;
+  for (const auto& [name, v] : w) n += int64_t(v.size());
+  return n;
+}
+// The bytes of one optimizer state tensor of a checkpoint.
+std::string stateBytes(const fs::path& ckpt, const std::string& name) {
+  const std::string file = readText(ckpt / "optimizer.safetensors");
+  const auto f =
+      ts::engine::SafetensorsFile::parse(file, (ckpt / "optimizer.safetensors").string());
+  return std::string(f.bytes(name));
+}
+}  // namespace
+
+// 8-bit AdamW under ZeRO 1-3: each rank keeps the blockwise state of its piece of every tensor
+// (the ZeRO layout starts each tensor on a 256-element block, so no block is cut). Equality with
+// one rank is to fp32 summation order, as for 32-bit state, except that a summation difference
+// can move m or v across a code boundary: that element's update then differs by one step of the
+// dynamic map (at most lr x a few % per step), so a handful of elements may differ by more.
+TEST_F(Distributed, EightBitAdamWShardsItsBlockwiseState) {
+  const std::vector<std::string> eight = {"optimizer.state_bits=8", "train.steps=4"};
+  auto with = [&](std::vector<std::string> s) {
+    s.insert(s.end(), eight.begin(), eight.end());
+    return s;
+  };
+  const RunOutput ref = train("ref", 1, with({"train.micro_batch=16"}));
+  ASSERT_EQ(ref.exitCode, 0) << describe(ref);
+  const fs::path refCkpt = finalCheckpoint(ref, 4);
+  const Weights w1 = weightsAt(refCkpt);
+  const int64_t total = countElements(w1);
+  // The 8-bit state is in use: 32-bit AdamW moves most elements elsewhere.
+  const RunOutput ref32 = train("ref32", 1, {"train.micro_batch=16", "train.steps=4"});
+  ASSERT_EQ(ref32.exitCode, 0) << describe(ref32);
+  EXPECT_GT(countBeyond(w1, weightsAt(finalCheckpoint(ref32, 4)), kWeightTol), total / 10);
+  const json* refMem = ref.first("memory");
+  ASSERT_TRUE(refMem);
+  const int64_t refState = refMem->at("ranks")
+                               .at(0)
+                               .at("tiers")
+                               .at("device")
+                               .at("optimizer_state")
+                               .at("current")
+                               .get<int64_t>();
+  const std::string refCodes = stateBytes(refCkpt, "exp_avg.codes");
+  for (const auto& [n, stage] : std::vector<std::pair<int, int>>{{2, 1}, {2, 2}, {2, 3}, {4, 3}}) {
+    SCOPED_TRACE("ranks " + std::to_string(n) + ", stage " + std::to_string(stage));
+    const RunOutput r = train("n" + std::to_string(n) + "z" + std::to_string(stage), n,
+                              with({"train.micro_batch=" + std::to_string(16 / n),
+                                    "parallel.zero_stage=" + std::to_string(stage)}));
+    ASSERT_EQ(r.exitCode, 0) << describe(r);
+    const fs::path ckpt = finalCheckpoint(r, 4);
+    const Weights wn = weightsAt(ckpt);
+    EXPECT_LE(maxDiff(w1, wn), 1e-4);
+    EXPECT_LE(countBeyond(w1, wn, kWeightTol), total / 1000);
+    // Rank 0 wrote the ranks' gathered state in the one-rank layout: the same codes but for
+    // such boundary cases.
+    const std::string codes = stateBytes(ckpt, "exp_avg.codes");
+    ASSERT_EQ(codes.size(), refCodes.size());
+    int64_t differ = 0;
+    for (size_t i = 0; i < codes.size(); ++i) differ += codes[i] != refCodes[i];
+    EXPECT_LE(differ, int64_t(codes.size()) / 1000);
+    // Memory: the ranks' states add up to one rank's (nothing duplicated, no block split in
+    // two), each holds its share, and the estimator predicted every rank's to the byte.
+    const json* mem = r.first("memory");
+    const json* plan = r.first("memory_plan");
+    ASSERT_TRUE(mem && plan);
+    const json& planRanks =
+        plan->contains("report") ? plan->at("report").at("ranks") : plan->at("ranks");
+    int64_t sum = 0;
+    for (const auto& rk : mem->at("ranks")) {
+      const int rank = rk.at("rank").get<int>();
+      const json& d = rk.at("tiers").at("device");
+      const int64_t opt = d.at("optimizer_state").at("current").get<int64_t>();
+      sum += opt;
+      EXPECT_LE(double(opt), 1.5 * double(refState) / n) << rank;  // padding: not exactly 1/N
+      const json& p = planRanks.at(size_t(rank)).at("tiers").at("device");
+      for (const char* c : {"parameters", "gradients", "optimizer_state", "workspace"}) {
+        EXPECT_EQ(d.at(c).at("current"), p.at(c).at("current")) << "rank " << rank << " " << c;
+        EXPECT_EQ(d.at(c).at("peak"), p.at(c).at("peak")) << "rank " << rank << " " << c;
+      }
+    }
+    EXPECT_EQ(sum, refState);
+  }
+  // Mixed precision: the shard's fp32 master next to its 8-bit state.
+  const RunOutput b1 = train("bf16ref", 1, with({"train.micro_batch=16", "precision.policy=bf16"}));
+  ASSERT_EQ(b1.exitCode, 0) << describe(b1);
+  const RunOutput b2 = train(
+      "bf16z2", 2, with({"train.micro_batch=8", "precision.policy=bf16", "parallel.zero_stage=2"}));
+  ASSERT_EQ(b2.exitCode, 0) << describe(b2);
+  // One bf16 ulp of a 0.1-sized weight is 2^-11 ~ 5e-4 (a summation difference can flip it).
+  EXPECT_LE(maxDiff(weightsAt(finalCheckpoint(b1, 4)), weightsAt(finalCheckpoint(b2, 4))), 1e-3);
+}
+
+// A checkpoint of 8-bit state written by 2 ranks (ZeRO-2) resumes on 4 ranks (ZeRO-3, the
+// state cut elsewhere) and on 1 rank, where the uninterrupted run ends.
+TEST_F(Distributed, EightBitStateCheckpointMovesBetweenRankCounts) {
+  auto with = [&](std::vector<std::string> s) {
+    s.insert(s.begin(), {"optimizer.state_bits=8", "train.steps=6"});  // a later steps= wins
+    return s;
+  };
+  const RunOutput ref = train("ref", 1, with({"train.micro_batch=16"}));
+  ASSERT_EQ(ref.exitCode, 0) << describe(ref);
+  const Weights w1 = weightsAt(finalCheckpoint(ref, 6));
+  const RunOutput first =
+      train("first", 2, with({"train.micro_batch=8", "train.steps=3", "parallel.zero_stage=2"}));
+  ASSERT_EQ(first.exitCode, 0) << describe(first);
+  const fs::path ckpt = finalCheckpoint(first, 3);
+  const RunOutput on4 =
+      train("on4", 4, with({"train.micro_batch=4", "parallel.zero_stage=3"}), ckpt.string());
+  ASSERT_EQ(on4.exitCode, 0) << describe(on4);
+  const RunOutput on1 = train("on1", 1, with({"train.micro_batch=16"}), ckpt.string());
+  ASSERT_EQ(on1.exitCode, 0) << describe(on1);
+  for (const RunOutput* r : {&on4, &on1}) {
+    const Weights w = weightsAt(finalCheckpoint(*r, 6));
+    EXPECT_LE(maxDiff(w1, w), 1e-4);
+    EXPECT_LE(countBeyond(w1, w, kWeightTol), countElements(w1) / 1000);
+  }
+}
+
 TEST_F(Distributed, RankZeroAloneRecordsAndTheEngineStartsMpirunItself) {
   // parallel.ranks 2 without mpirun: the engine relaunches itself under it.
   const RunOutput r =

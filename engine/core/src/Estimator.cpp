@@ -571,8 +571,22 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
                           stage >= 1 && P == est.params.total && paramTier == Tier::Device &&
                           (optTier == Tier::Device || (lower(cfg.optimizer.type) == "adamw" &&
                                                        cfg.optimizer.state_bits == 32));
+  const ZeroLayout zlayout = zeroLayoutOf(ranks, stage, cfg.optimizer.state_bits);
   const std::vector<ZeroGroup> zgroups =
-      zeroEngine ? zeroGroups(tensors, zeroLayoutOf(ranks, stage)) : std::vector<ZeroGroup>{};
+      zeroEngine ? zeroGroups(tensors, zlayout) : std::vector<ZeroGroup>{};
+  // 8-bit AdamW over a shard: each tensor's piece keeps its blocks' state (compact), the
+  // master the whole shard (Optimizer.cpp's AdamW8).
+  auto adam8Shard = [&](int64_t lo, int64_t hi) {
+    const auto offs = zeroTensorOffsets(tensors, zlayout);
+    double bytes = pb.master * double(hi - lo);
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (offs[i] < 0) continue;
+      const int64_t n = tensors[i].numel();
+      const int64_t k = std::max<int64_t>(0, std::min(offs[i] + n, hi) - std::max(offs[i], lo));
+      bytes += n >= 4096 ? double(2 * k + 8 * ceilDiv(k, 256)) : double(8 * k);
+    }
+    return bytes;
+  };
   const int64_t zeroTotal = zgroups.empty() ? 0 : zgroups.back().offset + zgroups.back().numel;
   for (int r = 0; r < reported; ++r) {
     RankMemory rm;
@@ -723,8 +737,10 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
         setEntry(rm, Tier::Device, Cat::Gradients, gCur * 4, gPeak * 4);
       }
       if (optTier == Tier::Device) {
-        setEntry(rm, Tier::Device, Cat::OptimizerState, own * (optBytes / double(P)),
-                 own * (optBytes / double(P)));
+        const auto [lo, hi] = zeroShard(zeroTotal, ranks, r);
+        const double o8 = cfg.optimizer.state_bits == 8 ? adam8Shard(lo, hi) : 0;
+        const double o = cfg.optimizer.state_bits == 8 ? o8 : own * (optBytes / double(P));
+        setEntry(rm, Tier::Device, Cat::OptimizerState, o, o);
       } else {
         // Offloaded (OffloadedOptimizer.cpp): m, v and an fp32 master of the shard on the host
         // or in files, the shard's reduced gradients copied to the host each step; nvme streams

@@ -94,7 +94,8 @@ struct GptConfig {
   // Parameter arena: each group (embeddings, every block, the head) starts at a multiple of
   // this many elements (ParamArena.h; a ZeRO shard or a block as one aligned slice).
   int64_t arenaAlign = 1;
-  int64_t arenaPadTo = 1;  // total length padded to a multiple (ZeRO: ranks x aligned shards)
+  int64_t arenaPadTo = 1;        // total length padded to a multiple (ZeRO: ranks x aligned shards)
+  int64_t arenaTensorAlign = 1;  // trainable tensors start on multiples (ZeRO with 8-bit AdamW)
   // 16-bit gradients without a resident fp32 copy (ParamArena's gradWindow; one rank, the
   // optimizer on the device: core::gradWindowOf).
   bool gradWindow = false;

@@ -6,6 +6,7 @@
 // (PyTorch semantics).
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,17 @@ class Optimizer {
   virtual void stateLoaded() {}
   // Per-step numbers for step events (offload: bytes moved, I/O time); empty by default.
   virtual nlohmann::json takeStepStats() { return nlohmann::json::object(); }
+  // A state tensor kept compact rather than in gradient space (8-bit AdamW's codes, absmaxes
+  // and small tensors' fp32 state): this rank's buffer is the elements [offset, offset +
+  // numel) of the whole state, `total` long and the same for any number of ranks, so the ranks'
+  // buffers in rank order are the one-rank state. nullopt: a slice of gradient space.
+  struct CompactSlice {
+    int64_t offset = 0, total = 0;
+  };
+  virtual std::optional<CompactSlice> compactSlice(const std::string& name) const {
+    (void)name;
+    return std::nullopt;
+  }
 };
 
 // The part of gradient space an optimizer updates and keeps state for: everything (hi < 0), or

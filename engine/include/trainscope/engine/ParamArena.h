@@ -61,6 +61,9 @@ struct ArenaOptions {
   // fp32 buffers are compute copies, category workspace).
   DType working = DType::F32;
   int64_t align = 1;  // each group starts at a multiple of this many elements
+  // Each trainable tensor starts at a multiple of this many elements (core::ZeroLayout's
+  // tensorAlign: 8-bit AdamW's blocks under ZeRO).
+  int64_t tensorAlign = 1;
   // The value and gradient buffers' lengths are padded (in the last group) to a multiple of
   // this: ZeRO splits them into equal, aligned rank shards.
   int64_t padTo = 1;

@@ -19,13 +19,44 @@ namespace ts::core {
 
 inline constexpr int64_t kZeroAlign = 2048;
 
+// 8-bit AdamW's blocks of state (256 elements of a tensor, one absmax each).
+inline constexpr int64_t kAdam8Block = 256;
+
 struct ZeroLayout {
   int64_t align = 1, padTo = 1;
+  // Every trainable tensor starts at a multiple of this (8-bit AdamW: kAdam8Block, so a shard
+  // boundary, a multiple of kZeroAlign, never cuts one of a tensor's blocks of state and every
+  // rank quantizes exactly the blocks one rank would).
+  int64_t tensorAlign = 1;
 };
 
-inline ZeroLayout zeroLayoutOf(int ranks, int stage) {
-  if (ranks > 1 && stage >= 1) return {kZeroAlign, int64_t(ranks) * kZeroAlign};
+inline ZeroLayout zeroLayoutOf(int ranks, int stage, int stateBits = 32) {
+  if (ranks > 1 && stage >= 1)
+    return {kZeroAlign, int64_t(ranks) * kZeroAlign, stateBits == 8 ? kAdam8Block : 1};
   return {};
+}
+
+// Gradient-space offset of each trainable tensor in the layout (-1 for a frozen one).
+inline std::vector<int64_t> zeroTensorOffsets(const std::vector<TensorSpec>& tensors,
+                                              ZeroLayout layout) {
+  auto up = [](int64_t n, int64_t a) { return a > 1 ? (n + a - 1) / a * a : n; };
+  std::vector<int64_t> out;
+  int64_t off = 0;
+  int block = -2;
+  for (const auto& t : tensors) {
+    if (!t.trainable) {
+      out.push_back(-1);
+      continue;
+    }
+    if (t.block != block) {
+      if (block != -2) off = up(off, layout.align);
+      block = t.block;
+    }
+    off = up(off, layout.tensorAlign);
+    out.push_back(off);
+    off += t.numel();
+  }
+  return out;
 }
 
 // One group of the layout: [offset, offset + numel) including its trailing padding.
@@ -51,7 +82,7 @@ inline std::vector<ZeroGroup> zeroGroups(const std::vector<TensorSpec>& tensors,
       groups.push_back({t.block, off, 0});
       open = true;
     }
-    off += t.numel();
+    off = up(off, layout.tensorAlign) + t.numel();
   }
   if (open) {
     off = up(up(off, layout.align), layout.padTo);
