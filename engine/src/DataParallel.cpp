@@ -212,6 +212,7 @@ void DataParallel::awaitGather(Group& g) {
   // The fp32 compute copy of the whole group from the gathered 16-bit weights.
   arena_->finishWeightUpdate(g.vlo, g.vhi, false);
   g.gathered = true;
+  if (onGathered && g.block >= 0) onGathered(g.block);
 }
 
 void DataParallel::release(Group& g) {
@@ -429,8 +430,10 @@ void DataParallel::optimizerStep(Optimizer& opt, float lr) {
     for (auto& g : groups_)
       if (!g.gathered) dropOwned(std::max(g.vlo, vlo_), std::min(g.vhi, vhi_));
   };
+  // Stage 3 notifies with the shard alone here: fp8 copies are made per block when gathered
+  // (Gpt::setFp8QuantizeOnGather), not from these partial weights.
   if (paramsOffloaded() && arena_->allTrainable()) {
-    arena_->finishWeightUpdate(vlo_, vhi_, false);
+    arena_->finishWeightUpdate(vlo_, vhi_, true);
     evict();
     return;
   }
@@ -456,7 +459,7 @@ void DataParallel::optimizerStep(Optimizer& opt, float lr) {
   }
   if (stage_ >= 3) {
     // Each rank's shard is current; the rest is gathered when a block next needs it.
-    arena_->finishWeightUpdate(vlo_, vhi_, false);
+    arena_->finishWeightUpdate(vlo_, vhi_, true);
     return;
   }
   ScopedRange r("all_gather_weights", SpanCategory::Communication);

@@ -219,7 +219,11 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   ao.valueWindow = config.valueWindow;
   arena_ = ParamArena(std::move(tensors), backend_, tracker_, ao);
   arena_.onWeightsChanged = [this] {
-    if (fp8()) quantizeFp8Weights();
+    if (!fp8()) return;
+    if (fp8OnGather_)
+      std::fill(fp8Stale_.begin(), fp8Stale_.end(), 1);
+    else
+      quantizeFp8Weights();
   };
   // The layers are wired from the description's slots (core::BlockSlot): which tensors are a
   // block's norms, its packed q|k|v, its output projection, its MLP's up and down projections.
@@ -396,6 +400,35 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
 void Gpt::quantizeFp8Weights() {
   ScopedRange r("fp8_quantize_weights", SpanCategory::Elementwise);
   for (auto& lin : linears_) lin.quantizeFp8Weight();
+  std::fill(fp8Stale_.begin(), fp8Stale_.end(), 0);
+}
+
+void Gpt::reduceFp8Amaxes(bool grads,
+                          const std::function<void(std::vector<double>&)>& maxOverRanks) {
+  if (config_.fp8 != GptConfig::Fp8Recipe::Delayed) return;  // blockwise: no histories
+  std::vector<double> amax;
+  amax.reserve(linears_.size());
+  for (const auto& lin : linears_) {
+    const Fp8Site& s = lin.fp8Site();
+    amax.push_back((grads ? s.g : s.x).last());
+  }
+  maxOverRanks(amax);
+  for (size_t i = 0; i < linears_.size(); ++i) {
+    Fp8Site& s = linears_[i].fp8Site();
+    (grads ? s.g : s.x).replaceLast(static_cast<float>(amax[i]));
+  }
+}
+
+void Gpt::setFp8QuantizeOnGather(bool on) {
+  fp8OnGather_ = on && fp8();
+  fp8Stale_.assign(static_cast<size_t>(config_.layers), 0);
+}
+
+void Gpt::fp8BlockGathered(int layer) {
+  if (!fp8OnGather_ || layer < 0 || layer >= config_.layers || !fp8Stale_[size_t(layer)]) return;
+  ScopedRange r("fp8_quantize_weights", SpanCategory::Elementwise);
+  for (int j = 0; j < 4; ++j) linears_[size_t(4 * layer + j)].quantizeFp8Weight();
+  fp8Stale_[size_t(layer)] = 0;
 }
 
 namespace {
@@ -478,8 +511,9 @@ void Gpt::loadFp8State(const nlohmann::json& state) {
   for (size_t i = 0; i < next.size(); ++i) linears_[i].fp8Site() = std::move(next[i]);
   if (config_.fp8 != GptConfig::Fp8Recipe::Delayed) return;  // blockwise: weights are current
   // setWeightsFrom() quantized with (and recorded into) the fresh histories; redo it with the
-  // scales the saved fp8 weights had.
+  // scales the saved fp8 weights had. (Quantized on gather: the whole weights are here now.)
   for (auto& lin : linears_) lin.quantizeFp8WeightDelayed(lin.fp8Site().wUsed);
+  std::fill(fp8Stale_.begin(), fp8Stale_.end(), 0);
 }
 
 void Gpt::initWeights(uint64_t seed) {

@@ -193,7 +193,9 @@ void Linear::forwardBase(float* out, const float* inp, int N, const LinearScratc
     } else {
       if (!recompute) site_.xUsed = site_.x.scale();
       backend_->fakeQuantizeFp8(inp, X, n, Fp8Format::E4M3, site_.xUsed);
-      if (!recompute) site_.x.record(backend_->amax(inp, n));
+      // Training forwards only: evaluation must not move training's scales (and its batches
+      // differ with the rank count, so the ranks' histories would too).
+      if (!recompute && (!s.dropout || s.dropout->training)) site_.x.record(backend_->amax(inp, n));
     }
     dequantizeFp8Weight(W);
     backend_->matmul(out, X, W, N, OC, IC, false, true, 1.f, beta);

@@ -49,6 +49,7 @@ class SingleCommunicator final : public Communicator {
   void barrier() override {}
   double allReduceSum(double v) override { return v; }
   double allReduceMax(double v) override { return v; }
+  void allReduceMax(std::vector<double>&) override {}
   std::vector<std::string> gatherStrings(const std::string& mine, int) override { return {mine}; }
 };
 
@@ -265,6 +266,16 @@ class MpiCommunicator final : public Communicator {
 
   double allReduceSum(double v) override { return reduceHost(v, MPI_SUM); }
   double allReduceMax(double v) override { return reduceHost(v, MPI_MAX); }
+  void allReduceMax(std::vector<double>& v) override {
+    if (size_ == 1 || v.empty()) return;
+    std::vector<double> out(v.size());
+    std::vector<MPI_Request> req(1);
+    check(MPI_Iallreduce(v.data(), out.data(), int(v.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD,
+                         &req[0]),
+          "MPI_Iallreduce");
+    waitAll(req, "all-reduce");
+    v = std::move(out);
+  }
 
   std::vector<std::string> gatherStrings(const std::string& mine, int root) override {
     int len = int(mine.size());

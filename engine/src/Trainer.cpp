@@ -79,10 +79,6 @@ std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
   if (stage >= 1 && pol == "pure_bf16" && c.finetune.lora.r > 0)
     add("parallel.zero_stage", stage,
         "pure_bf16 keeps no fp32 master to shard over a frozen base: use precision.policy bf16");
-  if (stage >= 3 && pol == "fp8")
-    add("parallel.zero_stage", stage,
-        "fp8 re-quantizes every weight after each step, which needs the whole weights: use "
-        "zero_stage 2 with fp8");
   if (stage >= 2 && c.device.backend == "cuda")
     add("parallel.zero_stage", stage,
         "ZeRO 2 and 3 give a rank's unowned pages back, which the cuda backend cannot yet (use "
@@ -262,6 +258,10 @@ TrainResult Trainer::run() {
       dp = std::make_unique<DataParallel>(comm, &model->arena(), backend_, &tracker_,
                                           config_.parallel.zero_stage);
       model->setHooks(dp->hooks());
+      if (dp->stage() >= 3 && model->fp8()) {
+        model->setFp8QuantizeOnGather(true);
+        dp->onGathered = [m = model.get()](int layer) { m->fp8BlockGathered(layer); };
+      }
     }
     if (config_.parallel.offload_optimizer != "none") {
       OffloadOptions oo;
@@ -430,7 +430,7 @@ TrainResult Trainer::run() {
       result.lastCheckpoint = loaded.path;
       // 16-bit working copy from the loaded (16-bit representable) weights.
       if (model->mixed()) model->roundWeights();
-      if (dp) dp->reshard();  // ZeRO-3: the unowned pages of the whole loaded weights go back
+      // Before the reshard: the fp8 weights are re-quantized from the whole loaded weights.
       if (model->fp8()) {
         if (loaded.state.extra.contains("fp8"))
           model->loadFp8State(loaded.state.extra["fp8"]);
@@ -440,6 +440,7 @@ TrainResult Trainer::run() {
                                 " has no fp8 scaling state (written before it was saved): the "
                                 "amax histories start empty"}});
       }
+      if (dp) dp->reshard();  // ZeRO-3: the unowned pages of the whole loaded weights go back
       log("resumed from " + loaded.path + " at step " + std::to_string(step));
     } catch (const std::exception& e) {
       return fail("resume: " + std::string(e.what()), true);
@@ -799,10 +800,14 @@ TrainResult Trainer::run() {
         } else {
           lossSum += model->forward(in, tg, B, T, dloss, &c);
         }
+        // fp8: every rank keeps the amax histories of the whole batch.
+        auto maxOverRanks = [&](std::vector<double>& v) { comm->allReduceMax(v); };
+        if (ranks > 1 && model->fp8()) model->reduceFp8Amaxes(false, maxOverRanks);
         count += c;
         compStats = model->compressionStats();
         if (dp) dp->beginBackward();
         model->backward();
+        if (ranks > 1 && model->fp8()) model->reduceFp8Amaxes(true, maxOverRanks);
         if (dp) dp->endMicroBatch();
       }
     }

@@ -30,12 +30,23 @@ void Fp8DelayedScale::record(float amax) {
     history_[pos_] = amax;
     pos_ = (pos_ + 1) % history_.size();
   }
+  previous_ = scale_;
+  rescale(previous_);
+}
+
+void Fp8DelayedScale::replaceLast(float amax) {
+  if (history_.empty()) return;
+  history_[lastIndex()] = amax;
+  rescale(previous_);
+}
+
+void Fp8DelayedScale::rescale(float previous) {
   // Max over the finite entries: one overflowed step must not poison the scale for the whole
   // history (that step's own values saturate instead).
   float m = 0.0f;
   for (float a : history_)
     if (a <= 3.40282347e38f && a > m) m = a;
-  scale_ = fp8ScaleFor(m, format_, margin_, scale_);
+  scale_ = fp8ScaleFor(m, format_, margin_, previous);
 }
 
 void Fp8DelayedScale::restore(std::vector<float> history, size_t position, float scale) {
@@ -53,6 +64,7 @@ void Fp8DelayedScale::restore(std::vector<float> history, size_t position, float
   history_.reserve(static_cast<size_t>(length_));
   pos_ = position;
   scale_ = scale;
+  previous_ = scale;
 }
 
 }  // namespace ts::kernels

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -658,6 +659,76 @@ TEST_F(Distributed, EightBitStateCheckpointMovesBetweenRankCounts) {
     const Weights w = weightsAt(finalCheckpoint(*r, 6));
     EXPECT_LE(maxDiff(w1, w), 1e-4);
     EXPECT_LE(countBeyond(w1, w, kWeightTol), countElements(w1) / 1000);
+  }
+}
+
+namespace {
+// Every fp8 amax history of a checkpoint (state.json extra.fp8), as floats, by site and tensor.
+std::map<std::string, std::vector<float>> amaxHistories(const fs::path& ckpt) {
+  const auto fp8 = json::parse(readText(ckpt / "state.json")).at("extra").at("fp8");
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& site : fp8.at("sites"))
+    for (const char* k : {"x", "w", "g"}) {
+      auto& h = out[site.at("weight").get<std::string>() + "." + k];
+      for (const auto& bits : site.at(k).at("history")) {
+        const uint32_t u = bits.get<uint32_t>();
+        float f;
+        std::memcpy(&f, &u, sizeof f);
+        h.push_back(f);
+      }
+    }
+  return out;
+}
+}  // namespace
+
+// fp8 (delayed scaling) on several ranks: each micro-batch's amaxes are max-reduced over the
+// ranks, so every rank quantizes with the scales one rank has over the whole batch; under ZeRO-3
+// a block's fp8 weights are made when it is gathered after an update. The amax histories equal
+// one rank's (without the reduction each rank's inputs are half the batch and their amaxes
+// differ by percents), the fp32 master weights to summation order, and a ZeRO-3 checkpoint
+// resumes on 1 and on 4 ranks where the uninterrupted run ends.
+TEST_F(Distributed, Fp8RanksKeepOneRanksScalesAtEveryStage) {
+  auto with = [&](std::vector<std::string> s) {
+    s.insert(s.begin(), {"precision.policy=fp8", "train.steps=4", "train.eval_every=2"});
+    return s;
+  };
+  const RunOutput ref = train("ref", 1, with({"train.micro_batch=32"}));
+  ASSERT_EQ(ref.exitCode, 0) << describe(ref);
+  const Weights w1 = weightsAt(finalCheckpoint(ref, 4));
+  const auto h1 = amaxHistories(finalCheckpoint(ref, 4));
+  ASSERT_FALSE(h1.empty());
+  for (const auto& [n, stage] : std::vector<std::pair<int, int>>{{2, 0}, {2, 2}, {2, 3}, {4, 3}}) {
+    SCOPED_TRACE("ranks " + std::to_string(n) + ", stage " + std::to_string(stage));
+    const RunOutput r = train("n" + std::to_string(n) + "z" + std::to_string(stage), n,
+                              with({"train.micro_batch=" + std::to_string(32 / n),
+                                    "parallel.zero_stage=" + std::to_string(stage)}));
+    ASSERT_EQ(r.exitCode, 0) << describe(r);
+    EXPECT_LE(maxDiff(w1, weightsAt(finalCheckpoint(r, 4))), 1e-5);
+    const auto hn = amaxHistories(finalCheckpoint(r, 4));
+    ASSERT_EQ(hn.size(), h1.size());
+    for (const auto& [name, h] : h1) {
+      ASSERT_EQ(hn.at(name).size(), h.size()) << name;
+      for (size_t i = 0; i < h.size(); ++i)
+        EXPECT_NEAR(hn.at(name)[i], h[i], 1e-5 * std::fabs(h[i])) << name << " entry " << i;
+    }
+  }
+  // ZeRO-3 checkpoint (fp8 state and weights gathered) -> 1 rank and 4 ranks.
+  auto steps = [&](int k, std::vector<std::string> s) {
+    s.push_back("train.steps=" + std::to_string(k));
+    return with(s);
+  };
+  const RunOutput six = train("six", 1, steps(6, {"train.micro_batch=32"}));
+  ASSERT_EQ(six.exitCode, 0) << describe(six);
+  const RunOutput first =
+      train("first", 2, steps(3, {"train.micro_batch=16", "parallel.zero_stage=3"}));
+  ASSERT_EQ(first.exitCode, 0) << describe(first);
+  const fs::path ckpt = finalCheckpoint(first, 3);
+  const RunOutput on1 = train("on1", 1, steps(6, {"train.micro_batch=32"}), ckpt.string());
+  const RunOutput on4 =
+      train("on4", 4, steps(6, {"train.micro_batch=8", "parallel.zero_stage=3"}), ckpt.string());
+  for (const RunOutput* r : {&on1, &on4}) {
+    ASSERT_EQ(r->exitCode, 0) << describe(*r);
+    EXPECT_LE(maxDiff(weightsAt(finalCheckpoint(six, 6)), weightsAt(finalCheckpoint(*r, 6))), 1e-5);
   }
 }
 

@@ -252,6 +252,7 @@ class NcclCommunicator final : public Communicator {
   void barrier() override { boot_->barrier(); }
   double allReduceSum(double v) override { return boot_->allReduceSum(v); }
   double allReduceMax(double v) override { return boot_->allReduceMax(v); }
+  void allReduceMax(std::vector<double>& v) override { boot_->allReduceMax(v); }
   std::vector<std::string> gatherStrings(const std::string& mine, int root) override {
     return boot_->gatherStrings(mine, root);
   }

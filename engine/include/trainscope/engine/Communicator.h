@@ -57,6 +57,8 @@ class Communicator {
   // Small host values (norms, counts, decisions); not counted as traffic.
   virtual double allReduceSum(double v) = 0;
   virtual double allReduceMax(double v) = 0;
+  // Element-wise max of a few host values over the ranks, in place (fp8 amaxes).
+  virtual void allReduceMax(std::vector<double>& v) = 0;
   // Rank `root` receives every rank's string (index = rank); the others get an empty vector.
   virtual std::vector<std::string> gatherStrings(const std::string& mine, int root) = 0;
 

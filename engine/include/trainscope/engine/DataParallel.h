@@ -20,6 +20,7 @@
 // The loss is normalized by the target tokens of the global batch, so the summed gradients equal
 // those of one rank running the whole batch (up to fp32 summation order).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -53,6 +54,8 @@ class DataParallel {
   int64_t shardHi() const { return hi_; }
 
   Decoder::Hooks hooks();
+  // Stage 3: runs after a block's weights were gathered (the model makes its fp8 copies then).
+  std::function<void(int block)> onGathered;
 
   // Per step, in order: beginStep, then per micro-batch beginMicroBatch(last) before its
   // forward and endMicroBatch after its backward; then the gradient helpers and optimizerStep.

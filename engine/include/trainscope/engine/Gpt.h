@@ -188,6 +188,16 @@ class Gpt {
   const Fp8Site& fp8Site(int l, int j) const { return linears_[4 * l + j].fp8Site(); }
   // The block projections, 4 per layer (c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj).
   const std::vector<Linear>& linears() const { return linears_; }
+  // Data parallel, delayed fp8: the amaxes this micro-batch just recorded (its forward's
+  // inputs, or with `grads` its backward's output gradients) become their max over the ranks,
+  // so every rank keeps the histories one rank keeps over the whole batch (TransformerEngine
+  // reduces amaxes over the data-parallel group the same way).
+  void reduceFp8Amaxes(bool grads, const std::function<void(std::vector<double>&)>& maxOverRanks);
+  // ZeRO-3: a block's weights exist only while it is gathered, so after an update its fp8
+  // weights are quantized when the block is next gathered (fp8BlockGathered, once per update,
+  // as the amax histories record each update once) instead of all at once.
+  void setFp8QuantizeOnGather(bool on);
+  void fp8BlockGathered(int layer);
   // The fp8 scaling state for checkpoints: every site's amax histories with their ring
   // positions and scales, and the scale the fp8 weights were quantized with. Floats are stored
   // as their bit patterns (exact, and an overflowed step records inf, which JSON cannot hold).
@@ -260,6 +270,8 @@ class Gpt {
   ParamArena arena_;
   std::deque<ParamInfo> fused_;  // views over adjacent tensors one GEMM multiplies (q|k|v)
   Tensor w8_;                    // fp8 weight copies (fp8 only)
+  bool fp8OnGather_ = false;     // ZeRO-3: quantized per block when gathered
+  std::vector<char> fp8Stale_;   // per layer: weights updated since their fp8 copy was made
   std::vector<Linear> linears_;  // 4 per layer; the layers point into it (never resized)
   ParamStorage storage_;         // what the linears read: stable pointers to the buffers
   LinearScratch scratch_;        // set by allocate()

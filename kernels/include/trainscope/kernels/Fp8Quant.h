@@ -32,6 +32,10 @@ class Fp8DelayedScale {
   // Records the amax of the tensor just quantized (the oldest entry drops out past the history
   // length) and recomputes scale() from the max over the history.
   void record(float amax);
+  // Replaces the amax record() took last and recomputes scale() as that record() would have
+  // (data parallel: the max over the ranks of what each recorded). No-op on an empty history.
+  void replaceLast(float amax);
+  float last() const { return history_.empty() ? 0.f : history_[lastIndex()]; }
   int historySize() const { return static_cast<int>(history_.size()); }
   int historyLength() const { return length_; }
 
@@ -46,7 +50,9 @@ class Fp8DelayedScale {
   int length_ = 1, margin_ = 0;
   size_t pos_ = 0;
   Fp8Format format_ = Fp8Format::E4M3;
-  float scale_ = 1.0f;
+  size_t lastIndex() const { return (pos_ + history_.size() - 1) % history_.size(); }
+  void rescale(float previous);
+  float scale_ = 1.0f, previous_ = 1.0f;  // previous_: scale() before the last record()
   std::vector<float> history_;
 };
 
