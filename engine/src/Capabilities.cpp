@@ -183,7 +183,7 @@ nlohmann::json capabilitiesJson() {
          z["stages"] = {0, 1, 2, 3};
          z["cuda_stages"] = {0, 1};
          z["limits"] =
-             "stage 3: not with fp8; a QLoRA base's NF4 "
+             "a QLoRA base's NF4 "
              "weights stay whole on every rank";
          return z;
        }()},
