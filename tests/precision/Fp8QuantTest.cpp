@@ -163,6 +163,24 @@ TEST(Fp8Delayed, RestoredStateContinuesIdentically) {
   }
 }
 
+// Data parallel: each rank records its own amax, then replaces it with the max over the ranks.
+// The result is the history (and scale) of recording that max in the first place, before and
+// after the ring wraps, also when the local amax was zero (which keeps the previous scale).
+TEST(Fp8Delayed, ReplacingTheLastAmaxEqualsRecordingIt) {
+  k::Fp8DelayedScale direct(3, 0, k::Fp8Format::E4M3), reduced(3, 0, k::Fp8Format::E4M3);
+  const std::pair<float, float> steps[] = {{0.f, 2.f},   {1.f, 4.f},     {0.5f, 0.5f}, {3.f, 8.f},
+                                           {0.f, 0.25f}, {0.125f, 16.f}, {0.f, 0.f}};
+  for (const auto& [local, global] : steps) {
+    direct.record(global);
+    reduced.record(local);
+    reduced.replaceLast(global);
+    EXPECT_EQ(reduced.scale(), direct.scale()) << "global amax " << global;
+    EXPECT_EQ(reduced.history(), direct.history());
+    EXPECT_EQ(reduced.position(), direct.position());
+    EXPECT_EQ(reduced.last(), global);
+  }
+}
+
 TEST(Fp8Delayed, FakeQuantizeIsQuantizeThenDequantize) {
   const auto x = spread(17, 129, 5);
   const int64_t n = int64_t(x.size());
