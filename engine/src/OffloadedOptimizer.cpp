@@ -7,13 +7,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
 
+#include "trainscope/core/ZeroLayout.h"
 #include "trainscope/engine/OffloadStore.h"
 #include "trainscope/engine/Optimizer.h"
+#include "trainscope/kernels/DynamicMap.h"
 #include "trainscope/profiler/Tracer.h"
 
 namespace ts::engine {
@@ -233,16 +236,343 @@ class OffloadedAdamW final : public Optimizer {
   double hostSeconds_ = 0;
 };
 
+// 8-bit AdamW offloaded (optimizer.state_bits 8): the shard's state as the device AdamW8 keeps
+// it (uint8 codes and per-256 absmaxes for tensors of at least 4096 elements, fp32 m and v for
+// smaller ones, compact in arena order) plus an fp32 master, in host memory or NVMe files,
+// updated on the host by the CPU kernel. nvme streams it item by item (a tensor's piece of the
+// shard, cut into at most kChunk elements on block boundaries), the next item read ahead and
+// the last written behind. Its state names and layout are the device optimizer's, so their
+// checkpoints move between the two.
+class OffloadedAdamW8 final : public Optimizer {
+ public:
+  enum Buf { Master, Qm, Qv, Am, Av, M, V, kBuffers };
+  OffloadedAdamW8(const core::OptimizerConfig& c, ParamArena& arena, kernels::Backend* backend,
+                  MemoryTracker* tracker, OptimizerShard shard, const OffloadOptions& o)
+      : config_(c), arena_(arena), backend_(backend), tracker_(tracker), opts_(o) {
+    lo_ = shard.sharded() ? shard.lo : 0;
+    hi_ = shard.sharded() ? shard.hi : arena.gradSize();
+    const int64_t n = hi_ - lo_;
+    constexpr int64_t kBlock = core::kAdam8Block;
+    auto blocksOf = [](int64_t k) { return (k + kBlock - 1) / kBlock; };
+    int64_t big = 0, blocks = 0, small = 0;
+    for (const auto& p : arena.params()) {
+      if (!p.trainable()) continue;
+      const int64_t a = std::max(p.gradOffset, lo_), b = std::min(p.gradOffset + p.numel, hi_);
+      const int64_t before = std::clamp(lo_ - p.gradOffset, int64_t(0), p.numel);
+      if (p.numel >= core::kAdam8Min) {
+        codes_.offset += before;
+        codes_.total += p.numel;
+        absmax_.offset += blocksOf(before);
+        absmax_.total += blocksOf(p.numel);
+      } else {
+        fp32_.offset += before;
+        fp32_.total += p.numel;
+      }
+      if (b <= a) continue;
+      if (p.numel >= core::kAdam8Min && (a - p.gradOffset) % kBlock != 0)
+        throw std::logic_error("8-bit AdamW: the shard cuts a block of '" + p.name +
+                               "' (the arena was not built with core::ZeroLayout's tensorAlign)");
+      for (int64_t s = a; s < b; s += kChunk) {  // kChunk is a multiple of the block
+        Item it{&p, s, std::min(b, s + kChunk), p.numel >= core::kAdam8Min, big, blocks, small};
+        if (it.big) {
+          big += it.b - it.a;
+          blocks += blocksOf(it.b - it.a);
+        } else {
+          small += it.b - it.a;
+        }
+        items_.push_back(it);
+      }
+    }
+    elems_ = {n, big, big, blocks, blocks, small, small};
+    cpu_ = kernels::makeCpuBackend();
+    cpu_->setThreads(backend->threads());
+    grad_ =
+        Tensor(cpu_.get(), tracker, MemoryCategory::Gradients, DType::F32, {n}, MemoryTier::Host);
+    const auto ms = kernels::dynamicMap(true), mu = kernels::dynamicMap(false);
+    for (auto [t, m] : {std::pair{&mapM_, &ms}, {&mapV_, &mu}}) {
+      *t = Tensor(cpu_.get(), nullptr, MemoryCategory::Workspace, DType::F32, {256},
+                  MemoryTier::Host);
+      t->copyFromHost(m->data());
+    }
+    // Initial state: the master from the shard's trainable weights, zero moments (the code of
+    // 0.0 in each map).
+    // (nvme: a transient copy written to the files below, uncounted like the 32-bit one's.)
+    allocateHost(MemoryCategory::OptimizerState, o.where == "cpu" ? tracker : nullptr);
+    std::vector<float> values(static_cast<size_t>(arena.size()));
+    arena.valuesToHost(values.data());
+    float* master = host_[Master].f32();
+    std::fill(master, master + n, 0.f);
+    for (const auto& p : arena.params()) {
+      if (!p.trainable()) continue;
+      const int64_t a = std::max(p.gradOffset, lo_), b = std::min(p.gradOffset + p.numel, hi_);
+      for (int64_t i = a; i < b; ++i)
+        master[i - lo_] = values[size_t(p.offset + (i - p.gradOffset))];
+    }
+    std::fill_n(static_cast<uint8_t*>(host_[Qm].data()), big, kernels::nearestCode(ms.data(), 0.f));
+    std::fill_n(static_cast<uint8_t*>(host_[Qv].data()), big, kernels::nearestCode(mu.data(), 0.f));
+    for (Buf b : {Am, Av, M, V}) host_[b].zero();
+    if (o.where == "nvme") {
+      namespace fs = std::filesystem;
+      const std::string dir = (fs::path(o.dir) / ("rank" + std::to_string(o.rank))).string();
+      std::vector<std::pair<std::string, int64_t>> files;
+      for (int k = 0; k < kBuffers; ++k)
+        files.push_back({kNames[k], std::max<int64_t>(1, bytesOf(k, elems_[size_t(k)]))});
+      store_ = std::make_unique<OffloadStore>(OffloadStore::Options{dir, 2}, files);
+      if (tracker) tracker->add(MemoryTier::Nvme, MemoryCategory::OptimizerState, stateBytes());
+      writeAll();
+      (void)store_->takeStats();
+      dropHost();
+      // Double-buffered staging: each slot holds one item of every buffer.
+      const int64_t c = std::min(kChunk, std::max<int64_t>(n, 1));
+      cap_ = {c,
+              c,
+              c,
+              blocksOf(c),
+              blocksOf(c),
+              std::min(c, core::kAdam8Min),
+              std::min(c, core::kAdam8Min)};
+      int64_t slot = 0;
+      for (int k = 0; k < kBuffers; ++k) slot += bytesOf(k, cap_[size_t(k)]);
+      for (auto& st : stage_)
+        st = Tensor(cpu_.get(), tracker, MemoryCategory::Workspace, DType::I8, {slot},
+                    MemoryTier::Host);
+    }
+  }
+  ~OffloadedAdamW8() override {
+    if (store_ && tracker_)
+      tracker_->remove(MemoryTier::Nvme, MemoryCategory::OptimizerState, stateBytes());
+  }
+
+  void step(float lr) override {
+    ScopedRange r("adamw_8bit_offload", SpanCategory::Optimizer);
+    ++t_;
+    const int64_t n = hi_ - lo_;
+    const auto t0 = std::chrono::steady_clock::now();
+    backend_->copyToHost(grad_.data(), arena_.grads().f32() + lo_, size_t(n) * sizeof(float));
+    moved_ += n * 4;
+    if (store_ && materialized_) dropHost();  // a checkpoint's copies go stale now
+    materialized_ = false;
+    if (!store_) {
+      for (const Item& it : items_) update(it, pointersAt(it), lr);
+      publish(host_[Master].f32(), lo_, hi_);
+    } else {
+      streamNvme(lr);
+    }
+    if (arena_.allTrainable()) arena_.roundWeightsRange(lo_, hi_);
+    hostSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  int64_t stepCount() const override { return t_; }
+  void setStepCount(int64_t s) override { t_ = s; }
+  std::vector<std::pair<std::string, Tensor*>> state() override {
+    if (store_) materialize();
+    std::vector<std::pair<std::string, Tensor*>> out;
+    for (int k : {Qm, Am, Qv, Av, M, V, Master}) out.push_back({kNames[k], &host_[k]});
+    return out;
+  }
+  void stateLoaded() override {
+    if (store_) {
+      writeAll();
+      materialized_ = false;
+    }
+    publish(host_[Master].f32(), lo_, hi_);
+    if (arena_.allTrainable()) arena_.roundWeightsRange(lo_, hi_);
+    if (store_) dropHost();
+  }
+  std::string name() const override { return "adamw8bit"; }
+  const Tensor* shardMaster() const override {
+    if (store_) const_cast<OffloadedAdamW8*>(this)->materialize();
+    return &host_[Master];
+  }
+  std::optional<CompactSlice> compactSlice(const std::string& name) const override {
+    if (name == kNames[Master]) return std::nullopt;
+    if (name == kNames[Qm] || name == kNames[Qv]) return codes_;
+    if (name == kNames[Am] || name == kNames[Av]) return absmax_;
+    return fp32_;
+  }
+  nlohmann::json takeStepStats() override {
+    nlohmann::json j = {{"offload", opts_.where},
+                        {"offload_bytes", moved_},
+                        {"offload_host_ms", hostSeconds_ * 1000}};
+    if (store_) {
+      const auto s = store_->takeStats();
+      j["offload_read_bytes"] = s.bytesRead;
+      j["offload_write_bytes"] = s.bytesWritten;
+      j["offload_io_ms"] = s.ioSeconds * 1000;
+      j["offload_wait_ms"] = s.waitSeconds * 1000;
+    }
+    moved_ = 0;
+    hostSeconds_ = 0;
+    return j;
+  }
+
+ private:
+  static constexpr const char* kNames[kBuffers] = {
+      "master",       "exp_avg.codes",  "exp_avg_sq.codes", "exp_avg.absmax", "exp_avg_sq.absmax",
+      "exp_avg.fp32", "exp_avg_sq.fp32"};
+  static DType typeOf(int k) { return k == Qm || k == Qv ? DType::I8 : DType::F32; }
+  static int64_t bytesOf(int k, int64_t elements) {
+    return elements * (typeOf(k) == DType::I8 ? 1 : 4);
+  }
+  // One tensor's piece of the shard (at most kChunk elements): gradient space [a, b) and its
+  // offsets into the compact buffers.
+  struct Item {
+    const ParamInfo* p;
+    int64_t a, b;
+    bool big;
+    int64_t q, block, f;
+  };
+  using Pointers = std::array<char*, kBuffers>;
+  // Element k of an item: where it starts in buffer k.
+  int64_t startOf(const Item& it, int k) const {
+    switch (k) {
+      case Master:
+        return it.a - lo_;
+      case Qm:
+      case Qv:
+        return it.q;
+      case Am:
+      case Av:
+        return it.block;
+      default:
+        return it.f;
+    }
+  }
+  int64_t countOf(const Item& it, int k) const {
+    if (k == Master) return it.b - it.a;
+    if (k == Qm || k == Qv) return it.big ? it.b - it.a : 0;
+    if (k == Am || k == Av)
+      return it.big ? (it.b - it.a + core::kAdam8Block - 1) / core::kAdam8Block : 0;
+    return it.big ? 0 : it.b - it.a;
+  }
+  Pointers pointersAt(const Item& it) {
+    Pointers ptr{};
+    for (int k = 0; k < kBuffers; ++k)
+      ptr[size_t(k)] = static_cast<char*>(host_[k].data()) + bytesOf(k, startOf(it, k));
+    return ptr;
+  }
+  void update(const Item& it, const Pointers& ptr, float lr) {
+    const float b1 = float(config_.betas.size() > 0 ? config_.betas[0] : 0.9);
+    const float b2 = float(config_.betas.size() > 1 ? config_.betas[1] : 0.999);
+    const float eps = float(config_.eps);
+    const float wd = it.p->decay ? float(config_.weight_decay) : 0.f;
+    auto* w = reinterpret_cast<float*>(ptr[Master]);
+    const float* g = grad_.f32() + (it.a - lo_);
+    const int64_t len = it.b - it.a;
+    if (it.big)
+      cpu_->adamw8bitUpdate(w, g, reinterpret_cast<uint8_t*>(ptr[Qm]),
+                            reinterpret_cast<uint8_t*>(ptr[Qv]), reinterpret_cast<float*>(ptr[Am]),
+                            reinterpret_cast<float*>(ptr[Av]), mapM_.f32(), mapV_.f32(), len,
+                            int(core::kAdam8Block), lr, b1, b2, eps, wd, t_);
+    else
+      cpu_->adamwUpdate(w, g, reinterpret_cast<float*>(ptr[M]), reinterpret_cast<float*>(ptr[V]),
+                        len, lr, b1, b2, eps, wd, t_);
+  }
+  // The updated master of [a, b) into the device's weights (every tensor trainable), or left
+  // to the caller's gather over a frozen base.
+  void publish(const float* master, int64_t a, int64_t b) {
+    if (!arena_.allTrainable() || b <= a) return;
+    backend_->copyToDevice(arena_.values().f32() + a, master, size_t(b - a) * sizeof(float));
+    moved_ += (b - a) * 4;
+  }
+  void streamNvme(float lr) {
+    std::array<int64_t, kBuffers> at{};  // each buffer's region in a slot (bytes)
+    for (int k = 1; k < kBuffers; ++k)
+      at[size_t(k)] = at[size_t(k - 1)] + bytesOf(k - 1, cap_[size_t(k - 1)]);
+    auto slotPointers = [&](int slot) {
+      Pointers ptr{};
+      for (int k = 0; k < kBuffers; ++k)
+        ptr[size_t(k)] = static_cast<char*>(stage_[slot].data()) + at[size_t(k)];
+      return ptr;
+    };
+    std::vector<OffloadStore::Ticket> reads[2], writes[2];
+    auto io = [&](int slot, const Item& it, bool write) {
+      const Pointers ptr = slotPointers(slot);
+      auto& tickets = write ? writes[slot] : reads[slot];
+      for (int k = 0; k < kBuffers; ++k) {
+        const int64_t count = countOf(it, k);
+        if (count == 0) continue;
+        const int64_t off = bytesOf(k, startOf(it, k)), bytes = bytesOf(k, count);
+        tickets.push_back(write ? store_->write(k, off, ptr[size_t(k)], bytes)
+                                : store_->read(k, off, ptr[size_t(k)], bytes));
+      }
+    };
+    auto waitFor = [&](std::vector<OffloadStore::Ticket>& tickets) {
+      for (auto t : tickets) store_->wait(t);
+      tickets.clear();
+    };
+    if (!items_.empty()) io(0, items_[0], false);
+    int slot = 0;
+    for (size_t i = 0; i < items_.size(); ++i, slot ^= 1) {
+      if (i + 1 < items_.size()) {  // read ahead, once the slot's last write-behind is done
+        waitFor(writes[slot ^ 1]);
+        io(slot ^ 1, items_[i + 1], false);
+      }
+      waitFor(reads[slot]);
+      const Pointers ptr = slotPointers(slot);
+      update(items_[i], ptr, lr);
+      publish(reinterpret_cast<const float*>(ptr[Master]), items_[i].a, items_[i].b);
+      io(slot, items_[i], true);  // write behind
+    }
+    store_->waitAll();
+  }
+  int64_t stateBytes() const {
+    int64_t b = 0;
+    for (int k = 0; k < kBuffers; ++k) b += bytesOf(k, elems_[size_t(k)]);
+    return b;
+  }
+  void allocateHost(MemoryCategory cat, MemoryTracker* tracker) {
+    for (int k = 0; k < kBuffers; ++k)
+      host_[k] = Tensor(cpu_.get(), tracker, cat, typeOf(k), {elems_[size_t(k)]}, MemoryTier::Host);
+  }
+  void writeAll() {
+    for (int k = 0; k < kBuffers; ++k)
+      if (elems_[size_t(k)] > 0)
+        store_->write(k, 0, host_[k].data(), bytesOf(k, elems_[size_t(k)]));
+    store_->waitAll();
+  }
+  void dropHost() {
+    for (auto& t : host_) t = Tensor();
+  }
+  // nvme: host copies of the state for a checkpoint (dropped at the next stateLoaded or kept
+  // until the next step makes them stale).
+  void materialize() {
+    if (materialized_) return;
+    if (host_[Master].empty()) allocateHost(MemoryCategory::Workspace, tracker_);
+    for (int k = 0; k < kBuffers; ++k)
+      if (elems_[size_t(k)] > 0) store_->read(k, 0, host_[k].data(), bytesOf(k, elems_[size_t(k)]));
+    store_->waitAll();
+    materialized_ = true;
+  }
+
+  core::OptimizerConfig config_;
+  ParamArena& arena_;
+  kernels::Backend* backend_;
+  MemoryTracker* tracker_;
+  OffloadOptions opts_;
+  int64_t lo_ = 0, hi_ = 0, t_ = 0;
+  std::vector<Item> items_;
+  std::array<int64_t, kBuffers> elems_{}, cap_{};
+  CompactSlice codes_, absmax_, fp32_;
+  std::unique_ptr<kernels::Backend> cpu_;  // runs the update
+  Tensor grad_, mapM_, mapV_;
+  std::array<Tensor, kBuffers> host_;  // the state (cpu), or host copies of it (nvme)
+  Tensor stage_[2];
+  std::unique_ptr<OffloadStore> store_;
+  bool materialized_ = false;
+  int64_t moved_ = 0;
+  double hostSeconds_ = 0;
+};
+
 }  // namespace
 
 std::unique_ptr<Optimizer> makeOffloadedOptimizer(const core::OptimizerConfig& config,
                                                   ParamArena& arena, kernels::Backend* backend,
                                                   MemoryTracker* tracker, OptimizerShard shard,
                                                   const OffloadOptions& offload) {
-  if (config.type != "adamw" || config.state_bits != 32)
+  if (config.type != "adamw")
     throw std::invalid_argument(
-        "parallel.offload_optimizer runs AdamW with 32-bit state on the host (optimizer.type "
-        "adamw, optimizer.state_bits 32)");
+        "parallel.offload_optimizer runs AdamW on the host (optimizer.type adamw, 32- or 8-bit "
+        "state)");
   if (arena.options().pureBf16())
     throw std::invalid_argument(
         "parallel.offload_optimizer keeps an fp32 master on the host; pure_bf16 has none (use "
@@ -253,6 +583,8 @@ std::unique_ptr<Optimizer> makeOffloadedOptimizer(const core::OptimizerConfig& c
         "without the gradient and value windows (core::gradWindowOf, valueWindowOf)");
   if (offload.where != "cpu" && offload.where != "nvme")
     throw std::invalid_argument("parallel.offload_optimizer must be cpu or nvme");
+  if (config.state_bits == 8)
+    return std::make_unique<OffloadedAdamW8>(config, arena, backend, tracker, shard, offload);
   return std::make_unique<OffloadedAdamW>(config, arena, backend, tracker, shard, offload);
 }
 

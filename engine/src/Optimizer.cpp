@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "trainscope/core/ZeroLayout.h"
 #include "trainscope/kernels/DynamicMap.h"
 #include "trainscope/profiler/Tracer.h"
 
@@ -213,8 +214,8 @@ class AdamW final : public Optimizer {
 // so a shard boundary never cuts a block and the ranks' buffers in rank order are one rank's.
 class AdamW8 final : public Optimizer {
  public:
-  static constexpr int64_t kMin8bit = 4096;
-  static constexpr int kBlock = 256;
+  static constexpr int64_t kMin8bit = core::kAdam8Min;
+  static constexpr int kBlock = int(core::kAdam8Block);
   AdamW8(const core::OptimizerConfig& c, ParamArena& arena, kernels::Backend* backend,
          MemoryTracker* tracker, OptimizerShard shard)
       : config_(c), arena_(arena), backend_(backend), shard_(shard) {

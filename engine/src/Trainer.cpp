@@ -83,11 +83,10 @@ std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
     add("parallel.zero_stage", stage,
         "ZeRO 2 and 3 give a rank's unowned pages back, which the cuda backend cannot yet (use "
         "zero_stage 1 on cuda)");
-  if (c.parallel.offload_optimizer != "none" &&
-      (c.optimizer.type != "adamw" || c.optimizer.state_bits != 32 || pol == "pure_bf16"))
+  if (c.parallel.offload_optimizer != "none" && (c.optimizer.type != "adamw" || pol == "pure_bf16"))
     add("parallel.offload_optimizer", c.parallel.offload_optimizer,
-        "the offloaded optimizer is AdamW with 32-bit state and an fp32 master (optimizer.type "
-        "adamw, optimizer.state_bits 32, a policy other than pure_bf16)");
+        "the offloaded optimizer is AdamW (32- or 8-bit state) with an fp32 master "
+        "(optimizer.type adamw, a policy other than pure_bf16)");
 
   if (c.finetune.base_quant == "nf4" && pol == "fp8")
     add("finetune.base_quant", c.finetune.base_quant,

@@ -206,6 +206,22 @@ double maxDiff(const Weights& a, const Weights& b) {
 
 constexpr double kWeightTol = 1e-6;
 
+// Elements of b further than `tol` from a's.
+int64_t countBeyond(const Weights& a, const Weights& b, double tol) {
+  int64_t n = 0;
+  for (const auto& [name, va] : a) {
+    const auto& vb = b.at(name);
+    for (size_t i = 0; i < va.size() && i < vb.size(); ++i)
+      n += std::fabs(double(va[i]) - double(vb[i])) > tol;
+  }
+  return n;
+}
+int64_t countElements(const Weights& w) {
+  int64_t n = 0;
+  for (const auto& [name, v] : w) n += int64_t(v.size());
+  return n;
+}
+
 std::string describe(const RunOutput& r) {
   std::string s = "exit " + std::to_string(r.exitCode) + "\n" + r.err.substr(0, 3000);
   for (const auto& e : r.events)
@@ -388,6 +404,89 @@ TEST_F(Distributed, OptimizerOffloadToHostAndNvmeTrainsTheSameWeights) {
   EXPECT_LE(maxDiff(w1, weightsAt(finalCheckpoint(rest, 6))), kWeightTol);
 }
 
+// 8-bit AdamW offloaded: the shard's 8-bit state (codes, absmaxes, small tensors' fp32 state)
+// and an fp32 master on the host or in files, updated there. The weights are the device 8-bit
+// optimizer's on one rank (to the 8-bit tolerance of EightBitAdamWShardsItsBlockwiseState), the
+// state sits in its tier at the size the device optimizer keeps plus the master, nvme reads and
+// writes all of it once per step, the plan is exact, and a device 8-bit checkpoint resumes into
+// it (the same state names and layout).
+TEST_F(Distributed, EightBitOptimizerOffloadTrainsTheSameWeights) {
+  const fs::path nvme = root_ / "nvme";
+  fs::create_directories(nvme);
+  auto with = [&](std::vector<std::string> s) {
+    s.insert(s.begin(),
+             {"optimizer.state_bits=8", "train.steps=6", "parallel.nvme_path=" + nvme.string()});
+    return s;
+  };
+  const RunOutput ref = train("ref", 1, with({"train.micro_batch=16"}));
+  ASSERT_EQ(ref.exitCode, 0) << describe(ref);
+  const Weights w1 = weightsAt(finalCheckpoint(ref, 6));
+  const json* refMem = ref.first("memory");
+  ASSERT_TRUE(refMem);
+  const int64_t refState = refMem->at("ranks")
+                               .at(0)
+                               .at("tiers")
+                               .at("device")
+                               .at("optimizer_state")
+                               .at("current")
+                               .get<int64_t>();
+  for (const std::string where : {"cpu", "nvme"}) {
+    for (int stage : {1, 3}) {
+      SCOPED_TRACE(where + ", stage " + std::to_string(stage));
+      const RunOutput r =
+          train(where + std::to_string(stage), 2,
+                with({"train.micro_batch=8", "parallel.zero_stage=" + std::to_string(stage),
+                      "parallel.offload_optimizer=" + where}));
+      ASSERT_EQ(r.exitCode, 0) << describe(r);
+      const Weights wn = weightsAt(finalCheckpoint(r, 6));
+      EXPECT_LE(maxDiff(w1, wn), 1e-4);
+      EXPECT_LE(countBeyond(w1, wn, kWeightTol), countElements(w1) / 1000);
+      const json* mem = r.first("memory");
+      const json* plan = r.first("memory_plan");
+      ASSERT_TRUE(mem && plan);
+      const json& planRanks =
+          plan->contains("report") ? plan->at("report").at("ranks") : plan->at("ranks");
+      int64_t state = 0, shards = 0;
+      for (const auto& rk : mem->at("ranks")) {
+        const json& t = rk.at("tiers");
+        auto cur = [&](const char* tier, const char* c) {
+          return t.at(tier).at(c).at("current").get<int64_t>();
+        };
+        EXPECT_EQ(cur("device", "optimizer_state"), 0);
+        state += cur(where == "cpu" ? "host" : "nvme", "optimizer_state");
+        shards += cur("host", "gradients") / 4;  // the reduced gradient shard comes over
+        const json& p = planRanks.at(size_t(rk.at("rank").get<int>())).at("tiers");
+        for (const char* tier : {"device", "host", "nvme"})
+          for (const char* c : {"parameters", "gradients", "optimizer_state", "workspace"})
+            EXPECT_EQ(t.at(tier).at(c), p.at(tier).at(c)) << tier << " " << c;
+      }
+      // The device optimizer's 8-bit state (fp32 policy: no master) plus a 4-byte master per
+      // shard element.
+      EXPECT_EQ(state, refState + 4 * shards);
+      const json* step = r.first("step");
+      ASSERT_TRUE(step);
+      if (where == "nvme") {
+        const int64_t perRank = state / 2;  // about: rank 0's is what the event reports
+        EXPECT_GT(step->value("offload_read_bytes", int64_t(0)), perRank / 2);
+        EXPECT_EQ(step->value("offload_read_bytes", int64_t(0)),
+                  step->value("offload_write_bytes", int64_t(0)));
+      }
+    }
+  }
+  EXPECT_TRUE(fs::is_empty(nvme));
+  // A device 8-bit checkpoint (one rank) resumes into the offloaded optimizer.
+  const RunOutput half = train("half", 1, with({"train.micro_batch=16", "train.steps=3"}));
+  ASSERT_EQ(half.exitCode, 0) << describe(half);
+  const RunOutput rest = train(
+      "rest", 2,
+      with({"train.micro_batch=8", "parallel.zero_stage=2", "parallel.offload_optimizer=nvme"}),
+      finalCheckpoint(half, 3).string());
+  ASSERT_EQ(rest.exitCode, 0) << describe(rest);
+  const Weights wr = weightsAt(finalCheckpoint(rest, 6));
+  EXPECT_LE(maxDiff(w1, wr), 1e-4);
+  EXPECT_LE(countBeyond(w1, wr, kWeightTol), countElements(w1) / 1000);
+}
+
 TEST_F(Distributed, ParameterOffloadUnderZeroThreeTrainsTheSameWeights) {
   const fs::path nvme = root_ / "nvme";
   fs::create_directories(nvme);
@@ -533,21 +632,6 @@ TEST_F(Distributed, CheckpointFromTwoRanksResumesOnFourAndOnOne) {
 }
 
 namespace {
-// Elements of b further than `tol` from a's.
-int64_t countBeyond(const Weights& a, const Weights& b, double tol) {
-  int64_t n = 0;
-  for (const auto& [name, va] : a) {
-    const auto& vb = b.at(name);
-    for (size_t i = 0; i < va.size() && i < vb.size(); ++i)
-      n += std::fabs(double(va[i]) - double(vb[i])) > tol;
-  }
-  return n;
-}
-int64_t countElements(const Weights& w) {
-  int64_t n = 0;
-  for (const auto& [name, v] : w) n += int64_t(v.size());
-  return n;
-}
 // The bytes of one optimizer state tensor of a checkpoint.
 std::string stateBytes(const fs::path& ckpt, const std::string& name) {
   const std::string file = readText(ckpt / "optimizer.safetensors");

@@ -569,8 +569,7 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
   // The engine's ZeRO layout (stage >= 1 over several ranks, every tensor trainable).
   const bool zeroEngine = opt.activation_model == ActivationModel::Engine && ranks > 1 &&
                           stage >= 1 && P == est.params.total && paramTier == Tier::Device &&
-                          (optTier == Tier::Device || (lower(cfg.optimizer.type) == "adamw" &&
-                                                       cfg.optimizer.state_bits == 32));
+                          (optTier == Tier::Device || lower(cfg.optimizer.type) == "adamw");
   const ZeroLayout zlayout = zeroLayoutOf(ranks, stage, cfg.optimizer.state_bits);
   const std::vector<ZeroGroup> zgroups =
       zeroEngine ? zeroGroups(tensors, zlayout) : std::vector<ZeroGroup>{};
@@ -745,11 +744,19 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
         // Offloaded (OffloadedOptimizer.cpp): m, v and an fp32 master of the shard on the host
         // or in files, the shard's reduced gradients copied to the host each step; nvme streams
         // through two host chunks of the three state buffers (at most 2^20 elements each).
-        setEntry(rm, optTier, Cat::OptimizerState, own * 12, own * 12);
+        // 8-bit: the shard's compact 8-bit state and an fp32 master, streamed item by item
+        // through two slots of one item of each of its seven buffers.
+        const bool eight = cfg.optimizer.state_bits == 8;
+        const auto [lo, hi] = zeroShard(zeroTotal, ranks, r);
+        const double state = eight ? adam8Shard(lo, hi) - pb.master * own + 4 * own : own * 12;
+        setEntry(rm, optTier, Cat::OptimizerState, state, state);
         setEntry(rm, Tier::Host, Cat::Gradients, own * 4, own * 4);
         if (optTier == Tier::Nvme) {
           const double chunk = std::min(double(int64_t(1) << 20), std::max(own, 1.0));
-          setEntry(rm, Tier::Host, Cat::Workspace, 2 * 3 * chunk * 4, 2 * 3 * chunk * 4);
+          const double slot =
+              eight ? chunk * 6 + 8 * std::ceil(chunk / 256) + 8 * std::min(chunk, 4096.0)
+                    : 3 * chunk * 4;
+          setEntry(rm, Tier::Host, Cat::Workspace, 2 * slot, 2 * slot);
         }
       }
       double wsC = act.wsSteady + teacherWs, wsP = act.wsPeak + teacherWs;

@@ -19,8 +19,10 @@ namespace ts::core {
 
 inline constexpr int64_t kZeroAlign = 2048;
 
-// 8-bit AdamW's blocks of state (256 elements of a tensor, one absmax each).
+// 8-bit AdamW's blocks of state (256 elements of a tensor, one absmax each), and the smallest
+// tensor with 8-bit state (bitsandbytes' min_8bit_size; smaller ones keep fp32 state).
 inline constexpr int64_t kAdam8Block = 256;
+inline constexpr int64_t kAdam8Min = 4096;
 
 struct ZeroLayout {
   int64_t align = 1, padTo = 1;
