@@ -146,7 +146,7 @@ class Distributed : public ::testing::Test {
     r.dir = root_ / name;
     std::vector<std::string> args =
         ranks > 1 && viaMpirun ? mpirun(ranks) : std::vector<std::string>{};
-    args.insert(args.end(), {kEngine, "run", kPreset, "--db", (root_ / "runs.db").string(),
+    args.insert(args.end(), {kEngine, "run", preset_, "--db", (root_ / "runs.db").string(),
                              "--run-dir", r.dir.string()});
     std::vector<std::string> base = {"train.steps=4", "train.eval_every=0",
                                      "train.checkpoint_every=0", "device.threads=1",
@@ -163,6 +163,7 @@ class Distributed : public ::testing::Test {
     return r;
   }
   fs::path root_;
+  std::string preset_ = kPreset;  // the run config train() starts from
 };
 
 using Weights = std::map<std::string, std::vector<float>>;
@@ -814,6 +815,90 @@ TEST_F(Distributed, Fp8RanksKeepOneRanksScalesAtEveryStage) {
     ASSERT_EQ(r->exitCode, 0) << describe(*r);
     EXPECT_LE(maxDiff(weightsAt(finalCheckpoint(six, 6)), weightsAt(finalCheckpoint(*r, 6))), 1e-5);
   }
+}
+
+// The workstation and cluster presets train as written on CPU ranks, scaled down with --set
+// only in size (layers, width, sequence, batch, steps, profiler window) and in where the files
+// go: every technique they switch on stays on. The cluster preset (fp8, ZeRO-3, optimizer and
+// parameter offload to NVMe, 8-bit AdamW, LoRA, distillation, int8 activations, flash attention,
+// selective checkpointing, a length curriculum, the profiler) needs a teacher: a short run of the
+// same shape makes one.
+TEST_F(Distributed, WorkstationAndClusterPresetsTrainScaledDown) {
+  const std::string presets = std::string(TRAINSCOPE_SOURCE_DIR) + "/resources/presets/";
+  const fs::path nvme = root_ / "nvme";
+  fs::create_directories(nvme);
+  const std::vector<std::string> small = {"model.layers=4",
+                                          "model.d_model=64",
+                                          "model.heads=4",
+                                          "model.seq_len=64",
+                                          "train.micro_batch=2",
+                                          "train.grad_accum=2",
+                                          "train.steps=8",
+                                          "train.eval_every=4",
+                                          "train.checkpoint_every=4",
+                                          "profile.wait=2",
+                                          "profile.warmup=1",
+                                          "profile.active=2",
+                                          "profile.repeat=1",
+                                          "parallel.nvme_path=" + nvme.string()};
+  auto with = [&](std::vector<std::string> s) {
+    s.insert(s.begin(), small.begin(), small.end());
+    return s;
+  };
+  auto expectTrained = [&](const RunOutput& r, int ranks) {
+    ASSERT_EQ(r.exitCode, 0) << describe(r);
+    int steps = 0;
+    for (const auto& e : r.events)
+      if (e.value("type", "") == "step") {
+        ++steps;
+        EXPECT_TRUE(std::isfinite(e.at("loss").get<double>()));
+        EXPECT_EQ(e.value("ranks", 0), ranks);
+      }
+    EXPECT_EQ(steps, 8);
+    const json* mem = r.first("memory");
+    ASSERT_TRUE(mem);
+    EXPECT_EQ(mem->at("ranks").size(), size_t(ranks));
+    std::set<int> timelineRanks;  // the profiler's window, one lane group per rank
+    for (const auto& e : r.events)
+      if (e.value("type", "") == "kernels") timelineRanks.insert(e.value("rank", -1));
+    EXPECT_EQ(timelineRanks.size(), size_t(ranks));
+    EXPECT_TRUE(fs::exists(finalCheckpoint(r, 8) / "state.json"));
+  };
+  preset_ = presets + "workstation.json";
+  const RunOutput ws = train("workstation", 2, with({}));
+  expectTrained(ws, 2);
+
+  preset_ = kPreset;  // the teacher: a plain run of the same shape
+  const RunOutput teacher =
+      train("teacher", 1,
+            {"model.layers=4", "model.d_model=64", "model.heads=4", "model.seq_len=64",
+             "data.task=grammar", "train.micro_batch=2", "train.steps=2"});
+  ASSERT_EQ(teacher.exitCode, 0) << describe(teacher);
+  preset_ = presets + "cluster.json";
+  for (int ranks : {2, 4}) {
+    SCOPED_TRACE(std::to_string(ranks) + " ranks");
+    const RunOutput cl =
+        train("cluster" + std::to_string(ranks), ranks,
+              with({"distill.teacher_checkpoint=" + finalCheckpoint(teacher, 2).string()}));
+    expectTrained(cl, ranks);
+    // What the preset asks for is what ran: the optimizer state and the parameter shards on
+    // NVMe (none on the device), fp8 scaling state in the checkpoint, distillation's two terms.
+    for (const auto& rk : cl.first("memory")->at("ranks")) {
+      const json& t = rk.at("tiers");
+      EXPECT_EQ(t.at("device").at("optimizer_state").at("current"), 0);
+      EXPECT_GT(t.at("nvme").at("optimizer_state").at("current").get<int64_t>(), 0);
+      EXPECT_GT(t.at("nvme").at("parameters").at("current").get<int64_t>(), 0);
+    }
+    const json* step = cl.first("step");
+    ASSERT_TRUE(step);
+    EXPECT_EQ(step->value("offload", ""), "nvme");
+    EXPECT_TRUE(step->contains("distill_kl"));
+    const auto state = json::parse(readText(finalCheckpoint(cl, 8) / "state.json"));
+    EXPECT_EQ(state.at("optimizer").at("type"), "adamw8bit");
+    EXPECT_TRUE(state.at("extra").contains("fp8"));
+    EXPECT_EQ(state.at("extra").at("zero_layout").at("stage"), 3);
+  }
+  EXPECT_TRUE(fs::is_empty(nvme));  // the offload files are scratch
 }
 
 TEST_F(Distributed, RankZeroAloneRecordsAndTheEngineStartsMpirunItself) {
