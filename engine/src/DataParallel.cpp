@@ -193,8 +193,7 @@ void DataParallel::gather(Group& g, bool async) {
     const bool mixed = arena_->mixed();
     commitOutside(arena_->storedElementBytes(), g, MemoryCategory::Parameters, true);
     if (mixed) commitOutside(4, g, MemoryCategory::Workspace, true);  // the fp32 compute copy
-    if (paramsOffloaded())  // this rank's part comes from the host first
-      fetchOwned(std::max(g.vlo, vlo_), std::min(g.vhi, vhi_));
+    if (paramsOffloaded()) fetchOwned(g);  // this rank's part comes from its tier first
     const size_t eb = arena_->storedElementBytes();
     g.pendingGather = comm_->allGather(
         static_cast<char*>(arena_->storedValues()) + g.vlo * int64_t(eb), countsOf(g, true), eb);
@@ -225,7 +224,7 @@ void DataParallel::release(Group& g) {
   } else {
     discardOutside(arena_->values().data(), 4, g, MemoryCategory::Parameters, true);
   }
-  if (paramsOffloaded()) dropOwned(std::max(g.vlo, vlo_), std::min(g.vhi, vhi_));
+  if (paramsOffloaded()) dropOwned(g);
   g.gathered = false;
 }
 
@@ -253,9 +252,10 @@ void DataParallel::releaseAll() {
 void DataParallel::reshard() {
   if (stage_ < 3) return;
   if (paramsOffloaded()) {  // the loaded shard goes to its tier
-    storeOwned(vlo_, vhi_);
-    for (auto& g : groups_)
-      if (!g.gathered) dropOwned(std::max(g.vlo, vlo_), std::min(g.vhi, vhi_), false);
+    for (auto& g : groups_) {
+      storeOwned(g);
+      if (!g.gathered) dropOwned(g, false);
+    }
   }
   reshardOutside();
 }
@@ -331,7 +331,8 @@ Decoder::Hooks DataParallel::hooks() {
     h.beforeBlockForward = [this, L](int l, bool recompute) {
       if (Group* g = blockGroup(l)) gather(*g, false);
       if (!recompute && l + 1 < L)
-        if (Group* n = blockGroup(l + 1)) gather(*n, true);  // prefetch
+        if (Group* n = blockGroup(l + 1)) gather(*n, true);       // prefetch
+      if (!recompute && l + 2 < L) readAhead(blockGroup(l + 2));  // offloaded: its bytes
     };
     h.afterBlockForward = [this](int l, bool recompute) {
       if (recompute) return;  // its backward follows
@@ -344,6 +345,7 @@ Decoder::Hooks DataParallel::hooks() {
     gather(*g, false);
     if (stage_ >= 3 && l > 0)
       if (Group* p = blockGroup(l - 1)) gather(*p, true);  // prefetch
+    if (stage_ >= 3 && l > 1) readAhead(blockGroup(l - 2));
     gradsLive(*g);
   };
   h.blockGradientsReady = [this](int l) {
@@ -358,6 +360,9 @@ Decoder::Hooks DataParallel::hooks() {
 // ---- The step ---------------------------------------------------------------------------------
 
 void DataParallel::beginStep() {
+  // Offloaded parameters: the first blocks' bytes start coming while the rest is gathered.
+  readAhead(blockGroup(0));
+  readAhead(blockGroup(1));
   gatherResident();
 }
 
@@ -420,15 +425,18 @@ double DataParallel::clipGradNorm(double maxNorm) {
 void DataParallel::optimizerStep(Optimizer& opt, float lr) {
   // Offloaded parameters: the whole shard on the device for the update, back to its tier after.
   if (paramsOffloaded())
-    for (auto& g : groups_)
-      if (!g.gathered) fetchOwned(std::max(g.vlo, vlo_), std::min(g.vhi, vhi_));
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      if (i + 1 < groups_.size()) readAhead(&groups_[i + 1]);
+      if (!groups_[i].gathered) fetchOwned(groups_[i]);
+    }
   opt.step(lr);
   // Back to its tier once the new weights are in: the shard's device pages go again.
   auto evict = [&] {
     if (!paramsOffloaded()) return;
-    storeOwned(vlo_, vhi_);
-    for (auto& g : groups_)
-      if (!g.gathered) dropOwned(std::max(g.vlo, vlo_), std::min(g.vhi, vhi_));
+    for (auto& g : groups_) {
+      storeOwned(g);
+      if (!g.gathered) dropOwned(g);
+    }
   };
   // Stage 3 notifies with the shard alone here: fp8 copies are made per block when gathered
   // (Gpt::setFp8QuantizeOnGather), not from these partial weights.
@@ -490,26 +498,52 @@ void DataParallel::offloadParams(const std::string& where, const std::string& di
     tracker_->add(where == "cpu" ? MemoryTier::Host : MemoryTier::Nvme, MemoryCategory::Parameters,
                   bytes);
   // Every group is released (not gathered) here: the shard moves out now.
-  storeOwned(vlo_, vhi_);
-  for (auto& g : groups_)
-    if (!g.gathered) dropOwned(std::max(g.vlo, vlo_), std::min(g.vhi, vhi_));
+  for (auto& g : groups_) {
+    storeOwned(g);
+    if (!g.gathered) dropOwned(g);
+  }
 }
 
-void DataParallel::fetchOwned(int64_t a, int64_t b) {
+std::pair<int64_t, int64_t> DataParallel::ownedRange(const Group& g) const {
+  return {std::max(g.vlo, vlo_), std::min(g.vhi, vhi_)};
+}
+
+void DataParallel::readAhead(Group* g) {
+  if (!g || !paramStore_ || g->readIssued || g->gathered) return;
+  const auto [a, b] = ownedRange(*g);
+  if (b <= a) return;
+  const int64_t eb = int64_t(arena_->storedElementBytes());
+  // Its last write must land first: a read in flight with it may see either.
+  paramStore_->wait(g->writeTicket);
+  g->writeTicket = 0;
+  g->readBuf.resize(size_t((b - a) * eb));
+  g->readTicket = paramStore_->read(0, (a - vlo_) * eb, g->readBuf.data(), (b - a) * eb);
+  g->readIssued = true;
+}
+
+void DataParallel::fetchOwned(Group& g) {
+  const auto [a, b] = ownedRange(g);
   if (b <= a) return;
   const size_t eb = arena_->storedElementBytes();
   const size_t bytes = size_t(b - a) * eb;
   char* dev = static_cast<char*>(arena_->storedValues()) + a * int64_t(eb);
-  std::vector<char> host;
   const char* src = nullptr;
   if (hostParams_.empty()) {
-    host.resize(bytes);
-    paramStore_->wait(paramStore_->read(0, (a - vlo_) * int64_t(eb), host.data(), int64_t(bytes)));
-    src = host.data();
+    readAhead(&g);  // (already started when the group before it was gathered)
+    {
+      ScopedRange r("param_read_wait", SpanCategory::IO);
+      paramStore_->wait(g.readTicket);
+    }
+    src = g.readBuf.data();
   } else {
     src = static_cast<const char*>(hostParams_.data()) + (a - vlo_) * int64_t(eb);
   }
   backend_->copyToDevice(dev, src, bytes);
+  if (paramStore_) {
+    g.readTicket = 0;
+    g.readIssued = false;
+    std::vector<char>().swap(g.readBuf);
+  }
   if (arena_->mixed()) arena_->finishWeightUpdate(a, b, false);  // its fp32 compute copy
   if (tracker_) {
     tracker_->add(MemoryTier::Device, MemoryCategory::Parameters, int64_t(bytes));
@@ -517,22 +551,32 @@ void DataParallel::fetchOwned(int64_t a, int64_t b) {
   }
 }
 
-void DataParallel::storeOwned(int64_t a, int64_t b) {
+void DataParallel::storeOwned(Group& g) {
+  const auto [a, b] = ownedRange(g);
   if (b <= a) return;
   const size_t eb = arena_->storedElementBytes();
   const size_t bytes = size_t(b - a) * eb;
   const char* dev = static_cast<const char*>(arena_->storedValues()) + a * int64_t(eb);
   if (hostParams_.empty()) {
-    std::vector<char> host(bytes);
-    backend_->copyToHost(host.data(), dev, bytes);
-    paramStore_->wait(paramStore_->write(0, (a - vlo_) * int64_t(eb), host.data(), int64_t(bytes)));
+    // Written behind: the device pages may go at once, the host copy stays until it lands.
+    paramStore_->wait(g.writeTicket);
+    if (g.readIssued) {  // a read-ahead of the old bytes is stale now
+      paramStore_->wait(g.readTicket);
+      g.readIssued = false;
+      std::vector<char>().swap(g.readBuf);
+    }
+    g.writeBuf.resize(bytes);
+    backend_->copyToHost(g.writeBuf.data(), dev, bytes);
+    g.writeTicket =
+        paramStore_->write(0, (a - vlo_) * int64_t(eb), g.writeBuf.data(), int64_t(bytes));
   } else {
     backend_->copyToHost(static_cast<char*>(hostParams_.data()) + (a - vlo_) * int64_t(eb), dev,
                          bytes);
   }
 }
 
-void DataParallel::dropOwned(int64_t a, int64_t b, bool track) {
+void DataParallel::dropOwned(Group& g, bool track) {
+  const auto [a, b] = ownedRange(g);
   if (b <= a) return;
   const size_t eb = arena_->storedElementBytes();
   backend_->discard(static_cast<char*>(arena_->storedValues()) + a * int64_t(eb),
@@ -543,6 +587,20 @@ void DataParallel::dropOwned(int64_t a, int64_t b, bool track) {
     if (arena_->mixed())
       tracker_->remove(MemoryTier::Device, MemoryCategory::Workspace, (b - a) * 4);
   }
+}
+
+nlohmann::json DataParallel::takeStepStats() {
+  nlohmann::json j = nlohmann::json::object();
+  if (!paramsOffloaded()) return j;
+  j["offload_params"] = paramWhere_;
+  if (paramStore_) {
+    const auto s = paramStore_->takeStats();
+    j["offload_param_read_bytes"] = s.bytesRead;
+    j["offload_param_write_bytes"] = s.bytesWritten;
+    j["offload_param_io_ms"] = s.ioSeconds * 1000;
+    j["offload_param_wait_ms"] = s.waitSeconds * 1000;
+  }
+  return j;
 }
 
 void DataParallel::endStep() {

@@ -93,7 +93,7 @@ class OffloadedAdamW final : public Optimizer {
     const auto t0 = std::chrono::steady_clock::now();
     backend_->copyToHost(grad_.data(), arena_.grads().f32() + lo_, size_t(n) * sizeof(float));
     moved_ += n * 4;
-    materialized_ = false;  // a checkpoint's copy of nvme state is stale after this step
+    if (store_ && (materialized_ || masterRead_)) dropMaterialized();  // stale after this step
     if (!store_) {
       update(master_.f32(), m_.f32(), v_.f32(), lo_, hi_, lr);
       publish(master_.f32());
@@ -124,7 +124,7 @@ class OffloadedAdamW final : public Optimizer {
   }
   std::string name() const override { return "adamw"; }
   const Tensor* shardMaster() const override {
-    if (store_) const_cast<OffloadedAdamW*>(this)->materialize();
+    if (store_) const_cast<OffloadedAdamW*>(this)->readMaster();
     return &master_;
   }
   nlohmann::json takeStepStats() override {
@@ -214,11 +214,21 @@ class OffloadedAdamW final : public Optimizer {
     store_->waitAll();
     materialized_ = true;
   }
+  // nvme: the master alone (a frozen base's caller gathers it after every step).
+  void readMaster() {
+    if (materialized_ || masterRead_) return;
+    const int64_t n = hi_ - lo_;
+    if (master_.empty())
+      master_ = Tensor(host_.get(), tracker_, MemoryCategory::Workspace, DType::F32, {n},
+                       MemoryTier::Host);
+    store_->wait(store_->read(2, 0, master_.data(), n * 4));
+    masterRead_ = true;
+  }
   void dropMaterialized() {
     m_ = Tensor();
     v_ = Tensor();
     master_ = Tensor();
-    materialized_ = false;
+    materialized_ = masterRead_ = false;
   }
 
   core::OptimizerConfig config_;
@@ -231,7 +241,7 @@ class OffloadedAdamW final : public Optimizer {
   Tensor grad_, m_, v_, master_;
   Tensor stage_[2];
   std::unique_ptr<OffloadStore> store_;
-  bool materialized_ = false;
+  bool materialized_ = false, masterRead_ = false;
   int64_t moved_ = 0;
   double hostSeconds_ = 0;
 };
@@ -350,8 +360,8 @@ class OffloadedAdamW8 final : public Optimizer {
     const auto t0 = std::chrono::steady_clock::now();
     backend_->copyToHost(grad_.data(), arena_.grads().f32() + lo_, size_t(n) * sizeof(float));
     moved_ += n * 4;
-    if (store_ && materialized_) dropHost();  // a checkpoint's copies go stale now
-    materialized_ = false;
+    if (store_ && (materialized_ || masterRead_)) dropHost();  // host copies go stale now
+    materialized_ = masterRead_ = false;
     if (!store_) {
       for (const Item& it : items_) update(it, pointersAt(it), lr);
       publish(host_[Master].f32(), lo_, hi_);
@@ -380,7 +390,7 @@ class OffloadedAdamW8 final : public Optimizer {
   }
   std::string name() const override { return "adamw8bit"; }
   const Tensor* shardMaster() const override {
-    if (store_) const_cast<OffloadedAdamW8*>(this)->materialize();
+    if (store_) const_cast<OffloadedAdamW8*>(this)->readMaster();
     return &host_[Master];
   }
   std::optional<CompactSlice> compactSlice(const std::string& name) const override {
@@ -537,11 +547,23 @@ class OffloadedAdamW8 final : public Optimizer {
   // until the next step makes them stale).
   void materialize() {
     if (materialized_) return;
-    if (host_[Master].empty()) allocateHost(MemoryCategory::Workspace, tracker_);
+    for (int k = 0; k < kBuffers; ++k)
+      if (host_[k].empty())
+        host_[k] = Tensor(cpu_.get(), tracker_, MemoryCategory::Workspace, typeOf(k),
+                          {elems_[size_t(k)]}, MemoryTier::Host);
     for (int k = 0; k < kBuffers; ++k)
       if (elems_[size_t(k)] > 0) store_->read(k, 0, host_[k].data(), bytesOf(k, elems_[size_t(k)]));
     store_->waitAll();
     materialized_ = true;
+  }
+  // nvme: the master alone (a frozen base's caller gathers it after every step).
+  void readMaster() {
+    if (materialized_ || masterRead_) return;
+    if (host_[Master].empty())
+      host_[Master] = Tensor(cpu_.get(), tracker_, MemoryCategory::Workspace, DType::F32,
+                             {elems_[Master]}, MemoryTier::Host);
+    store_->wait(store_->read(Master, 0, host_[Master].data(), bytesOf(Master, elems_[Master])));
+    masterRead_ = true;
   }
 
   core::OptimizerConfig config_;
@@ -558,7 +580,7 @@ class OffloadedAdamW8 final : public Optimizer {
   std::array<Tensor, kBuffers> host_;  // the state (cpu), or host copies of it (nvme)
   Tensor stage_[2];
   std::unique_ptr<OffloadStore> store_;
-  bool materialized_ = false;
+  bool materialized_ = false, masterRead_ = false;
   int64_t moved_ = 0;
   double hostSeconds_ = 0;
 };

@@ -882,7 +882,8 @@ TrainResult Trainer::run() {
       sf["ranks"] = ranks;
       sf["comm_bytes"] = comm->takeBytesSent();  // this rank's, as a ring sends them
     }
-    const nlohmann::json optStats = opt->takeStepStats();
+    nlohmann::json optStats = opt->takeStepStats();
+    if (dp) optStats.update(dp->takeStepStats());
     for (auto it = optStats.begin(); it != optStats.end(); ++it) sf[it.key()] = it.value();
     // Curriculum: the fraction of the data's difficulty (or length) range this batch drew from.
     if (config_.curriculum.type != "none") sf["difficulty"] = difficulty;

@@ -520,6 +520,24 @@ TEST_F(Distributed, ParameterOffloadUnderZeroThreeTrainsTheSameWeights) {
           EXPECT_GT(there, 0);
           EXPECT_EQ(there % int64_t(eb), 0);
         }
+        // nvme: the shard's file is read every step (ahead of use) and the bytes are in the
+        // step events: the same in every step that follows no evaluation (an evaluation
+        // gathers every block for each of its forwards, counted in the next step).
+        if (params == "nvme") {
+          std::set<int64_t> reads;
+          bool afterEval = false;
+          for (const auto& e : r.events) {
+            const std::string type = e.value("type", "");
+            if (type == "eval") afterEval = true;
+            if (type != "step") continue;
+            EXPECT_EQ(e.value("offload_params", ""), "nvme");
+            EXPECT_TRUE(e.contains("offload_param_wait_ms"));
+            if (!afterEval) reads.insert(e.value("offload_param_read_bytes", int64_t(0)));
+            afterEval = false;
+          }
+          ASSERT_EQ(reads.size(), 1u);
+          EXPECT_GT(*reads.begin(), 0);
+        }
       }
     }
   }

@@ -79,6 +79,9 @@ class DataParallel {
   // the device when the group is gathered and leaves with it, all of it around the optimizer
   // step. Call once after construction. Throws OffloadError for a bad directory.
   void offloadParams(const std::string& where, const std::string& dir);
+  // Per-step numbers for step events (nvme parameter offload: bytes read and written, seconds
+  // in I/O and waited for it); empty without parameter offload.
+  nlohmann::json takeStepStats();
 
   // Checkpoints: stage 3 gathers every group (all weights whole on every rank), then gives the
   // unowned pages back; after loading whole weights, reshard() gives them back again.
@@ -98,6 +101,11 @@ class DataParallel {
     std::unique_ptr<Communicator::Pending> pendingGather;
     bool gradsLive = false;  // stage 2/3: non-owned gradient pages in use
     bool reduced = false;    // this micro-batch's reduction started/done
+    // nvme parameter offload: its part read ahead into readBuf, or written behind from
+    // writeBuf (OffloadStore tickets; 0 = none in flight).
+    uint64_t readTicket = 0, writeTicket = 0;
+    bool readIssued = false;
+    std::vector<char> readBuf, writeBuf;
   };
   std::vector<int64_t> countsOf(const Group& g, bool values = false) const;
   int64_t ownedIn(const Group& g, bool values = false) const;
@@ -125,10 +133,12 @@ class DataParallel {
   std::vector<Group> groups_;
   std::vector<std::unique_ptr<Communicator::Pending>> pending_;
   Tensor scratch_;  // reduce-scatter output of one group
-  // Parameter offload.
-  void fetchOwned(int64_t a, int64_t b);  // value space, inside the shard: host -> device
-  void storeOwned(int64_t a, int64_t b);  // device -> host
-  void dropOwned(int64_t a, int64_t b, bool track = true);
+  // Parameter offload, a group's part of the value shard at a time.
+  std::pair<int64_t, int64_t> ownedRange(const Group& g) const;
+  void fetchOwned(Group& g);  // host -> device (from a read-ahead when one was started)
+  void readAhead(Group* g);   // nvme: starts reading its part into host memory
+  void storeOwned(Group& g);  // device -> host (nvme: written behind)
+  void dropOwned(Group& g, bool track = true);
   bool paramsOffloaded() const { return !paramWhere_.empty(); }
   void reshardOutside();
   std::string paramWhere_;
