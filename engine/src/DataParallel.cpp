@@ -79,6 +79,10 @@ DataParallel::DataParallel(Communicator* comm, ParamArena* arena, kernels::Backe
 
 DataParallel::~DataParallel() {
   // Nothing may still write into the arena once it is gone.
+  if (scatter_) try {
+      scatter_->wait();
+    } catch (...) {
+    }
   for (auto& p : pending_)
     if (p) try {
         p->wait();
@@ -166,15 +170,30 @@ void DataParallel::reduceGroup(Group& g) {
   // Stage 2/3: the shard receives the sum over ranks of everyone's copy of it. Only this rank's
   // copy of its own part holds the earlier micro-batches' sum (the other ranks gave theirs back,
   // so theirs read zero plus this micro-batch): the result is the running total.
+  // Asynchronous, one in flight: the previous group's result lands first (its scratch is
+  // reused), then this group's starts and runs while the next block's backward computes.
+  finishReduceScatter();
   ScopedRange r("reduce_scatter", SpanCategory::Communication);
-  const auto counts = countsOf(g);
-  const int64_t mine = counts[size_t(comm_->rank())];
-  comm_->reduceScatterSum(grads + g.lo, scratch_.f32(), counts);
+  scattering_ = &g;
+  scatter_ = comm_->reduceScatterSum(grads + g.lo, scratch_.f32(), countsOf(g));
+  scatter_->test();  // progress it
+}
+
+void DataParallel::finishReduceScatter() {
+  if (!scattering_) return;
+  Group& g = *scattering_;
+  {
+    ScopedRange r("reduce_scatter_wait", SpanCategory::Communication);
+    scatter_->wait();
+  }
+  scatter_.reset();
+  scattering_ = nullptr;
+  const int64_t mine = ownedIn(g);
   if (mine > 0)
-    backend_->copyOnDevice(grads + std::max(g.lo, lo_), scratch_.f32(),
+    backend_->copyOnDevice(arena_->grads().f32() + std::max(g.lo, lo_), scratch_.f32(),
                            mine * int64_t(sizeof(float)));
   // Stage 1 keeps whole gradient buffers (only its shard is used from here); 2/3 give the
-  // rest back.
+  // rest back, now that the collective has read them.
   gradsDone(g);
 }
 
@@ -381,6 +400,7 @@ void DataParallel::beginBackward() {
 void DataParallel::endMicroBatch() {
   for (auto& g : groups_)
     if (g.block < 0) reduceGroup(g);
+  finishReduceScatter();
   if (reduceThisMicro_) waitPending();
 }
 

@@ -35,9 +35,10 @@ class SingleCommunicator final : public Communicator {
   std::unique_ptr<Pending> allReduceSum(float*, int64_t) override {
     return std::make_unique<Done>();
   }
-  void reduceScatterSum(const float* send, float* recv,
-                        const std::vector<int64_t>& counts) override {
+  std::unique_ptr<Pending> reduceScatterSum(const float* send, float* recv,
+                                            const std::vector<int64_t>& counts) override {
     if (send != recv) std::memmove(recv, send, size_t(counts.at(0)) * sizeof(float));
+    return std::make_unique<Done>();
   }
   std::unique_ptr<Pending> allGather(void*, const std::vector<int64_t>&, size_t) override {
     return std::make_unique<Done>();
@@ -103,8 +104,8 @@ class MpiCommunicator final : public Communicator {
     Requests(MpiCommunicator* c, std::string what) : c_(c), what_(std::move(what)) {}
     std::vector<MPI_Request> reqs;
     std::function<void()> after;
-    std::vector<char> stage;
-    std::vector<int> counts, displs;  // all-gather: must outlive the request
+    std::vector<char> stage, stageOut;  // host copies when the backend's memory is not the host's
+    std::vector<int> counts, displs;    // all-gather, reduce-scatter: must outlive the request
     bool test() override {
       if (done_) return true;
       int flag = 0;
@@ -151,32 +152,35 @@ class MpiCommunicator final : public Communicator {
     return p;
   }
 
-  void reduceScatterSum(const float* send, float* recv,
-                        const std::vector<int64_t>& counts) override {
+  std::unique_ptr<Pending> reduceScatterSum(const float* send, float* recv,
+                                            const std::vector<int64_t>& counts) override {
+    auto p = std::make_unique<Requests>(this, "reduce-scatter");
     const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t(0));
     const int64_t mine = counts.at(size_t(rank_));
     if (size_ == 1) {
       if (send != recv) backend_->copyOnDevice(recv, send, mine * int64_t(sizeof(float)));
-      return;
+      return p;
     }
     if (total >= kMaxCount) throw CommError("reduce-scatter of more than 2^30 floats");
-    std::vector<float> hs, hr;
     const float* s = send;
     float* r = recv;
     if (staged_) {
-      hs.resize(size_t(total));
-      hr.resize(size_t(mine));
-      backend_->copyToHost(hs.data(), send, size_t(total) * sizeof(float));
-      s = hs.data();
-      r = hr.data();
+      p->stage.resize(size_t(total) * sizeof(float));
+      p->stageOut.resize(size_t(mine) * sizeof(float));
+      backend_->copyToHost(p->stage.data(), send, size_t(total) * sizeof(float));
+      s = reinterpret_cast<const float*>(p->stage.data());
+      r = reinterpret_cast<float*>(p->stageOut.data());
+      p->after = [this, recv, r, mine] {
+        backend_->copyToDevice(recv, r, size_t(mine) * sizeof(float));
+      };
     }
-    std::vector<int> cnt(counts.begin(), counts.end());
-    std::vector<MPI_Request> req(1);
-    check(MPI_Ireduce_scatter(s, r, cnt.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req[0]),
+    p->counts.assign(counts.begin(), counts.end());
+    p->reqs.emplace_back();
+    check(MPI_Ireduce_scatter(s, r, p->counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                              &p->reqs.back()),
           "MPI_Ireduce_scatter");
-    waitAll(req, "reduce-scatter");
-    if (staged_) backend_->copyToDevice(recv, hr.data(), size_t(mine) * sizeof(float));
     countSent((size_ - 1) * total * int64_t(sizeof(float)) / size_);
+    return p;
   }
 
   std::unique_ptr<Pending> allGather(void* data, const std::vector<int64_t>& counts,

@@ -95,9 +95,9 @@ TEST(NcclCommunicator, SingleRankCollectivesOnDeviceMemory) {
 
   // Reduce-scatter: one part, out of place and in place.
   gpu->copyToDevice(b, host.data(), n * sizeof(float));
-  comm->reduceScatterSum(a, b, {n});
+  comm->reduceScatterSum(a, b, {n})->wait();
   EXPECT_EQ(back(b), scaled);
-  comm->reduceScatterSum(b, b, {n});
+  comm->reduceScatterSum(b, b, {n})->wait();
   EXPECT_EQ(back(b), scaled);
 
   // All-gather in place, fp32 and 16-bit elements.

@@ -723,13 +723,14 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       // holds at a step boundary (current) and the most it gathers or keeps live (peak).
       const ZeroRankShare z = zeroRankShare(zgroups, ranks, r);
       const double own = double(z.owned), full = double(zeroTotal);
-      const double res = double(z.residentOutside), one = double(z.maxBlockOutside),
-                   two = double(z.maxTwoBlocksOutside);
+      const double res = double(z.residentOutside), two = double(z.maxTwoBlocksOutside);
       const double extra = trainParamBytes - double(P) * pb.param;  // fp8 copies and scales
       const double pCur = stage >= 3 ? own : full, pPeak = stage >= 3 ? own + res + two : full;
       setEntry(rm, Tier::Device, Cat::Parameters, pCur * pb.param + extra,
                pPeak * pb.param + extra);
-      const double gCur = stage >= 2 ? own : full, gPeak = stage >= 2 ? own + res + one : full;
+      // Stage 2/3: a block's gradients live until its reduce-scatter, which runs during the
+      // next block's backward, so two adjacent blocks' at most.
+      const double gCur = stage >= 2 ? own : full, gPeak = stage >= 2 ? own + res + two : full;
       if (engine16) {
         setEntry(rm, Tier::Device, Cat::Gradients, gCur * 2, gCur * 2);  // 16-bit: the shard
       } else {

@@ -150,12 +150,12 @@ class NcclCommunicator final : public Communicator {
   // NCCL's ReduceScatter wants equal parts: unequal ones are one grouped ncclReduce per rank
   // onto that rank's part. Both are in place when recv is the rank's own part of send; any other
   // overlap of recv with send goes through a scratch buffer.
-  void reduceScatterSum(const float* send, float* recv,
-                        const std::vector<int64_t>& counts) override {
+  std::unique_ptr<Pending> reduceScatterSum(const float* send, float* recv,
+                                            const std::vector<int64_t>& counts) override {
     const std::vector<int64_t> displ = displacements(counts, "reduce-scatter");
     const int64_t total = displ.back();
     const int64_t mine = counts[size_t(rank_)];
-    if (total == 0) return;
+    if (total == 0) return done("reduce-scatter");
     const float* ownPart = send + displ[size_t(rank_)];
     const bool overlaps = mine > 0 && recv != ownPart && recv < send + total && send < recv + mine;
     DeviceScratch scratch;
@@ -178,8 +178,11 @@ class NcclCommunicator final : public Communicator {
       cudaCheck(cudaMemcpyAsync(recv, out, size_t(mine) * sizeof(float), cudaMemcpyDeviceToDevice,
                                 stream_),
                 "reduce-scatter: copy of the result");
-    completion("reduce-scatter")->wait();
     countSent((size_ - 1) * total * int64_t(sizeof(float)) / size_);
+    // A scratch output (recv inside send) is freed, after the device finished, on return.
+    auto p = completion("reduce-scatter");
+    if (overlaps) p->wait();
+    return p;
   }
 
   // In place; equal parts are one ncclAllGather, unequal ones one grouped ncclBroadcast per rank

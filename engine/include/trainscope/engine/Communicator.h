@@ -41,9 +41,10 @@ class Communicator {
   // Sum of `n` floats over the ranks, in place.
   virtual std::unique_ptr<Pending> allReduceSum(float* data, int64_t n) = 0;
   // `send` holds sum(counts) floats; rank r receives the sum over ranks of its part
-  // [sum(counts[<r]), +counts[r]) in `recv` (counts[r] floats).
-  virtual void reduceScatterSum(const float* send, float* recv,
-                                const std::vector<int64_t>& counts) = 0;
+  // [sum(counts[<r]), +counts[r]) in `recv` (counts[r] floats). Both stay untouched until the
+  // returned operation is waited on.
+  virtual std::unique_ptr<Pending> reduceScatterSum(const float* send, float* recv,
+                                                    const std::vector<int64_t>& counts) = 0;
   // In place: `data` holds sum(counts) elements of `elemBytes`; each rank's part (at its
   // displacement) goes to every rank.
   virtual std::unique_ptr<Pending> allGather(void* data, const std::vector<int64_t>& counts,

@@ -110,6 +110,7 @@ class DataParallel {
   std::vector<int64_t> countsOf(const Group& g, bool values = false) const;
   int64_t ownedIn(const Group& g, bool values = false) const;
   void reduceGroup(Group& g);
+  void finishReduceScatter();  // the one in flight: wait, copy its result, give pages back
   void gather(Group& g, bool async);
   void awaitGather(Group& g);
   void release(Group& g);
@@ -133,6 +134,9 @@ class DataParallel {
   std::vector<Group> groups_;
   std::vector<std::unique_ptr<Communicator::Pending>> pending_;
   Tensor scratch_;  // reduce-scatter output of one group
+  // The reduce-scatter in flight (stages 1-3) and its group.
+  std::unique_ptr<Communicator::Pending> scatter_;
+  Group* scattering_ = nullptr;
   // Parameter offload, a group's part of the value shard at a time.
   std::pair<int64_t, int64_t> ownedRange(const Group& g) const;
   void fetchOwned(Group& g);  // host -> device (from a read-ahead when one was started)

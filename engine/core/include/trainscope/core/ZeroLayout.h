@@ -126,7 +126,8 @@ inline std::pair<int64_t, int64_t> zeroShard(int64_t total, int ranks, int r) {
 struct ZeroRankShare {
   int64_t owned = 0, maxGroupOwned = 0, residentOutside = 0, maxBlockOutside = 0,
           maxTwoBlocksOutside = 0;
-  // Backward of block l: its weights and the prefetched l-1 gathered, its gradients live.
+  // Backward of block l: its weights and the prefetched l-1 gathered, its gradients live and
+  // those of l+1 too (their reduce-scatter runs during this backward).
   int64_t maxBackwardOutside = 0;
 };
 
@@ -150,7 +151,8 @@ inline ZeroRankShare zeroRankShare(const std::vector<ZeroGroup>& groups, int ran
     z.maxBlockOutside = std::max(z.maxBlockOutside, blockOutside[i]);
     const int64_t pair = blockOutside[i] + (i + 1 < blockOutside.size() ? blockOutside[i + 1] : 0);
     z.maxTwoBlocksOutside = std::max(z.maxTwoBlocksOutside, pair);
-    const int64_t bwd = 2 * blockOutside[i] + (i > 0 ? blockOutside[i - 1] : 0);
+    const int64_t bwd = 2 * blockOutside[i] + (i > 0 ? blockOutside[i - 1] : 0) +
+                        (i + 1 < blockOutside.size() ? blockOutside[i + 1] : 0);
     z.maxBackwardOutside = std::max(z.maxBackwardOutside, bwd);
   }
   return z;
