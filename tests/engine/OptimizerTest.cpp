@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "trainscope/core/ZeroLayout.h"
 #include "trainscope/engine/Gpt.h"
 #include "trainscope/engine/Optimizer.h"
 #include "trainscope/engine/Safetensors.h"
@@ -162,4 +163,77 @@ TEST(Adam8bitGolden, MapsCodesAndUpdatesMatchBitsandbytes) {
                 std::sqrt(err / moved));
     EXPECT_LT(std::sqrt(err / moved), 0.01) << "step " << t;
   }
+}
+
+// 8-bit AdamW over ZeRO shards, in one process: with core::ZeroLayout's tensorAlign every
+// tensor's blocks of state fall wholly inside one shard, so two shard optimizers update the
+// weights bit for bit as one unsharded optimizer does, and the engine's arena offsets are the
+// estimator's (zeroTensorOffsets). Without the alignment a shard would cut a block: refused.
+TEST(Optimizer, EightBitShardsUpdateAsOneOptimizerBitForBit) {
+  auto backend = ts::kernels::makeCpuBackend();
+  GptConfig c = tiny();
+  c.layers = 2;
+  c.d_model = 64;  // 64 x 256 MLP weights: 8-bit state (>= 4096 elements)
+  c.heads = 4;
+  c.seq_len = 8;
+  const int ranks = 2;
+  const auto layout = ts::core::zeroLayoutOf(ranks, 1, 8);
+  ASSERT_EQ(layout.tensorAlign, ts::core::kAdam8Block);
+  c.arenaAlign = layout.align;
+  c.arenaPadTo = layout.padTo;
+  c.arenaTensorAlign = layout.tensorAlign;
+  ts::core::OptimizerConfig oc;
+  oc.type = "adamw";
+  oc.state_bits = 8;
+  oc.weight_decay = 0.1;
+  MemoryTracker tracker;
+  std::vector<std::unique_ptr<Gpt>> models;
+  for (int i = 0; i < 3; ++i) {
+    models.push_back(std::make_unique<Gpt>(c, backend.get(), &tracker));
+    models.back()->initWeights(5);
+  }
+  // The arena's offsets are the layout the estimator computes.
+  std::vector<ts::core::TensorSpec> specs;
+  for (const auto& p : models[0]->params()) specs.push_back(p.spec);
+  const auto offsets = ts::core::zeroTensorOffsets(specs, layout);
+  int eightBit = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    EXPECT_EQ(models[0]->params()[i].gradOffset, offsets[i]) << specs[i].name;
+    eightBit += models[0]->params()[i].numel >= ts::core::kAdam8Min;
+  }
+  ASSERT_GT(eightBit, 0);
+  const int64_t G = models[0]->arena().gradSize();
+  std::vector<std::unique_ptr<Optimizer>> opts;
+  opts.push_back(makeOptimizer(oc, models[0]->arena(), backend.get(), &tracker));
+  for (int r = 0; r < ranks; ++r) {
+    const auto [lo, hi] = ts::core::zeroShard(G, ranks, r);
+    opts.push_back(makeOptimizer(oc, models[size_t(1 + r)]->arena(), backend.get(), &tracker,
+                                 OptimizerShard{lo, hi}));
+  }
+  for (int t = 1; t <= 3; ++t) {
+    for (size_t i = 0; i < models.size(); ++i) fillGrads(*models[i], t);
+    for (auto& o : opts) o->step(0.01f);
+  }
+  const float* whole = models[0]->paramBuffer().f32();
+  for (int r = 0; r < ranks; ++r) {
+    const auto [lo, hi] = ts::core::zeroShard(G, ranks, r);
+    const float* mine = models[size_t(1 + r)]->paramBuffer().f32();
+    for (int64_t i = lo; i < hi; ++i) ASSERT_EQ(mine[i], whole[i]) << "rank " << r << " at " << i;
+  }
+  // Without tensorAlign, some shard boundary lands inside a block of a tensor: refused, saying
+  // so (rather than quantizing other blocks than one rank would).
+  c.arenaTensorAlign = 1;
+  Gpt plain(c, backend.get(), &tracker);
+  bool refused = false;
+  for (int64_t lo = ts::core::kZeroAlign; lo < plain.arena().gradSize() && !refused;
+       lo += ts::core::kZeroAlign) {
+    try {
+      makeOptimizer(oc, plain.arena(), backend.get(), &tracker,
+                    OptimizerShard{lo, plain.arena().gradSize()});
+    } catch (const std::logic_error& e) {
+      refused = true;
+      EXPECT_NE(std::string(e.what()).find("cuts a block"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(refused);
 }
