@@ -78,6 +78,15 @@ DataParallel::DataParallel(Communicator* comm, ParamArena* arena, kernels::Backe
 }
 
 DataParallel::~DataParallel() {
+  // The parameter file's reads and writes land before their buffers go.
+  if (paramStore_) try {
+      paramStore_->waitAll();
+    } catch (...) {
+    }
+  for (auto& g : groups_) {
+    unstage(g.readBuf);
+    unstage(g.writeBuf);
+  }
   // Nothing may still write into the arena once it is gone.
   if (scatter_) try {
       scatter_->wait();
@@ -524,6 +533,20 @@ void DataParallel::offloadParams(const std::string& where, const std::string& di
   }
 }
 
+// The nvme parameter file's host staging (read-ahead and write-behind buffers): host workspace
+// while it lives.
+void DataParallel::stage(std::vector<char>& buf, size_t bytes) {
+  unstage(buf);
+  buf.resize(bytes);
+  if (tracker_) tracker_->add(MemoryTier::Host, MemoryCategory::Workspace, int64_t(bytes));
+}
+
+void DataParallel::unstage(std::vector<char>& buf) {
+  if (buf.empty()) return;
+  if (tracker_) tracker_->remove(MemoryTier::Host, MemoryCategory::Workspace, int64_t(buf.size()));
+  std::vector<char>().swap(buf);
+}
+
 std::pair<int64_t, int64_t> DataParallel::ownedRange(const Group& g) const {
   return {std::max(g.vlo, vlo_), std::min(g.vhi, vhi_)};
 }
@@ -536,7 +559,8 @@ void DataParallel::readAhead(Group* g) {
   // Its last write must land first: a read in flight with it may see either.
   paramStore_->wait(g->writeTicket);
   g->writeTicket = 0;
-  g->readBuf.resize(size_t((b - a) * eb));
+  unstage(g->writeBuf);
+  stage(g->readBuf, size_t((b - a) * eb));
   g->readTicket = paramStore_->read(0, (a - vlo_) * eb, g->readBuf.data(), (b - a) * eb);
   g->readIssued = true;
 }
@@ -562,7 +586,7 @@ void DataParallel::fetchOwned(Group& g) {
   if (paramStore_) {
     g.readTicket = 0;
     g.readIssued = false;
-    std::vector<char>().swap(g.readBuf);
+    unstage(g.readBuf);
   }
   if (arena_->mixed()) arena_->finishWeightUpdate(a, b, false);  // its fp32 compute copy
   if (tracker_) {
@@ -583,9 +607,9 @@ void DataParallel::storeOwned(Group& g) {
     if (g.readIssued) {  // a read-ahead of the old bytes is stale now
       paramStore_->wait(g.readTicket);
       g.readIssued = false;
-      std::vector<char>().swap(g.readBuf);
+      unstage(g.readBuf);
     }
-    g.writeBuf.resize(bytes);
+    stage(g.writeBuf, bytes);
     backend_->copyToHost(g.writeBuf.data(), dev, bytes);
     g.writeTicket =
         paramStore_->write(0, (a - vlo_) * int64_t(eb), g.writeBuf.data(), int64_t(bytes));

@@ -508,12 +508,21 @@ TEST_F(Distributed, ParameterOffloadUnderZeroThreeTrainsTheSameWeights) {
         // Equal to one rank; bf16 rounds the same sums in another order (one ulp is 2^-8 of a
         // weight, and the measured difference is 1.2e-7).
         EXPECT_LE(maxDiff(w1, weightsAt(finalCheckpoint(r, 4))), pol == "fp32" ? kWeightTol : 1e-3);
-        // Between steps the shard is in its tier and the device holds none of it.
+        // Between steps the shard is in its tier and the device holds none of it; the plan
+        // predicted every tier of every rank, current and peak (the blocks gathered whole two
+        // at a time, the owned parts for the update, nvme's write-behind staging).
         const json* mem = r.first("memory");
-        ASSERT_TRUE(mem);
+        const json* plan = r.first("memory_plan");
+        ASSERT_TRUE(mem && plan);
+        const json& planRanks =
+            plan->contains("report") ? plan->at("report").at("ranks") : plan->at("ranks");
         const size_t eb = pol == "fp32" ? 4 : 2;
         for (const auto& rk : mem->at("ranks")) {
           const json& t = rk.at("tiers");
+          const json& p = planRanks.at(size_t(rk.at("rank").get<int>())).at("tiers");
+          for (const char* tier : {"device", "host", "nvme"})
+            for (const char* c : {"parameters", "gradients", "optimizer_state", "workspace"})
+              EXPECT_EQ(t.at(tier).at(c), p.at(tier).at(c)) << tier << " " << c;
           EXPECT_EQ(t.at("device").at("parameters").at("current"), 0);
           const int64_t there =
               t.at(params == "cpu" ? "host" : "nvme").at("parameters").at("current").get<int64_t>();

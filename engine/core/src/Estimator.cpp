@@ -568,8 +568,9 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
   const int reported = opt.rank0_only ? 1 : ranks;
   // The engine's ZeRO layout (stage >= 1 over several ranks, every tensor trainable).
   const bool zeroEngine = opt.activation_model == ActivationModel::Engine && ranks > 1 &&
-                          stage >= 1 && P == est.params.total && paramTier == Tier::Device &&
+                          stage >= 1 && P == est.params.total &&
                           (optTier == Tier::Device || lower(cfg.optimizer.type) == "adamw");
+  const bool paramsOff = paramTier != Tier::Device;  // ZeRO-3 parameter offload
   const ZeroLayout zlayout = zeroLayoutOf(ranks, stage, cfg.optimizer.state_bits);
   const std::vector<ZeroGroup> zgroups =
       zeroEngine ? zeroGroups(tensors, zlayout) : std::vector<ZeroGroup>{};
@@ -725,9 +726,26 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       const double own = double(z.owned), full = double(zeroTotal);
       const double res = double(z.residentOutside), two = double(z.maxTwoBlocksOutside);
       const double extra = trainParamBytes - double(P) * pb.param;  // fp8 copies and scales
-      const double pCur = stage >= 3 ? own : full, pPeak = stage >= 3 ? own + res + two : full;
+      // Parameter offload: between uses not even the owned part stays; a step gathers the
+      // groups outside the blocks whole and two adjacent blocks at a time, and the update
+      // brings the blocks' owned parts (DataParallel's fetchOwned / dropOwned).
+      const double rw = double(z.residentWhole);
+      const double pCur = paramsOff    ? 0
+                          : stage >= 3 ? own
+                                       : full,
+                   pPeak = paramsOff
+                               ? rw + std::max(double(z.maxTwoBlocksWhole), double(z.ownedInBlocks))
+                           : stage >= 3 ? own + res + two
+                                        : full;
       setEntry(rm, Tier::Device, Cat::Parameters, pCur * pb.param + extra,
                pPeak * pb.param + extra);
+      double hostWs = 0;  // host staging of the offload files
+      if (paramsOff) {
+        setEntry(rm, paramTier, Cat::Parameters, own * pb.param, own * pb.param);
+        // nvme: each group's part written behind from host memory after the update, until
+        // its next read (the whole shard at once).
+        if (paramTier == Tier::Nvme) hostWs += own * pb.param;
+      }
       // Stage 2/3: a block's gradients live until its reduce-scatter, which runs during the
       // next block's backward, so two adjacent blocks' at most.
       const double gCur = stage >= 2 ? own : full, gPeak = stage >= 2 ? own + res + two : full;
@@ -757,13 +775,18 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
           const double slot =
               eight ? chunk * 6 + 8 * std::ceil(chunk / 256) + 8 * std::min(chunk, 4096.0)
                     : 3 * chunk * 4;
-          setEntry(rm, Tier::Host, Cat::Workspace, 2 * slot, 2 * slot);
+          hostWs += 2 * slot;
         }
       }
+      if (hostWs > 0) setEntry(rm, Tier::Host, Cat::Workspace, hostWs, hostWs);
       double wsC = act.wsSteady + teacherWs, wsP = act.wsPeak + teacherWs;
       if (engine16) {  // fp32 compute copies of the weights and of the gradients
         wsC += pCur * 4 + gCur * 4;
-        if (stage >= 3)  // both vary: the larger of a forward's and a backward's moment
+        if (paramsOff)  // forward's, backward's or the update's moment
+          wsP += 4 * std::max({rw + double(z.maxTwoBlocksWhole) + own,
+                               rw + own + res + double(z.maxBackwardWhole),
+                               rw + double(z.ownedInBlocks) + own});
+        else if (stage >= 3)  // both vary: the larger of a forward's and a backward's moment
           wsP +=
               4 * std::max(own + res + two + own, 2 * (own + res) + double(z.maxBackwardOutside));
         else

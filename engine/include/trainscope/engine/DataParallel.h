@@ -139,6 +139,8 @@ class DataParallel {
   Group* scattering_ = nullptr;
   // Parameter offload, a group's part of the value shard at a time.
   std::pair<int64_t, int64_t> ownedRange(const Group& g) const;
+  void stage(std::vector<char>& buf, size_t bytes);
+  void unstage(std::vector<char>& buf);
   void fetchOwned(Group& g);  // host -> device (from a read-ahead when one was started)
   void readAhead(Group* g);   // nvme: starts reading its part into host memory
   void storeOwned(Group& g);  // device -> host (nvme: written behind)

@@ -129,6 +129,10 @@ struct ZeroRankShare {
   // Backward of block l: its weights and the prefetched l-1 gathered, its gradients live and
   // those of l+1 too (their reduce-scatter runs during this backward).
   int64_t maxBackwardOutside = 0;
+  // ZeRO-3 parameter offload, where not even the owned part stays between uses: the groups
+  // outside the blocks whole, the owned part of the blocks, the largest two adjacent blocks
+  // whole, and backward's moment (blocks l and l-1 whole, the unowned gradients of l and l+1).
+  int64_t residentWhole = 0, ownedInBlocks = 0, maxTwoBlocksWhole = 0, maxBackwardWhole = 0;
 };
 
 inline ZeroRankShare zeroRankShare(const std::vector<ZeroGroup>& groups, int ranks, int r) {
@@ -137,15 +141,27 @@ inline ZeroRankShare zeroRankShare(const std::vector<ZeroGroup>& groups, int ran
   const int64_t total = groups.back().offset + groups.back().numel;
   const auto [lo, hi] = zeroShard(total, ranks, r);
   z.owned = hi - lo;
-  std::vector<int64_t> blockOutside;
+  std::vector<int64_t> blockOutside, blockWhole;
   for (const auto& g : groups) {
     const int64_t own =
         std::max<int64_t>(0, std::min(g.offset + g.numel, hi) - std::max(g.offset, lo));
     z.maxGroupOwned = std::max(z.maxGroupOwned, own);
-    if (g.block < 0)
+    if (g.block < 0) {
       z.residentOutside += g.numel - own;
-    else
+      z.residentWhole += g.numel;
+    } else {
       blockOutside.push_back(g.numel - own);
+      blockWhole.push_back(g.numel);
+      z.ownedInBlocks += own;
+    }
+  }
+  for (size_t i = 0; i < blockWhole.size(); ++i) {
+    const bool next = i + 1 < blockWhole.size();
+    z.maxTwoBlocksWhole =
+        std::max(z.maxTwoBlocksWhole, blockWhole[i] + (next ? blockWhole[i + 1] : 0));
+    z.maxBackwardWhole =
+        std::max(z.maxBackwardWhole, blockWhole[i] + (i > 0 ? blockWhole[i - 1] : 0) +
+                                         blockOutside[i] + (next ? blockOutside[i + 1] : 0));
   }
   for (size_t i = 0; i < blockOutside.size(); ++i) {
     z.maxBlockOutside = std::max(z.maxBlockOutside, blockOutside[i]);
