@@ -230,6 +230,25 @@ std::string describe(const RunOutput& r) {
   return s;
 }
 
+// The estimator's plan (the run's memory_plan event) equals the first measured memory event in
+// every tier and category of every rank, current and peak.
+void expectPlanExact(const RunOutput& r) {
+  const json* mem = r.first("memory");
+  const json* plan = r.first("memory_plan");
+  ASSERT_TRUE(mem && plan);
+  const json& planRanks =
+      plan->contains("report") ? plan->at("report").at("ranks") : plan->at("ranks");
+  for (const auto& rk : mem->at("ranks")) {
+    const int rank = rk.at("rank").get<int>();
+    const json& p = planRanks.at(size_t(rank)).at("tiers");
+    for (const char* tier : {"device", "host", "nvme"})
+      for (const char* c :
+           {"parameters", "gradients", "optimizer_state", "activations", "workspace"})
+        EXPECT_EQ(rk.at("tiers").at(tier).at(c), p.at(tier).at(c))
+            << "rank " << rank << " " << tier << " " << c;
+  }
+}
+
 }  // namespace
 
 TEST_F(Distributed, RanksTrainTheWeightsOfOneRankWithTheWholeBatch) {
@@ -327,6 +346,8 @@ TEST_F(Distributed, LoraAdaptersShardOverAFrozenBase) {
                                     "parallel.zero_stage=" + std::to_string(stage)}));
     ASSERT_EQ(r.exitCode, 0) << describe(r);
     EXPECT_LE(maxDiff(w1, weightsAt(finalCheckpoint(r, 6))), kWeightTol);
+    // Value and gradient space are laid out apart (the base is frozen); the plan knows both.
+    expectPlanExact(r);
   }
   // A one-rank adapter checkpoint (no fp32 master) resumes under ZeRO-3 on 2 ranks.
   const RunOutput half = train("half", 1, with({"train.micro_batch=16", "train.steps=3"}));
@@ -894,6 +915,7 @@ TEST_F(Distributed, WorkstationAndClusterPresetsTrainScaledDown) {
   preset_ = presets + "workstation.json";
   const RunOutput ws = train("workstation", 2, with({}));
   expectTrained(ws, 2);
+  expectPlanExact(ws);
 
   preset_ = kPreset;  // the teacher: a plain run of the same shape
   const RunOutput teacher =
@@ -908,6 +930,7 @@ TEST_F(Distributed, WorkstationAndClusterPresetsTrainScaledDown) {
         train("cluster" + std::to_string(ranks), ranks,
               with({"distill.teacher_checkpoint=" + finalCheckpoint(teacher, 2).string()}));
     expectTrained(cl, ranks);
+    expectPlanExact(cl);  // every technique at once, predicted to the byte
     // What the preset asks for is what ran: the optimizer state and the parameter shards on
     // NVMe (none on the device), fp8 scaling state in the checkpoint, distillation's two terms.
     for (const auto& rk : cl.first("memory")->at("ranks")) {

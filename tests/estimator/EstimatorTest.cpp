@@ -377,11 +377,16 @@ TEST(Estimator, OffloadTiers) {
   c.parallel.offload_params = "cpu";
   auto e = estimateMemory(c);
   const auto& r = e.report.ranks[0];
+  // The engine's layout (padded shards): the optimizer state (12 B) and the bf16 weights' shard
+  // (2 B per element) on the host; between steps no weight on the device, during one the
+  // gathered groups (less than the whole model).
+  const double shard = paddedPsi(c, e.vocab) / 2;
   EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::OptimizerState), 0);
-  EXPECT_EQ(entry(r, MemoryTier::Device, MemoryCategory::Parameters), 0);
-  EXPECT_NEAR(entry(r, MemoryTier::Host, MemoryCategory::OptimizerState), 12.0 * e.params.total / 2,
-              16);
-  EXPECT_NEAR(entry(r, MemoryTier::Host, MemoryCategory::Parameters), 2.0 * e.params.total / 2, 4);
+  EXPECT_EQ(r.at(MemoryTier::Device, MemoryCategory::Parameters).current, 0);
+  EXPECT_GT(entry(r, MemoryTier::Device, MemoryCategory::Parameters), 0);
+  EXPECT_LT(entry(r, MemoryTier::Device, MemoryCategory::Parameters), 2.0 * e.params.total);
+  EXPECT_EQ(entry(r, MemoryTier::Host, MemoryCategory::OptimizerState), int64_t(12.0 * shard));
+  EXPECT_EQ(entry(r, MemoryTier::Host, MemoryCategory::Parameters), int64_t(2.0 * shard));
   EXPECT_GT(e.offload_bytes_per_step, 0);
   c.parallel.offload_optimizer = "nvme";
   c.parallel.offload_params = "none";

@@ -468,8 +468,10 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
   // Model-state bytes before sharding.
   double trainParamBytes = 0, frozenBytes = 0, gradBytes = 0, optBytes = 0;
   double largestBlockLinear = 0, nf4Elements = 0;
+  double fp8Extra = 0;  // fp8 copies of every block linear weight (and, below, their scales)
   for (const auto& t : tensors) {
     const double n = static_cast<double>(t.numel());
+    if (t.role == TensorRole::LinearWeight && !(nf4 && !t.trainable)) fp8Extra += n * pb.fp8Copy;
     if (t.trainable) {
       trainParamBytes += n * (pb.param + (t.role == TensorRole::LinearWeight ? pb.fp8Copy : 0));
       gradBytes += n * pb.grad;
@@ -482,7 +484,8 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
           n, 4, 64, opt.nf4_double_quant || opt.activation_model == ActivationModel::Engine);
       nf4Elements += n;
     } else {
-      frozenBytes += n * pb.frozen;
+      // A frozen base linear has its fp8 copy too (the GEMM reads it).
+      frozenBytes += n * (pb.frozen + (t.role == TensorRole::LinearWeight ? pb.fp8Copy : 0));
     }
     if (t.role == TensorRole::LinearWeight) largestBlockLinear = std::max(largestBlockLinear, n);
   }
@@ -494,6 +497,7 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
     const int64_t c = ceilDiv(s.C, 128), f = ceilDiv(s.F, 128);
     const int64_t perLayer = fp8Block ? ceilDiv(3 * s.C, 128) * c + c * c + 2 * f * c : 4;
     trainParamBytes += 4.0 * static_cast<double>(s.L * perLayer);
+    fp8Extra += 4.0 * static_cast<double>(s.L * perLayer);
   }
 
   // Activations for one micro-batch.
@@ -567,13 +571,20 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
 
   const int reported = opt.rank0_only ? 1 : ranks;
   // The engine's ZeRO layout (stage >= 1 over several ranks, every tensor trainable).
+  // A frozen base (LoRA) too, unless it is NF4 (which stays whole on every rank).
+  const bool frozenBase = P != est.params.total;
   const bool zeroEngine = opt.activation_model == ActivationModel::Engine && ranks > 1 &&
-                          stage >= 1 && P == est.params.total &&
+                          stage >= 1 && !(frozenBase && nf4) &&
                           (optTier == Tier::Device || lower(cfg.optimizer.type) == "adamw");
   const bool paramsOff = paramTier != Tier::Device;  // ZeRO-3 parameter offload
   const ZeroLayout zlayout = zeroLayoutOf(ranks, stage, cfg.optimizer.state_bits);
   const std::vector<ZeroGroup> zgroups =
       zeroEngine ? zeroGroups(tensors, zlayout) : std::vector<ZeroGroup>{};
+  // Value space (the weights, frozen ones included): the same as gradient space when every
+  // tensor trains.
+  const std::vector<ZeroGroup> vgroups =
+      zeroEngine ? zeroGroups(tensors, zlayout, true) : std::vector<ZeroGroup>{};
+  const int64_t valueTotal = vgroups.empty() ? 0 : vgroups.back().offset + vgroups.back().numel;
   // 8-bit AdamW over a shard: each tensor's piece keeps its blocks' state (compact), the
   // master the whole shard (Optimizer.cpp's AdamW8).
   auto adam8Shard = [&](int64_t lo, int64_t hi) {
@@ -722,29 +733,33 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
     if (zeroEngine) {
       // The engine's ZeRO exactly (core/ZeroLayout.h): padded, page-aligned shards; what a rank
       // holds at a step boundary (current) and the most it gathers or keeps live (peak).
+      // Gradient space (z) and value space (v: the weights, a frozen base's too).
       const ZeroRankShare z = zeroRankShare(zgroups, ranks, r);
+      const ZeroRankShare v = zeroRankShare(vgroups, ranks, r);
       const double own = double(z.owned), full = double(zeroTotal);
       const double res = double(z.residentOutside), two = double(z.maxTwoBlocksOutside);
-      const double extra = trainParamBytes - double(P) * pb.param;  // fp8 copies and scales
+      const double vOwn = double(v.owned), vFull = double(valueTotal),
+                   vRes = double(v.residentOutside), vTwo = double(v.maxTwoBlocksOutside);
+      const double extra = fp8Extra;  // fp8 copies and scales, whole on every rank
       // Parameter offload: between uses not even the owned part stays; a step gathers the
       // groups outside the blocks whole and two adjacent blocks at a time, and the update
       // brings the blocks' owned parts (DataParallel's fetchOwned / dropOwned).
-      const double rw = double(z.residentWhole);
+      const double rw = double(v.residentWhole);
       const double pCur = paramsOff    ? 0
-                          : stage >= 3 ? own
-                                       : full,
+                          : stage >= 3 ? vOwn
+                                       : vFull,
                    pPeak = paramsOff
-                               ? rw + std::max(double(z.maxTwoBlocksWhole), double(z.ownedInBlocks))
-                           : stage >= 3 ? own + res + two
-                                        : full;
+                               ? rw + std::max(double(v.maxTwoBlocksWhole), double(v.ownedInBlocks))
+                           : stage >= 3 ? vOwn + vRes + vTwo
+                                        : vFull;
       setEntry(rm, Tier::Device, Cat::Parameters, pCur * pb.param + extra,
                pPeak * pb.param + extra);
       double hostWs = 0;  // host staging of the offload files
       if (paramsOff) {
-        setEntry(rm, paramTier, Cat::Parameters, own * pb.param, own * pb.param);
+        setEntry(rm, paramTier, Cat::Parameters, vOwn * pb.param, vOwn * pb.param);
         // nvme: each group's part written behind from host memory after the update, until
         // its next read (the whole shard at once).
-        if (paramTier == Tier::Nvme) hostWs += own * pb.param;
+        if (paramTier == Tier::Nvme) hostWs += vOwn * pb.param;
       }
       // Stage 2/3: a block's gradients live until its reduce-scatter, which runs during the
       // next block's backward, so two adjacent blocks' at most.
@@ -754,10 +769,14 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       } else {
         setEntry(rm, Tier::Device, Cat::Gradients, gCur * 4, gPeak * 4);
       }
+      // A shard over a frozen base keeps an fp32 master whatever the policy (the caller
+      // gathers the new adapters from it).
+      const double masterB = frozenBase ? 4 : pb.master;
       if (optTier == Tier::Device) {
         const auto [lo, hi] = zeroShard(zeroTotal, ranks, r);
-        const double o8 = cfg.optimizer.state_bits == 8 ? adam8Shard(lo, hi) : 0;
-        const double o = cfg.optimizer.state_bits == 8 ? o8 : own * (optBytes / double(P));
+        const double o = cfg.optimizer.state_bits == 8
+                             ? adam8Shard(lo, hi) + (masterB - pb.master) * own
+                             : own * (optBytes / double(P) - pb.master + masterB);
         setEntry(rm, Tier::Device, Cat::OptimizerState, o, o);
       } else {
         // Offloaded (OffloadedOptimizer.cpp): m, v and an fp32 master of the shard on the host
@@ -776,21 +795,38 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
               eight ? chunk * 6 + 8 * std::ceil(chunk / 256) + 8 * std::min(chunk, 4096.0)
                     : 3 * chunk * 4;
           hostWs += 2 * slot;
+          // A frozen base's caller reads the master back after each update.
+          if (frozenBase) hostWs += own * 4;
         }
       }
       if (hostWs > 0) setEntry(rm, Tier::Host, Cat::Workspace, hostWs, hostWs);
       double wsC = act.wsSteady + teacherWs, wsP = act.wsPeak + teacherWs;
+      // A frozen base: the update gathers the adapters' new values whole (fp32, gradient
+      // space) into a buffer of its own.
+      const double gatherBuf = frozenBase ? full : 0;
       if (engine16) {  // fp32 compute copies of the weights and of the gradients
         wsC += pCur * 4 + gCur * 4;
+        // Backward of block l: values of l and l-1 (prefetched), gradients of l and l+1 (in
+        // its reduce-scatter) beyond the resident ones.
+        double bwd = 0, bwdWhole = 0;
+        const auto& vo = v.blockOutside;
+        const auto& go = z.blockOutside;
+        for (size_t l = 0; l < vo.size() && l < go.size(); ++l) {
+          const double gl = double(go[l]) + (l + 1 < go.size() ? double(go[l + 1]) : 0);
+          bwd = std::max(bwd, double(vo[l]) + (l > 0 ? double(vo[l - 1]) : 0) + gl);
+          bwdWhole = std::max(
+              bwdWhole, double(v.blockWhole[l]) + (l > 0 ? double(v.blockWhole[l - 1]) : 0) + gl);
+        }
         if (paramsOff)  // forward's, backward's or the update's moment
-          wsP += 4 * std::max({rw + double(z.maxTwoBlocksWhole) + own,
-                               rw + own + res + double(z.maxBackwardWhole),
-                               rw + double(z.ownedInBlocks) + own});
-        else if (stage >= 3)  // both vary: the larger of a forward's and a backward's moment
-          wsP +=
-              4 * std::max(own + res + two + own, 2 * (own + res) + double(z.maxBackwardOutside));
+          wsP += 4 * std::max({rw + double(v.maxTwoBlocksWhole) + own, rw + own + res + bwdWhole,
+                               rw + double(v.ownedInBlocks) + own + gatherBuf});
+        else if (stage >= 3)  // forward's, backward's or the update's moment
+          wsP += 4 * std::max({vOwn + vRes + vTwo + own, vOwn + vRes + own + res + bwd,
+                               vOwn + vRes + own + gatherBuf});
         else
-          wsP += pPeak * 4 + gPeak * 4;
+          wsP += 4 * std::max(pPeak + gPeak, pPeak + gCur + gatherBuf);
+      } else {
+        wsP += gatherBuf * 4;
       }
       if (stage >= 1) {  // the reduce-scatter's output buffer
         wsC += double(z.maxGroupOwned) * 4;

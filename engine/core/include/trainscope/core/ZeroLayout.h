@@ -68,14 +68,16 @@ struct ZeroGroup {
 };
 
 // The groups of the trainable tensors in storage order (as ParamArena's gradient space).
-inline std::vector<ZeroGroup> zeroGroups(const std::vector<TensorSpec>& tensors,
-                                         ZeroLayout layout) {
+// With `values`, the value space: frozen tensors too (not an NF4 base, which the layout leaves
+// out: it stays whole), only trainable ones aligned to tensorAlign.
+inline std::vector<ZeroGroup> zeroGroups(const std::vector<TensorSpec>& tensors, ZeroLayout layout,
+                                         bool values = false) {
   auto up = [](int64_t n, int64_t a) { return a > 1 ? (n + a - 1) / a * a : n; };
   std::vector<ZeroGroup> groups;
   int64_t off = 0;
   bool open = false;
   for (const auto& t : tensors) {
-    if (!t.trainable) continue;
+    if (!t.trainable && !values) continue;
     if (!open || groups.back().block != t.block) {
       if (open) {
         off = up(off, layout.align);
@@ -84,7 +86,7 @@ inline std::vector<ZeroGroup> zeroGroups(const std::vector<TensorSpec>& tensors,
       groups.push_back({t.block, off, 0});
       open = true;
     }
-    off = up(off, layout.tensorAlign) + t.numel();
+    off = (t.trainable ? up(off, layout.tensorAlign) : off) + t.numel();
   }
   if (open) {
     off = up(up(off, layout.align), layout.padTo);
@@ -133,6 +135,8 @@ struct ZeroRankShare {
   // outside the blocks whole, the owned part of the blocks, the largest two adjacent blocks
   // whole, and backward's moment (blocks l and l-1 whole, the unowned gradients of l and l+1).
   int64_t residentWhole = 0, ownedInBlocks = 0, maxTwoBlocksWhole = 0, maxBackwardWhole = 0;
+  // Per block in order: its unowned part and its whole size.
+  std::vector<int64_t> blockOutside, blockWhole;
 };
 
 inline ZeroRankShare zeroRankShare(const std::vector<ZeroGroup>& groups, int ranks, int r) {
@@ -141,7 +145,8 @@ inline ZeroRankShare zeroRankShare(const std::vector<ZeroGroup>& groups, int ran
   const int64_t total = groups.back().offset + groups.back().numel;
   const auto [lo, hi] = zeroShard(total, ranks, r);
   z.owned = hi - lo;
-  std::vector<int64_t> blockOutside, blockWhole;
+  auto& blockOutside = z.blockOutside;
+  auto& blockWhole = z.blockWhole;
   for (const auto& g : groups) {
     const int64_t own =
         std::max<int64_t>(0, std::min(g.offset + g.numel, hi) - std::max(g.offset, lo));
