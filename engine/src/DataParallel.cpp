@@ -254,6 +254,7 @@ void DataParallel::release(Group& g) {
   }
   if (paramsOffloaded()) dropOwned(g);
   g.gathered = false;
+  if (onReleased && g.block >= 0) onReleased(g.block);
 }
 
 void DataParallel::gatherResident() {

@@ -99,6 +99,7 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels:
     g.fp8History = f.amax_history;
     g.fp8Margin = f.margin;
     g.fp8GradE4M3 = f.format == "e4m3";
+    g.fp8PerBlock = config.parallel.ranks > 1 && config.parallel.zero_stage >= 3;
   }
   return g;
 }
@@ -304,11 +305,20 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
     // Each linear's fp8 weight and its dequantization scales (one per 128x128 block, or one
     // per tensor) in two shared buffers.
     int64_t off = 0, scales = 0;
-    for (auto& lin : linears_) {
+    constexpr int64_t kPage = 4096;  // fp8PerBlock: each block's bytes on pages of their own
+    for (size_t i = 0; i < linears_.size(); ++i) {
+      auto& lin = linears_[i];
+      if (config_.fp8PerBlock && i % 4 == 0) {
+        off = (off + kPage - 1) / kPage * kPage;
+        fp8Pages_.push_back({off, 0});
+      }
       lin.initFp8(off, scales, config_.fp8History, config_.fp8Margin, config_.fp8GradE4M3);
       off += lin.weight().numel;
       scales += lin.fp8ScaleCount();
+      if (config_.fp8PerBlock && i % 4 == 3)
+        fp8Pages_.back().second = (off + kPage - 1) / kPage * kPage - fp8Pages_.back().first;
     }
+    if (config_.fp8PerBlock) off = (off + kPage - 1) / kPage * kPage;
     w8_ = Tensor(backend_, tracker_, MemoryCategory::Parameters, DType::I8, {off});
     w8_.zero();
     w8Scales_ = Tensor(backend_, tracker_, MemoryCategory::Parameters, DType::F32, {scales});
@@ -422,13 +432,44 @@ void Gpt::reduceFp8Amaxes(bool grads,
 void Gpt::setFp8QuantizeOnGather(bool on) {
   fp8OnGather_ = on && fp8();
   fp8Stale_.assign(static_cast<size_t>(config_.layers), 0);
+  fp8Present_.assign(static_cast<size_t>(config_.layers), 1);
+  // Per block: made at the next gather from then on (the weights they were made from stay).
+  if (fp8OnGather_ && config_.fp8PerBlock)
+    for (int l = 0; l < config_.layers; ++l) fp8BlockReleased(l);
 }
 
 void Gpt::fp8BlockGathered(int layer) {
-  if (!fp8OnGather_ || layer < 0 || layer >= config_.layers || !fp8Stale_[size_t(layer)]) return;
+  if (!fp8OnGather_ || layer < 0 || layer >= config_.layers) return;
+  const size_t l = size_t(layer);
+  const bool stale = fp8Stale_[l], absent = config_.fp8PerBlock && !fp8Present_[l];
+  if (!stale && !absent) return;
   ScopedRange r("fp8_quantize_weights", SpanCategory::Elementwise);
-  for (int j = 0; j < 4; ++j) linears_[size_t(4 * layer + j)].quantizeFp8Weight();
-  fp8Stale_[size_t(layer)] = 0;
+  if (absent) {
+    if (tracker_)
+      tracker_->add(core::MemoryTier::Device, MemoryCategory::Parameters, fp8Pages_[l].second);
+    fp8Present_[l] = 1;
+  }
+  for (int j = 0; j < 4; ++j) {
+    Linear& lin = linears_[size_t(4 * layer + j)];
+    // After an update: a new copy, its amax recorded once. Given back since: the same copy
+    // again, at the scale it was made with.
+    if (stale || config_.fp8 == GptConfig::Fp8Recipe::Blockwise)
+      lin.quantizeFp8Weight();
+    else
+      lin.quantizeFp8WeightDelayed(lin.fp8Site().wUsed);
+  }
+  fp8Stale_[l] = 0;
+}
+
+void Gpt::fp8BlockReleased(int layer) {
+  if (!fp8OnGather_ || !config_.fp8PerBlock || layer < 0 || layer >= config_.layers) return;
+  const size_t l = size_t(layer);
+  if (!fp8Present_[l]) return;
+  backend_->discard(static_cast<char*>(w8_.data()) + fp8Pages_[l].first,
+                    size_t(fp8Pages_[l].second));
+  if (tracker_)
+    tracker_->remove(core::MemoryTier::Device, MemoryCategory::Parameters, fp8Pages_[l].second);
+  fp8Present_[l] = 0;
 }
 
 namespace {
@@ -511,9 +552,13 @@ void Gpt::loadFp8State(const nlohmann::json& state) {
   for (size_t i = 0; i < next.size(); ++i) linears_[i].fp8Site() = std::move(next[i]);
   if (config_.fp8 != GptConfig::Fp8Recipe::Delayed) return;  // blockwise: weights are current
   // setWeightsFrom() quantized with (and recorded into) the fresh histories; redo it with the
-  // scales the saved fp8 weights had. (Quantized on gather: the whole weights are here now.)
-  for (auto& lin : linears_) lin.quantizeFp8WeightDelayed(lin.fp8Site().wUsed);
+  // scales the saved fp8 weights had.
   std::fill(fp8Stale_.begin(), fp8Stale_.end(), 0);
+  if (config_.fp8PerBlock && fp8OnGather_) {  // made at each gather, at the saved scales
+    for (int l = 0; l < config_.layers; ++l) fp8BlockReleased(l);
+    return;
+  }
+  for (auto& lin : linears_) lin.quantizeFp8WeightDelayed(lin.fp8Site().wUsed);
 }
 
 void Gpt::initWeights(uint64_t seed) {

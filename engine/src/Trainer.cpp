@@ -260,6 +260,7 @@ TrainResult Trainer::run() {
       if (dp->stage() >= 3 && model->fp8()) {
         model->setFp8QuantizeOnGather(true);
         dp->onGathered = [m = model.get()](int layer) { m->fp8BlockGathered(layer); };
+        dp->onReleased = [m = model.get()](int layer) { m->fp8BlockReleased(layer); };
       }
     }
     if (config_.parallel.offload_optimizer != "none") {

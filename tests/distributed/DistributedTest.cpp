@@ -951,6 +951,43 @@ TEST_F(Distributed, WorkstationAndClusterPresetsTrainScaledDown) {
   EXPECT_TRUE(fs::is_empty(nvme));  // the offload files are scratch
 }
 
+// ZeRO-3 with checkpointing in segments of 3 blocks: a segment's forward is recomputed with all
+// its blocks gathered until their backward, and under fp8 each gathered block's fp8 weights
+// exist only while it is gathered. The plan predicts every rank's memory exactly, and between
+// steps an fp8 run holds no fp8 weight copy: its device parameters are the bf16 run's plus the
+// fp8 scales (one fp32 per linear, delayed scaling).
+TEST_F(Distributed, ZeroThreeSegmentsAndFp8CopiesArePredictedExactly) {
+  const fs::path nvme = root_ / "nvme";
+  fs::create_directories(nvme);
+  auto with = [&](std::vector<std::string> s) {
+    s.insert(s.begin(),
+             {"model.layers=6", "memory.checkpointing=every_k", "memory.checkpoint_every=3",
+              "parallel.zero_stage=3", "train.micro_batch=16", "train.steps=2",
+              "parallel.nvme_path=" + nvme.string()});
+    return s;
+  };
+  std::map<std::string, int64_t> params;
+  for (const std::string pol : {"fp32", "bf16", "fp8"}) {
+    SCOPED_TRACE(pol);
+    const RunOutput r = train(pol, 2, with({"precision.policy=" + pol}));
+    ASSERT_EQ(r.exitCode, 0) << describe(r);
+    expectPlanExact(r);
+    params[pol] = r.first("memory")
+                      ->at("ranks")
+                      .at(0)
+                      .at("tiers")
+                      .at("device")
+                      .at("parameters")
+                      .at("current")
+                      .get<int64_t>();
+  }
+  EXPECT_EQ(params["fp8"], params["bf16"] + 4 * 4 * 6);
+  const RunOutput off =
+      train("offload", 2, with({"precision.policy=bf16", "parallel.offload_params=nvme"}));
+  ASSERT_EQ(off.exitCode, 0) << describe(off);
+  expectPlanExact(off);
+}
+
 TEST_F(Distributed, RankZeroAloneRecordsAndTheEngineStartsMpirunItself) {
   // parallel.ranks 2 without mpirun: the engine relaunches itself under it.
   const RunOutput r =

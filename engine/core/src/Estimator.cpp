@@ -469,9 +469,15 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
   double trainParamBytes = 0, frozenBytes = 0, gradBytes = 0, optBytes = 0;
   double largestBlockLinear = 0, nf4Elements = 0;
   double fp8Extra = 0;  // fp8 copies of every block linear weight (and, below, their scales)
+  double fp8Copies = 0, fp8BlockPages = 0;  // the copies alone; one block's on whole pages
+  std::map<int, double> fp8PerBlock;
   for (const auto& t : tensors) {
     const double n = static_cast<double>(t.numel());
-    if (t.role == TensorRole::LinearWeight && !(nf4 && !t.trainable)) fp8Extra += n * pb.fp8Copy;
+    if (t.role == TensorRole::LinearWeight && !(nf4 && !t.trainable)) {
+      fp8Extra += n * pb.fp8Copy;
+      fp8Copies += n * pb.fp8Copy;
+      fp8PerBlock[t.block] += n * pb.fp8Copy;
+    }
     if (t.trainable) {
       trainParamBytes += n * (pb.param + (t.role == TensorRole::LinearWeight ? pb.fp8Copy : 0));
       gradBytes += n * pb.grad;
@@ -577,6 +583,22 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
                           stage >= 1 && !(frozenBase && nf4) &&
                           (optTier == Tier::Device || lower(cfg.optimizer.type) == "adamw");
   const bool paramsOff = paramTier != Tier::Device;  // ZeRO-3 parameter offload
+  // ZeRO-3: a block's fp8 weights exist while it is gathered (one block at a time), each
+  // block's on pages of its own (Gpt's fp8PerBlock).
+  for (const auto& [block, bytes] : fp8PerBlock)
+    fp8BlockPages = std::max(fp8BlockPages, std::ceil(bytes / 4096) * 4096);
+  const bool fp8Transient = zeroEngine && stage >= 3 && fp8Copies > 0;
+  // The engine's checkpoint segment (Gpt.cpp's checkpointSegment): 0 none, 1 every block.
+  const int ckSegment = [&] {
+    const std::string m = lower(cfg.memory.checkpointing);
+    if (m == "all") return 1;
+    if (m != "every_k") return 0;
+    const int L = std::max(1, cfg.model.layers);
+    const int k = cfg.memory.checkpoint_every > 0
+                      ? cfg.memory.checkpoint_every
+                      : static_cast<int>(std::lround(std::sqrt(static_cast<double>(L))));
+    return std::clamp(k, 1, L);
+  }();
   const ZeroLayout zlayout = zeroLayoutOf(ranks, stage, cfg.optimizer.state_bits);
   const std::vector<ZeroGroup> zgroups =
       zeroEngine ? zeroGroups(tensors, zlayout) : std::vector<ZeroGroup>{};
@@ -740,20 +762,63 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
       const double res = double(z.residentOutside), two = double(z.maxTwoBlocksOutside);
       const double vOwn = double(v.owned), vFull = double(valueTotal),
                    vRes = double(v.residentOutside), vTwo = double(v.maxTwoBlocksOutside);
-      const double extra = fp8Extra;  // fp8 copies and scales, whole on every rank
+      // fp8 copies and scales: whole on every rank, or under ZeRO-3 the scales and, at the
+      // peak, one gathered block's copies.
+      const double extra = fp8Transient ? fp8Extra - fp8Copies : fp8Extra;
+      const double extraPeak = extra + (fp8Transient ? fp8BlockPages : 0);
       // Parameter offload: between uses not even the owned part stays; a step gathers the
       // groups outside the blocks whole and two adjacent blocks at a time, and the update
       // brings the blocks' owned parts (DataParallel's fetchOwned / dropOwned).
       const double rw = double(v.residentWhole);
+      // Checkpointing in segments of k blocks: stage 3 recomputes a segment's forward (all
+      // but the last segment's) and keeps its blocks gathered until their backward.
+      const auto& vo = v.blockOutside;
+      const auto& vw = v.blockWhole;
+      const auto& go = z.blockOutside;
+      const int nb = int(vo.size());
+      auto segOf = [&](int l) -> std::pair<int, int> {  // l's recomputed segment, or {-1, -1}
+        if (stage < 3 || ckSegment <= 0) return {-1, -1};
+        const int first = l / ckSegment * ckSegment, last = std::min(nb, first + ckSegment) - 1;
+        return last == nb - 1 ? std::pair{-1, -1} : std::pair{first, last};
+      };
+      auto sum = [](const std::vector<int64_t>& a, int from, int to) {
+        double t = 0;
+        for (int i = from; i <= to; ++i) t += double(a[size_t(i)]);
+        return t;
+      };
+      double segV = 0, segW = 0, segLen = 0;  // the largest recomputed segment, gathered
+      for (int l = 0; l < nb; ++l)
+        if (const auto [f, e] = segOf(l); f >= 0 && l == f) {
+          segV = std::max(segV, sum(vo, f, e));
+          segW = std::max(segW, sum(vw, f, e));
+          segLen = std::max(segLen, double(e - f + 1));
+        }
+      // Values live in backward of block l (beyond the resident ones): l and the prefetched
+      // l-1, or in a recomputed segment the blocks from its first up to l.
+      auto liveAt = [&](const std::vector<int64_t>& a, int l) {
+        const auto [f, e] = segOf(l);
+        if (f >= 0 && l > f) return sum(a, f, l);
+        return double(a[size_t(l)]) + (l > 0 ? double(a[size_t(l - 1)]) : 0);
+      };
       const double pCur = paramsOff    ? 0
                           : stage >= 3 ? vOwn
                                        : vFull,
-                   pPeak = paramsOff
-                               ? rw + std::max(double(v.maxTwoBlocksWhole), double(v.ownedInBlocks))
-                           : stage >= 3 ? vOwn + vRes + vTwo
+                   pPeak = paramsOff    ? rw + std::max({double(v.maxTwoBlocksWhole), segW,
+                                                         double(v.ownedInBlocks)})
+                           : stage >= 3 ? vOwn + vRes + std::max(vTwo, segV)
                                         : vFull;
-      setEntry(rm, Tier::Device, Cat::Parameters, pCur * pb.param + extra,
-               pPeak * pb.param + extra);
+      // The stored weights at their peak with the fp8 copies of the blocks awaited then: one
+      // in forward and backward, a whole segment while it is recomputed.
+      const double w8 = fp8Transient ? fp8BlockPages : 0;
+      const double pPeakBytes =
+          stage < 3 ? pPeak * pb.param + extraPeak
+          : paramsOff
+              ? extra + rw * pb.param +
+                    std::max({double(v.maxTwoBlocksWhole) * pb.param + w8,
+                              segW * pb.param + segLen * w8, double(v.ownedInBlocks) * pb.param})
+              : extra + (vOwn + vRes) * pb.param +
+                    std::max(vTwo * pb.param + w8, segV * pb.param + segLen * w8);
+      setEntry(rm, Tier::Device, Cat::Parameters, pCur * pb.param + extra, pPeakBytes);
       double hostWs = 0;  // host staging of the offload files
       if (paramsOff) {
         setEntry(rm, paramTier, Cat::Parameters, vOwn * pb.param, vOwn * pb.param);
@@ -809,13 +874,11 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
         // Backward of block l: values of l and l-1 (prefetched), gradients of l and l+1 (in
         // its reduce-scatter) beyond the resident ones.
         double bwd = 0, bwdWhole = 0;
-        const auto& vo = v.blockOutside;
-        const auto& go = z.blockOutside;
-        for (size_t l = 0; l < vo.size() && l < go.size(); ++l) {
-          const double gl = double(go[l]) + (l + 1 < go.size() ? double(go[l + 1]) : 0);
-          bwd = std::max(bwd, double(vo[l]) + (l > 0 ? double(vo[l - 1]) : 0) + gl);
-          bwdWhole = std::max(
-              bwdWhole, double(v.blockWhole[l]) + (l > 0 ? double(v.blockWhole[l - 1]) : 0) + gl);
+        for (int l = 0; l < nb && l < int(go.size()); ++l) {
+          const double gl =
+              double(go[size_t(l)]) + (l + 1 < int(go.size()) ? double(go[size_t(l + 1)]) : 0);
+          bwd = std::max(bwd, liveAt(vo, l) + gl);
+          bwdWhole = std::max(bwdWhole, liveAt(vw, l) + gl);
         }
         if (paramsOff)  // forward's, backward's or the update's moment
           wsP += 4 * std::max({rw + double(v.maxTwoBlocksWhole) + own, rw + own + res + bwdWhole,

@@ -56,6 +56,8 @@ class DataParallel {
   Decoder::Hooks hooks();
   // Stage 3: runs after a block's weights were gathered (the model makes its fp8 copies then).
   std::function<void(int block)> onGathered;
+  // Stage 3: runs after a block was given back (the model gives its fp8 copies back then).
+  std::function<void(int block)> onReleased;
 
   // Per step, in order: beginStep, then per micro-batch beginMicroBatch(last) before its
   // forward and endMicroBatch after its backward; then the gradient helpers and optimizerStep.

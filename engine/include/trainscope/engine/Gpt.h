@@ -80,6 +80,9 @@ struct GptConfig {
   int fp8History = 1024;
   int fp8Margin = 0;
   bool fp8GradE4M3 = false;
+  // ZeRO-3 over several ranks: each block's fp8 weights exist only while the block is gathered
+  // (made then, given back with it), laid out on whole pages per block.
+  bool fp8PerBlock = false;
   // bf16 GEMMs (working BF16, not fp8): the four linear layers of every block multiply the
   // stored bf16 weights with bf16-rounded inputs / output gradients (Backend::matmulBf16, fp32
   // accumulation) instead of the fp32 copies; two bf16 scratch operands (workspace).
@@ -198,6 +201,8 @@ class Gpt {
   // as the amax histories record each update once) instead of all at once.
   void setFp8QuantizeOnGather(bool on);
   void fp8BlockGathered(int layer);
+  // With fp8PerBlock: a released block's fp8 weights go back to the system.
+  void fp8BlockReleased(int layer);
   // The fp8 scaling state for checkpoints: every site's amax histories with their ring
   // positions and scales, and the scale the fp8 weights were quantized with. Floats are stored
   // as their bit patterns (exact, and an overflowed step records inf, which JSON cannot hold).
@@ -268,10 +273,12 @@ class Gpt {
   kernels::Backend* backend_;
   MemoryTracker* tracker_;
   ParamArena arena_;
-  std::deque<ParamInfo> fused_;  // views over adjacent tensors one GEMM multiplies (q|k|v)
-  Tensor w8_;                    // fp8 weight copies (fp8 only)
-  bool fp8OnGather_ = false;     // ZeRO-3: quantized per block when gathered
-  std::vector<char> fp8Stale_;   // per layer: weights updated since their fp8 copy was made
+  std::deque<ParamInfo> fused_;   // views over adjacent tensors one GEMM multiplies (q|k|v)
+  Tensor w8_;                     // fp8 weight copies (fp8 only)
+  bool fp8OnGather_ = false;      // ZeRO-3: quantized per block when gathered
+  std::vector<char> fp8Stale_;    // per layer: weights updated since their fp8 copy was made
+  std::vector<char> fp8Present_;  // fp8PerBlock: per layer, its fp8 weights' pages are in use
+  std::vector<std::pair<int64_t, int64_t>> fp8Pages_;  // fp8PerBlock: per layer, its w8 bytes
   std::vector<Linear> linears_;  // 4 per layer; the layers point into it (never resized)
   ParamStorage storage_;         // what the linears read: stable pointers to the buffers
   LinearScratch scratch_;        // set by allocate()
