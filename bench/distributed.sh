@@ -23,7 +23,8 @@
 # scale. On a 2-core machine the 4-rank runs are oversubscribed, so their step times are not a
 # scaling result.
 # A third table: NVMe offload of the optimizer (2 ranks, ZeRO-2, parallel.offload_optimizer nvme
-# in --nvme DIR): bytes read and written per step, time in I/O calls (summed over the store's I/O
+# in --nvme DIR), and of the optimizer and the parameters under ZeRO-3: bytes read and written
+# per step, time in I/O calls (summed over the store's I/O
 # threads), time the step waited for them, and the I/O threads' rate next to the directory's raw
 # sequential write/read rate measured in the same run (`trainscope-engine bench --disk`).
 # Usage: bench/distributed.sh [--steps N] [--warmup K] [--engine PATH] [--out FILE] [--nvme DIR]
@@ -116,20 +117,32 @@ mkdir -p "$NVME"
   --set train.micro_batch="$MICRO" --set parallel.ranks=2 --set parallel.zero_stage=2 \
   --set parallel.offload_optimizer=nvme --set parallel.nvme_path="$NVME" \
   >"$WORK/nvme.ndjson" 2>"$WORK/nvme.err" || { tail -20 "$WORK/nvme.err" >&2; exit 1; }
+# ZeRO-3 with the parameters offloaded too (read ahead per block, written behind).
+"$ENGINE" run "$PRESET" --db "$WORK/nvme.sqlite" --run-dir "$WORK/nvme-run3" "${COMMON[@]}" \
+  --set train.micro_batch="$MICRO" --set parallel.ranks=2 --set parallel.zero_stage=3 \
+  --set parallel.offload_optimizer=nvme --set parallel.offload_params=nvme \
+  --set parallel.nvme_path="$NVME" \
+  >"$WORK/nvme3.ndjson" 2>"$WORK/nvme3.err" || { tail -20 "$WORK/nvme3.err" >&2; exit 1; }
 "$ENGINE" bench --disk "$NVME" --disk-mib 256 --json | tail -1 >"$WORK/disk.json"
-python3 - "$WORK/nvme.ndjson" "$WORK/disk.json" "$WARMUP" "$NVME" <<'PY' | tee -a "${OUT_FILE:-/dev/null}"
+python3 - "$WORK/nvme.ndjson" "$WORK/nvme3.ndjson" "$WORK/disk.json" "$WARMUP" "$NVME" <<'PY' | tee -a "${OUT_FILE:-/dev/null}"
 import json, sys
-events = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-disk = json.load(open(sys.argv[2]))
-warm = int(sys.argv[3])
-steps = [e for e in events if e.get("type") == "step"][warm:]
-mean = lambda k: sum(e.get(k, 0) for e in steps) / max(1, len(steps))
-rd, wr, io, wait = (mean(k) for k in ("offload_read_bytes", "offload_write_bytes",
-                                      "offload_io_ms", "offload_wait_ms"))
-rate = (rd + wr) / (io / 1000) if io > 0 else float("nan")
-print(f"\nNVMe offload (rank 0, 2 ranks, ZeRO-2, {sys.argv[4]}), mean over {len(steps)} steps\n")
-print("| read B/step | written B/step | I/O ms (threads) | waited ms | I/O-thread MB/s | raw write MB/s | raw read MB/s |")
-print("|---|---|---|---|---|---|---|")
-print(f"| {rd:.0f} | {wr:.0f} | {io:.2f} | {wait:.2f} | {rate / 1e6:.0f} | "
-      f"{disk['write_bytes_per_s'] / 1e6:.0f} | {disk['read_bytes_per_s'] / 1e6:.0f} |")
+disk = json.load(open(sys.argv[3]))
+warm = int(sys.argv[4])
+def steps(path):
+    events = [json.loads(l) for l in open(path) if l.startswith("{")]
+    return [e for e in events if e.get("type") == "step"][warm:]
+def row(what, ss, prefix):
+    mean = lambda k: sum(e.get(k, 0) for e in ss) / max(1, len(ss))
+    rd, wr, io, wait = (mean(prefix + k) for k in ("read_bytes", "write_bytes", "io_ms",
+                                                   "wait_ms"))
+    rate = (rd + wr) / (io / 1000) if io > 0 else float("nan")
+    print(f"| {what} | {rd:.0f} | {wr:.0f} | {io:.2f} | {wait:.2f} | {rate / 1e6:.0f} | "
+          f"{disk['write_bytes_per_s'] / 1e6:.0f} | {disk['read_bytes_per_s'] / 1e6:.0f} |")
+s2, s3 = steps(sys.argv[1]), steps(sys.argv[2])
+print(f"\nNVMe offload (rank 0, 2 ranks, {sys.argv[5]}), mean over {len(s2)} steps\n")
+print("| files | read B/step | written B/step | I/O ms (threads) | waited ms | I/O-thread MB/s | raw write MB/s | raw read MB/s |")
+print("|---|---|---|---|---|---|---|---|")
+row("optimizer state, ZeRO-2", s2, "offload_")
+row("optimizer state, ZeRO-3", s3, "offload_")
+row("parameters, ZeRO-3", s3, "offload_param_")
 PY
