@@ -30,6 +30,23 @@ using profiler::SpanCategory;
 
 constexpr int64_t kChunk = int64_t(1) << 20;  // nvme: elements per streamed chunk (4 MiB)
 
+// Step-event numbers of an offloaded optimizer (the counters restart).
+nlohmann::json offloadStepStats(const std::string& where, int64_t& moved, double& hostSeconds,
+                                OffloadStore* store) {
+  nlohmann::json j = {
+      {"offload", where}, {"offload_bytes", moved}, {"offload_host_ms", hostSeconds * 1000}};
+  if (store) {
+    const auto s = store->takeStats();
+    j["offload_read_bytes"] = s.bytesRead;
+    j["offload_write_bytes"] = s.bytesWritten;
+    j["offload_io_ms"] = s.ioSeconds * 1000;
+    j["offload_wait_ms"] = s.waitSeconds * 1000;
+  }
+  moved = 0;
+  hostSeconds = 0;
+  return j;
+}
+
 class OffloadedAdamW final : public Optimizer {
  public:
   OffloadedAdamW(const core::OptimizerConfig& c, ParamArena& arena, kernels::Backend* backend,
@@ -128,19 +145,7 @@ class OffloadedAdamW final : public Optimizer {
     return &master_;
   }
   nlohmann::json takeStepStats() override {
-    nlohmann::json j = {{"offload", opts_.where},
-                        {"offload_bytes", moved_},
-                        {"offload_host_ms", hostSeconds_ * 1000}};
-    if (store_) {
-      const auto s = store_->takeStats();
-      j["offload_read_bytes"] = s.bytesRead;
-      j["offload_write_bytes"] = s.bytesWritten;
-      j["offload_io_ms"] = s.ioSeconds * 1000;
-      j["offload_wait_ms"] = s.waitSeconds * 1000;
-    }
-    moved_ = 0;
-    hostSeconds_ = 0;
-    return j;
+    return offloadStepStats(opts_.where, moved_, hostSeconds_, store_.get());
   }
 
  private:
@@ -400,19 +405,7 @@ class OffloadedAdamW8 final : public Optimizer {
     return fp32_;
   }
   nlohmann::json takeStepStats() override {
-    nlohmann::json j = {{"offload", opts_.where},
-                        {"offload_bytes", moved_},
-                        {"offload_host_ms", hostSeconds_ * 1000}};
-    if (store_) {
-      const auto s = store_->takeStats();
-      j["offload_read_bytes"] = s.bytesRead;
-      j["offload_write_bytes"] = s.bytesWritten;
-      j["offload_io_ms"] = s.ioSeconds * 1000;
-      j["offload_wait_ms"] = s.waitSeconds * 1000;
-    }
-    moved_ = 0;
-    hostSeconds_ = 0;
-    return j;
+    return offloadStepStats(opts_.where, moved_, hostSeconds_, store_.get());
   }
 
  private:
