@@ -63,17 +63,31 @@ DataParallel::DataParallel(Communicator* comm, ParamArena* arena, kernels::Backe
   const auto gradCat = mixed ? MemoryCategory::Workspace : MemoryCategory::Gradients;
   if (stage_ >= 2) {
     // Gradients: only the shard stays; a block's other pages live from its backward to its
-    // reduce-scatter. The 16-bit copy is only ever touched on the shard.
+    // reduce-scatter. The 16-bit copy is only ever touched on the shard. (A partitioned arena
+    // never counted the rest.)
+    const bool track = !arena_->partitionedGrads();
     for (auto& g : groups_) {
-      discardOutside(arena_->grads().data(), 4, g, gradCat);
-      if (mixed) discardOutside(arena_->grads16().data(), 2, g, MemoryCategory::Gradients);
+      discardOutside(arena_->grads().data(), 4, g, gradCat, false, track);
+      if (mixed)
+        discardOutside(arena_->grads16().data(), 2, g, MemoryCategory::Gradients, false, track);
     }
   }
   if (stage_ >= 1)  // the reduce-scatter's output (stage 1 reduce-scatters too: 2Ψ, not 3Ψ)
     scratch_ = Tensor(backend_, tracker_, MemoryCategory::Workspace, DType::F32,
                       {std::max<int64_t>(1, maxOwned)});
   if (stage_ >= 3) {
-    for (auto& g : groups_) release(g);
+    if (arena_->partitionedValues()) {
+      // Never counted beyond the shard; a base loaded whole may have written the rest.
+      for (auto& g : groups_) {
+        const auto cat = mixed ? MemoryCategory::Workspace : MemoryCategory::Parameters;
+        discardOutside(arena_->values().data(), 4, g, cat, true, false);
+        if (mixed)
+          discardOutside(arena_->values16().data(), 2, g, MemoryCategory::Parameters, true, false);
+        g.gathered = false;
+      }
+    } else {
+      for (auto& g : groups_) release(g);
+    }
   }
 }
 

@@ -99,7 +99,6 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels:
     g.fp8History = f.amax_history;
     g.fp8Margin = f.margin;
     g.fp8GradE4M3 = f.format == "e4m3";
-    g.fp8PerBlock = config.parallel.ranks > 1 && config.parallel.zero_stage >= 3;
   }
   return g;
 }
@@ -214,6 +213,10 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   ao.align = std::max<int64_t>(1, config.arenaAlign);
   ao.padTo = std::max<int64_t>(1, config.arenaPadTo);
   ao.tensorAlign = std::max<int64_t>(1, config.arenaTensorAlign);
+  ao.partitionRanks = config.partitionRanks;
+  ao.partitionRank = config.partitionRank;
+  ao.partitionValues = config.partitionValues;
+  ao.partitionGrads = config.partitionGrads;
   ao.masterWeights = config.masterWeights;
   ao.nf4FrozenLinears = config.nf4Base;
   ao.gradWindow = config.gradWindow;
@@ -319,8 +322,18 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
         fp8Pages_.back().second = (off + kPage - 1) / kPage * kPage - fp8Pages_.back().first;
     }
     if (config_.fp8PerBlock) off = (off + kPage - 1) / kPage * kPage;
-    w8_ = Tensor(backend_, tracker_, MemoryCategory::Parameters, DType::I8, {off});
-    w8_.zero();
+    if (config_.fp8PerBlock) {
+      // Per block, made when the block is gathered: no page until then, counted per block
+      // (fp8BlockGathered / fp8BlockReleased), every block stale (never made).
+      w8_ = Tensor(backend_, nullptr, MemoryCategory::Parameters, DType::I8, {off});
+      backend_->discard(w8_.data(), size_t(off));
+      fp8OnGather_ = true;
+      fp8Stale_.assign(static_cast<size_t>(config_.layers), 1);
+      fp8Present_.assign(static_cast<size_t>(config_.layers), 0);
+    } else {
+      w8_ = Tensor(backend_, tracker_, MemoryCategory::Parameters, DType::I8, {off});
+      w8_.zero();
+    }
     w8Scales_ = Tensor(backend_, tracker_, MemoryCategory::Parameters, DType::F32, {scales});
     w8Scales_.zero();
   }
@@ -430,12 +443,10 @@ void Gpt::reduceFp8Amaxes(bool grads,
 }
 
 void Gpt::setFp8QuantizeOnGather(bool on) {
+  if (config_.fp8PerBlock) return;  // on from construction
   fp8OnGather_ = on && fp8();
   fp8Stale_.assign(static_cast<size_t>(config_.layers), 0);
   fp8Present_.assign(static_cast<size_t>(config_.layers), 1);
-  // Per block: made at the next gather from then on (the weights they were made from stay).
-  if (fp8OnGather_ && config_.fp8PerBlock)
-    for (int l = 0; l < config_.layers; ++l) fp8BlockReleased(l);
 }
 
 void Gpt::fp8BlockGathered(int layer) {
@@ -563,14 +574,19 @@ void Gpt::loadFp8State(const nlohmann::json& state) {
 
 void Gpt::initWeights(uint64_t seed) {
   Rng rng(seed);
-  std::vector<float> host(static_cast<size_t>(arena_.size()), 0.f);  // padding stays 0
+  // ZeRO-partitioned weights: each tensor is drawn whole (the same stream as one rank) into a
+  // buffer of its own and only this rank's part is written.
+  const bool part = arena_.partitionedValues();
+  std::vector<float> host(part ? 0 : static_cast<size_t>(arena_.size()), 0.f);  // padding: 0
+  std::vector<float> one;
   const double std0 = 0.02;
   const double stdResid = 0.02 / std::sqrt(2.0 * config_.layers);
   using R = core::TensorRole;
   std::vector<float> quant;  // an NF4 tensor's values, quantized when drawn
   for (const auto& p : arena_.params()) {
     if (p.quantized()) quant.resize(size_t(p.numel));
-    float* dst = p.quantized() ? quant.data() : host.data() + p.offset;
+    if (part && !p.quantized()) one.resize(size_t(p.numel));
+    float* dst = p.quantized() ? quant.data() : part ? one.data() : host.data() + p.offset;
     const R role = p.spec.role;
     if (role == R::LoraA || role == R::LoraB) continue;  // initAdapters, from a stream of its own
     if (role == R::NormWeight) {
@@ -581,28 +597,42 @@ void Gpt::initWeights(uint64_t seed) {
       const double s = p.spec.residualProjection ? stdResid : std0;
       for (int64_t i = 0; i < p.numel; ++i) dst[i] = static_cast<float>(rng.normal() * s);
     }
-    if (p.quantized()) arena_.setQuantized(p, quant.data());
+    if (p.quantized())
+      arena_.setQuantized(p, quant.data());
+    else if (part)
+      arena_.setOwnedValuesFromHost(dst, p.offset, p.numel);
   }
-  arena_.setValuesFromHost(host.data());
+  if (!part) arena_.setValuesFromHost(host.data());
   if (config_.lora.r > 0)
     initAdapters(seed);  // rounds the weights itself
+  else if (part)
+    arena_.roundOwnedWeights();
   else if (mixed())
     arena_.roundWeights();
 }
 
 void Gpt::initAdapters(uint64_t seed) {
-  Rng rng(seed ^ 0x4C6F5241ull);  // "LoRA": independent of the base's stream
-  std::vector<float> host(static_cast<size_t>(arena_.size()));
-  arena_.valuesToHost(host.data());
+  Rng rng(seed ^ 0x4C6F5241ull);                 // "LoRA": independent of the base's stream
+  const bool part = arena_.partitionedValues();  // as initWeights: this rank's part only
+  std::vector<float> host(part ? 0 : static_cast<size_t>(arena_.size())), one;
+  if (!part) arena_.valuesToHost(host.data());
   for (const auto& p : arena_.params()) {
-    float* dst = host.data() + p.offset;
-    if (p.spec.role == core::TensorRole::LoraA) {
+    const bool a = p.spec.role == core::TensorRole::LoraA;
+    if (!a && p.spec.role != core::TensorRole::LoraB) continue;
+    if (part) one.resize(size_t(p.numel));
+    float* dst = part ? one.data() : host.data() + p.offset;
+    if (a) {
       const double bound = 1.0 / std::sqrt(static_cast<double>(p.shape[1]));
       for (int64_t i = 0; i < p.numel; ++i)
         dst[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
-    } else if (p.spec.role == core::TensorRole::LoraB) {
+    } else {
       std::fill(dst, dst + p.numel, 0.f);
     }
+    if (part) arena_.setOwnedValuesFromHost(dst, p.offset, p.numel);
+  }
+  if (part) {
+    arena_.roundOwnedWeights();
+    return;
   }
   arena_.setValuesFromHost(host.data());
   if (mixed()) arena_.roundWeights();

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "trainscope/core/ZeroLayout.h"
 #include "trainscope/kernels/DynamicMap.h"
 #include "trainscope/kernels/Nf4.h"
 #include "trainscope/kernels/Numeric.h"
@@ -112,7 +113,29 @@ ParamArena::ParamArena(std::vector<core::TensorSpec> tensors, kernels::Backend* 
           " cannot)");
     return t;
   };
-  if (options_.valueWindow) {
+  // A ZeRO-partitioned buffer: untracked and without a resident page (zero when read); this
+  // rank's shard is counted.
+  if ((options_.partitionValues || options_.partitionGrads) &&
+      (options_.gradWindow || options_.valueWindow || options_.partitionRanks < 2))
+    throw std::invalid_argument("a ZeRO-partitioned arena needs ranks > 1 and no windows");
+  auto shardOf = [&](int64_t n) {
+    return core::zeroShard(n, options_.partitionRanks, options_.partitionRank);
+  };
+  if (options_.partitionValues) ownedValues_ = shardOf(size_);
+  auto partitioned = [&](MemoryCategory cat, DType dt, int64_t n, const char* what) {
+    Tensor t(backend_, nullptr, cat, dt, {n});
+    if (!backend_->discard(t.data(), size_t(t.bytes())))
+      throw std::invalid_argument(std::string("ZeRO-partitioned ") + what +
+                                  " need a backend that can give pages back (" + backend_->name() +
+                                  " cannot)");
+    const auto [lo, hi] = shardOf(n);
+    ownedTracked_.emplace_back(tracker, cat);
+    ownedTracked_.back().add((hi - lo) * int64_t(kernels::dtypeBits(dt) / 8));
+    return t;
+  };
+  if (options_.partitionValues) {
+    values_ = partitioned(pc, DType::F32, size_, "weights");
+  } else if (options_.valueWindow) {
     values_ = windowBuffer(pc, size_, "weights");
     valueOpen_.assign(groups_.size(), 0);
     openElems_.assign(groups_.size(), 0);
@@ -121,7 +144,9 @@ ParamArena::ParamArena(std::vector<core::TensorSpec> tensors, kernels::Backend* 
     values_ = Tensor(backend_, tracker, pc, DType::F32, {size_});
     values_.zero();
   }
-  if (options_.gradWindow) {
+  if (options_.partitionGrads) {
+    grads_ = partitioned(gc, DType::F32, gradSize_, "gradients");
+  } else if (options_.gradWindow) {
     grads_ = windowBuffer(gc, gradSize_, "gradients");
     gradOpen_.assign(groups_.size(), 0);
     gradOpenElems_.assign(groups_.size(), 0);
@@ -131,10 +156,19 @@ ParamArena::ParamArena(std::vector<core::TensorSpec> tensors, kernels::Backend* 
     grads_.zero();
   }
   if (mixed()) {
-    values16_ = Tensor(backend_, tracker, MemoryCategory::Parameters, options_.working, {size_});
-    grads16_ = Tensor(backend_, tracker, MemoryCategory::Gradients, options_.working, {gradSize_});
-    values16_.zero();
-    grads16_.zero();
+    if (options_.partitionValues) {
+      values16_ = partitioned(MemoryCategory::Parameters, options_.working, size_, "weights");
+    } else {
+      values16_ = Tensor(backend_, tracker, MemoryCategory::Parameters, options_.working, {size_});
+      values16_.zero();
+    }
+    if (options_.partitionGrads) {
+      grads16_ = partitioned(MemoryCategory::Gradients, options_.working, gradSize_, "gradients");
+    } else {
+      grads16_ =
+          Tensor(backend_, tracker, MemoryCategory::Gradients, options_.working, {gradSize_});
+      grads16_.zero();
+    }
   }
   if (qPacked > 0) {
     nf4Packed_ = Tensor(backend_, tracker, MemoryCategory::Parameters, DType::I8, {qPacked});
@@ -475,6 +509,21 @@ void ParamArena::setWeightsFrom(const float* master) {
 
 void ParamArena::roundWeights() {
   setWeightsFrom(values_.f32());
+}
+
+void ParamArena::setOwnedValuesFromHost(const float* src, int64_t offset, int64_t n) {
+  const auto [lo, hi] = ownedValues_;
+  const int64_t a = std::max(offset, lo), b = std::min(offset + n, hi);
+  if (b > a)
+    backend_->copyToDevice(values_.f32() + a, src + (a - offset), size_t(b - a) * sizeof(float));
+}
+
+void ParamArena::roundOwnedWeights() {
+  const auto [lo, hi] = ownedValues_;
+  if (mixed() && hi > lo)
+    roundTrip(*backend_, options_.working, values_.f32() + lo,
+              static_cast<uint16_t*>(values16_.data()) + lo, hi - lo);
+  if (onWeightsChanged) onWeightsChanged();
 }
 
 void ParamArena::roundGrads() {

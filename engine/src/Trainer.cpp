@@ -225,7 +225,15 @@ TrainResult Trainer::run() {
                 false);
   };
   try {
-    model = std::make_unique<Gpt>(gptConfigFrom(config_, vocab, backend_), backend_, &tracker_);
+    GptConfig gc = gptConfigFrom(config_, vocab, backend_);
+    if (ranks > 1) {  // ZeRO-3's weights, 2's gradients: this rank's shard only, from the start
+      gc.partitionRanks = ranks;
+      gc.partitionRank = rank;
+      gc.partitionValues = config_.parallel.zero_stage >= 3;
+      gc.partitionGrads = config_.parallel.zero_stage >= 2;
+      gc.fp8PerBlock = gc.fp8 != GptConfig::Fp8Recipe::None && config_.parallel.zero_stage >= 3;
+    }
+    model = std::make_unique<Gpt>(gc, backend_, &tracker_);
     model->initWeights(config_.train.seed);
     model->allocate(B);
   } catch (const std::bad_alloc&) {

@@ -988,6 +988,40 @@ TEST_F(Distributed, ZeroThreeSegmentsAndFp8CopiesArePredictedExactly) {
   expectPlanExact(off);
 }
 
+// Partitioned initialization: under ZeRO-3 each rank's weights and gradients are its shard from
+// construction (the rest of the buffers holds no page), each tensor drawn whole from one rank's
+// random stream with only the owned part written. So setting up never holds the whole model:
+// the setup peak stays under the training step's (on 4 ranks the whole fp32 model's weights and
+// gradients alone would exceed it), and the weights are one rank's.
+TEST_F(Distributed, ZeroThreeInitializesOnlyItsShard) {
+  const std::vector<std::string> shape = {"model.layers=8", "model.d_model=256", "model.heads=4",
+                                          "train.steps=2"};
+  auto with = [&](std::vector<std::string> s) {
+    s.insert(s.begin(), shape.begin(), shape.end());
+    return s;
+  };
+  const RunOutput ref = train("ref", 1, with({"train.micro_batch=8"}));
+  ASSERT_EQ(ref.exitCode, 0) << describe(ref);
+  const RunOutput r = train("z3", 4, with({"train.micro_batch=2", "parallel.zero_stage=3"}));
+  ASSERT_EQ(r.exitCode, 0) << describe(r);
+  EXPECT_LE(maxDiff(weightsAt(finalCheckpoint(ref, 2)), weightsAt(finalCheckpoint(r, 2))),
+            kWeightTol);
+  const json* mem = r.first("memory");
+  ASSERT_TRUE(mem);
+  const int64_t setup = mem->at("process").at("setup_peak").get<int64_t>();
+  int64_t stepPeak = 0;
+  for (const auto& [tier, cats] : mem->at("ranks").at(0).at("tiers").items())
+    for (const auto& [cat, e] : cats.items()) stepPeak += e.at("peak").get<int64_t>();
+  EXPECT_LE(setup, stepPeak);
+  // The whole model's fp32 weights and gradients (8 bytes per parameter of one rank's model).
+  const json* refMem = ref.first("memory");
+  ASSERT_TRUE(refMem);
+  const json& d = refMem->at("ranks").at(0).at("tiers").at("device");
+  const int64_t whole = d.at("parameters").at("current").get<int64_t>() +
+                        d.at("gradients").at("current").get<int64_t>();
+  EXPECT_GT(whole, stepPeak);
+}
+
 TEST_F(Distributed, RankZeroAloneRecordsAndTheEngineStartsMpirunItself) {
   // parallel.ranks 2 without mpirun: the engine relaunches itself under it.
   const RunOutput r =

@@ -81,7 +81,8 @@ struct GptConfig {
   int fp8Margin = 0;
   bool fp8GradE4M3 = false;
   // ZeRO-3 over several ranks: each block's fp8 weights exist only while the block is gathered
-  // (made then, given back with it), laid out on whole pages per block.
+  // (made then, given back with it), laid out on whole pages per block. Set by the trainer
+  // (DataParallel gathers the blocks; nothing else would make the copies).
   bool fp8PerBlock = false;
   // bf16 GEMMs (working BF16, not fp8): the four linear layers of every block multiply the
   // stored bf16 weights with bf16-rounded inputs / output gradients (Backend::matmulBf16, fp32
@@ -99,6 +100,10 @@ struct GptConfig {
   int64_t arenaAlign = 1;
   int64_t arenaPadTo = 1;        // total length padded to a multiple (ZeRO: ranks x aligned shards)
   int64_t arenaTensorAlign = 1;  // trainable tensors start on multiples (ZeRO with 8-bit AdamW)
+  // ZeRO partitioned from construction (ArenaOptions): ranks, this rank, ZeRO-3's weights,
+  // stage >= 2's gradients. Set by the trainer (the arena of a run with DataParallel).
+  int partitionRanks = 1, partitionRank = 0;
+  bool partitionValues = false, partitionGrads = false;
   // 16-bit gradients without a resident fp32 copy (ParamArena's gradWindow; one rank, the
   // optimizer on the device: core::gradWindowOf).
   bool gradWindow = false;

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "trainscope/core/ModelSpec.h"
@@ -64,6 +65,12 @@ struct ArenaOptions {
   // Each trainable tensor starts at a multiple of this many elements (core::ZeroLayout's
   // tensorAlign: 8-bit AdamW's blocks under ZeRO).
   int64_t tensorAlign = 1;
+  // ZeRO partitioned from construction (ZeRO-3: the weights; stages >= 2: the gradients): rank
+  // partitionRank of partitionRanks counts only its shard (core::zeroShard of the padded
+  // buffer); the rest holds no page until DataParallel gathers a group, so a model larger than
+  // one device initializes. The buffers start zero without being touched.
+  int partitionRanks = 1, partitionRank = 0;
+  bool partitionValues = false, partitionGrads = false;
   // The value and gradient buffers' lengths are padded (in the last group) to a multiple of
   // this: ZeRO splits them into equal, aligned rank shards.
   int64_t padTo = 1;
@@ -159,6 +166,17 @@ class ParamArena {
   // gradWindow it is a pending factor the optimizer's reads apply (16-bit storage could not
   // hold the unscaled values), reset by zeroGrad.
   bool gradWindow() const { return options_.gradWindow; }
+  // ZeRO partitioned buffers (ArenaOptions::partitionValues / partitionGrads) and this rank's
+  // shard of value space.
+  bool partitionedValues() const { return options_.partitionValues; }
+  bool partitionedGrads() const { return options_.partitionGrads; }
+  std::pair<int64_t, int64_t> ownedValues() const { return ownedValues_; }
+  // Partitioned weights: host values of [offset, offset + n) of value space, of which only the
+  // owned part is written (initialization, one tensor at a time).
+  void setOwnedValuesFromHost(const float* src, int64_t offset, int64_t n);
+  // Partitioned weights: the owned 16-bit weights rounded from the fp32 values (and the fp32
+  // compute copy from them), then onWeightsChanged; roundWeights() for the whole buffer.
+  void roundOwnedWeights();
   double gradSumSquares();
   int64_t gradNonFinite();
   void scaleGrads(float s);
@@ -244,6 +262,9 @@ class ParamArena {
   std::vector<char> valueOpen_;
   std::vector<int64_t> openElems_;
   TrackedBytes valueTracked_;
+  // Partitioned buffers: the owned shards' bytes, counted for as long as the arena lives.
+  std::pair<int64_t, int64_t> ownedValues_{0, -1};
+  std::vector<TrackedBytes> ownedTracked_;
   // Runs f(p) for every trainable tensor, its fp32 gradients open (under gradWindow read from
   // the 16-bit ones times `scale`, closed again without storing); updatesValues: see
   // forEachGradTensor.
