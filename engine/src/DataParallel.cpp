@@ -483,7 +483,7 @@ void DataParallel::optimizerStep(Optimizer& opt, float lr) {
     }
   };
   // Stage 3 notifies with the shard alone here: fp8 copies are made per block when gathered
-  // (Gpt::setFp8QuantizeOnGather), not from these partial weights.
+  // (Gpt's fp8PerBlock), not from these partial weights.
   if (paramsOffloaded() && arena_->allTrainable()) {
     arena_->finishWeightUpdate(vlo_, vhi_, true);
     evict();
@@ -652,13 +652,7 @@ nlohmann::json DataParallel::takeStepStats() {
   nlohmann::json j = nlohmann::json::object();
   if (!paramsOffloaded()) return j;
   j["offload_params"] = paramWhere_;
-  if (paramStore_) {
-    const auto s = paramStore_->takeStats();
-    j["offload_param_read_bytes"] = s.bytesRead;
-    j["offload_param_write_bytes"] = s.bytesWritten;
-    j["offload_param_io_ms"] = s.ioSeconds * 1000;
-    j["offload_param_wait_ms"] = s.waitSeconds * 1000;
-  }
+  if (paramStore_) j.update(paramStore_->takeStepFields("offload_param_"));
   return j;
 }
 

@@ -224,7 +224,7 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   arena_ = ParamArena(std::move(tensors), backend_, tracker_, ao);
   arena_.onWeightsChanged = [this] {
     if (!fp8()) return;
-    if (fp8OnGather_)
+    if (config_.fp8PerBlock)
       std::fill(fp8Stale_.begin(), fp8Stale_.end(), 1);
     else
       quantizeFp8Weights();
@@ -327,7 +327,6 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
       // (fp8BlockGathered / fp8BlockReleased), every block stale (never made).
       w8_ = Tensor(backend_, nullptr, MemoryCategory::Parameters, DType::I8, {off});
       backend_->discard(w8_.data(), size_t(off));
-      fp8OnGather_ = true;
       fp8Stale_.assign(static_cast<size_t>(config_.layers), 1);
       fp8Present_.assign(static_cast<size_t>(config_.layers), 0);
     } else {
@@ -442,15 +441,8 @@ void Gpt::reduceFp8Amaxes(bool grads,
   }
 }
 
-void Gpt::setFp8QuantizeOnGather(bool on) {
-  if (config_.fp8PerBlock) return;  // on from construction
-  fp8OnGather_ = on && fp8();
-  fp8Stale_.assign(static_cast<size_t>(config_.layers), 0);
-  fp8Present_.assign(static_cast<size_t>(config_.layers), 1);
-}
-
 void Gpt::fp8BlockGathered(int layer) {
-  if (!fp8OnGather_ || layer < 0 || layer >= config_.layers) return;
+  if (!config_.fp8PerBlock || layer < 0 || layer >= config_.layers) return;
   const size_t l = size_t(layer);
   const bool stale = fp8Stale_[l], absent = config_.fp8PerBlock && !fp8Present_[l];
   if (!stale && !absent) return;
@@ -473,7 +465,7 @@ void Gpt::fp8BlockGathered(int layer) {
 }
 
 void Gpt::fp8BlockReleased(int layer) {
-  if (!fp8OnGather_ || !config_.fp8PerBlock || layer < 0 || layer >= config_.layers) return;
+  if (!config_.fp8PerBlock || layer < 0 || layer >= config_.layers) return;
   const size_t l = size_t(layer);
   if (!fp8Present_[l]) return;
   backend_->discard(static_cast<char*>(w8_.data()) + fp8Pages_[l].first,
@@ -565,7 +557,7 @@ void Gpt::loadFp8State(const nlohmann::json& state) {
   // setWeightsFrom() quantized with (and recorded into) the fresh histories; redo it with the
   // scales the saved fp8 weights had.
   std::fill(fp8Stale_.begin(), fp8Stale_.end(), 0);
-  if (config_.fp8PerBlock && fp8OnGather_) {  // made at each gather, at the saved scales
+  if (config_.fp8PerBlock) {  // made at each gather, at the saved scales
     for (int l = 0; l < config_.layers; ++l) fp8BlockReleased(l);
     return;
   }

@@ -340,6 +340,14 @@ void OffloadStore::waitAll() {
   throw OffloadError(error);
 }
 
+nlohmann::json OffloadStore::takeStepFields(const std::string& prefix) {
+  const Stats s = takeStats();
+  return {{prefix + "read_bytes", s.bytesRead},
+          {prefix + "write_bytes", s.bytesWritten},
+          {prefix + "io_ms", s.ioSeconds * 1000},
+          {prefix + "wait_ms", s.waitSeconds * 1000}};
+}
+
 OffloadStore::Stats OffloadStore::takeStats() {
   std::lock_guard lock(mutex_);
   Stats s = stats_;

@@ -35,13 +35,7 @@ nlohmann::json offloadStepStats(const std::string& where, int64_t& moved, double
                                 OffloadStore* store) {
   nlohmann::json j = {
       {"offload", where}, {"offload_bytes", moved}, {"offload_host_ms", hostSeconds * 1000}};
-  if (store) {
-    const auto s = store->takeStats();
-    j["offload_read_bytes"] = s.bytesRead;
-    j["offload_write_bytes"] = s.bytesWritten;
-    j["offload_io_ms"] = s.ioSeconds * 1000;
-    j["offload_wait_ms"] = s.waitSeconds * 1000;
-  }
+  if (store) j.update(store->takeStepFields("offload_"));
   moved = 0;
   hostSeconds = 0;
   return j;

@@ -265,8 +265,7 @@ TrainResult Trainer::run() {
       dp = std::make_unique<DataParallel>(comm, &model->arena(), backend_, &tracker_,
                                           config_.parallel.zero_stage);
       model->setHooks(dp->hooks());
-      if (dp->stage() >= 3 && model->fp8()) {
-        model->setFp8QuantizeOnGather(true);
+      if (model->config().fp8PerBlock) {
         dp->onGathered = [m = model.get()](int layer) { m->fp8BlockGathered(layer); };
         dp->onReleased = [m = model.get()](int layer) { m->fp8BlockReleased(layer); };
       }

@@ -609,8 +609,10 @@ MemoryEstimate estimateMemory(const RunConfig& cfg, const EstimateOptions& opt) 
   const int64_t valueTotal = vgroups.empty() ? 0 : vgroups.back().offset + vgroups.back().numel;
   // 8-bit AdamW over a shard: each tensor's piece keeps its blocks' state (compact), the
   // master the whole shard (Optimizer.cpp's AdamW8).
+  const std::vector<int64_t> zoffs =
+      zeroEngine ? zeroTensorOffsets(tensors, zlayout) : std::vector<int64_t>{};
   auto adam8Shard = [&](int64_t lo, int64_t hi) {
-    const auto offs = zeroTensorOffsets(tensors, zlayout);
+    const auto& offs = zoffs;
     double bytes = pb.master * double(hi - lo);
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (offs[i] < 0) continue;

@@ -201,12 +201,10 @@ class Gpt {
   // so every rank keeps the histories one rank keeps over the whole batch (TransformerEngine
   // reduces amaxes over the data-parallel group the same way).
   void reduceFp8Amaxes(bool grads, const std::function<void(std::vector<double>&)>& maxOverRanks);
-  // ZeRO-3: a block's weights exist only while it is gathered, so after an update its fp8
-  // weights are quantized when the block is next gathered (fp8BlockGathered, once per update,
-  // as the amax histories record each update once) instead of all at once.
-  void setFp8QuantizeOnGather(bool on);
+  // With fp8PerBlock (ZeRO-3): a block's weights exist only while it is gathered, so its fp8
+  // weights are made then (after an update a new copy, its amax recorded once; else the same
+  // copy at its saved scale) and given back with it.
   void fp8BlockGathered(int layer);
-  // With fp8PerBlock: a released block's fp8 weights go back to the system.
   void fp8BlockReleased(int layer);
   // The fp8 scaling state for checkpoints: every site's amax histories with their ring
   // positions and scales, and the scale the fp8 weights were quantized with. Floats are stored
@@ -280,7 +278,6 @@ class Gpt {
   ParamArena arena_;
   std::deque<ParamInfo> fused_;   // views over adjacent tensors one GEMM multiplies (q|k|v)
   Tensor w8_;                     // fp8 weight copies (fp8 only)
-  bool fp8OnGather_ = false;      // ZeRO-3: quantized per block when gathered
   std::vector<char> fp8Stale_;    // per layer: weights updated since their fp8 copy was made
   std::vector<char> fp8Present_;  // fp8PerBlock: per layer, its fp8 weights' pages are in use
   std::vector<std::pair<int64_t, int64_t>> fp8Pages_;  // fp8PerBlock: per layer, its w8 bytes

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace ts::engine {
 
 class OffloadError : public std::runtime_error {
@@ -66,6 +68,8 @@ class OffloadStore {
     double ioSeconds = 0, waitSeconds = 0;
   };
   Stats takeStats();
+  // takeStats() as step-event fields: <prefix>read_bytes, write_bytes, io_ms, wait_ms.
+  nlohmann::json takeStepFields(const std::string& prefix);
 
  private:
   struct Buffer {
