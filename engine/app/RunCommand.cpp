@@ -9,6 +9,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -26,6 +27,7 @@
 #include "trainscope/engine/ModelSource.h"
 #include "trainscope/engine/Trainer.h"
 #include "trainscope/kernels/Backend.h"
+#include "trainscope/kernels/GuardedCpuBackend.h"
 #if __has_include("trainscope/core/Estimator.h")
 #include "trainscope/core/Estimator.h"
 #define TRAINSCOPE_HAVE_ESTIMATOR 1
@@ -317,6 +319,11 @@ int runMain(const RunOptions& o) {
   ro.runDir = o.runDir.empty() ? defaultRunDir(ro.dbPath, config.name) : o.runDir;
   ro.name = config.name;
   auto backend = kernels::makeBackend(config.device.backend, &why);
+  // Tests only (docs/testing.md): the guarded CPU backend in place of the CPU one, so the real
+  // binary's paths (ZeRO under mpirun, offload) prove they reach memory as a GPU run must.
+  if (const char* t = std::getenv("TRAINSCOPE_TEST_BACKEND");
+      t && std::string(t) == "cpu-guarded" && backend && backend->name() == "cpu")
+    backend = kernels::makeGuardedCpuBackend();
   if (!backend) {
     emit(core::EventType::Error,
          {{"message", "device.backend " + config.device.backend + " is not usable: " + why},

@@ -1,10 +1,7 @@
 #include "trainscope/engine/ActivationCompressor.h"
 
-#include <algorithm>
-#include <cmath>
 #include <stdexcept>
 
-#include "trainscope/kernels/Numeric.h"
 #include "trainscope/profiler/Tracer.h"
 
 namespace ts::engine {
@@ -67,66 +64,31 @@ namespace {
 bool sixteenBit(const SavedTensor& t) {
   return !t.empty() && (t.data.dtype() == DType::BF16 || t.data.dtype() == DType::F16);
 }
-// dst[i][j] = f(src[i][j], mean[i]) row by row, threaded over rows; f is picked per format by
-// the caller so the inner loop has no branch.
-template <class D, class S, class F>
-void mapRows(D* dst, const S* src, const float* mean, int64_t rows, int64_t cols, F f) {
-#pragma omp parallel for schedule(static) if (rows * cols > 32768)
-  for (int64_t i = 0; i < rows; ++i) {
-    const float m = mean[i];
-    for (int64_t j = 0; j < cols; ++j) dst[i * cols + j] = f(src[i * cols + j], m);
-  }
-}
 }  // namespace
 
 void ActivationCompressor::storeNormInput(SavedTensor& t, const float* x, const float* mean,
                                           int64_t rows, int64_t cols) {
   if (!mean || !sixteenBit(t)) return store(t, x, rows, cols, false);
-  uint16_t* y = static_cast<uint16_t*>(t.data.data());
-  if (t.data.dtype() == DType::BF16) {
-    ScopedRange r("bf16_pack", SpanCategory::Elementwise);
-    mapRows(y, x, mean, rows, cols, [](float v, float m) { return kernels::floatToBf16(v - m); });
-  } else {
-    ScopedRange r("fp16_pack", SpanCategory::Elementwise);
-    mapRows(y, x, mean, rows, cols, [](float v, float m) { return kernels::floatToFp16(v - m); });
-  }
+  const bool fp16 = t.data.dtype() == DType::F16;
+  ScopedRange r(fp16 ? "fp16_pack" : "bf16_pack", SpanCategory::Elementwise);
+  backend_->packCenteredRows(static_cast<uint16_t*>(t.data.data()), x, mean, rows, cols, fp16);
 }
 
 const float* ActivationCompressor::loadNormInput(const SavedTensor& t, float* scratch,
                                                  const float* mean, int64_t rows, int64_t cols) {
   if (!mean || !sixteenBit(t)) return load(t, scratch, rows, cols);
-  const uint16_t* y = static_cast<const uint16_t*>(t.data.data());
-  if (t.data.dtype() == DType::BF16) {
-    ScopedRange r("bf16_unpack", SpanCategory::Elementwise);
-    mapRows(scratch, y, mean, rows, cols,
-            [](uint16_t v, float m) { return kernels::bf16ToFloat(v) + m; });
-  } else {
-    ScopedRange r("fp16_unpack", SpanCategory::Elementwise);
-    mapRows(scratch, y, mean, rows, cols,
-            [](uint16_t v, float m) { return kernels::fp16ToFloat(v) + m; });
-  }
+  const bool fp16 = t.data.dtype() == DType::F16;
+  ScopedRange r(fp16 ? "fp16_unpack" : "bf16_unpack", SpanCategory::Elementwise);
+  backend_->unpackCenteredRows(scratch, static_cast<const uint16_t*>(t.data.data()), mean, rows,
+                               cols, fp16);
   return scratch;
 }
 
 void ActivationCompressor::quantizeRows(Tensor& q, Tensor& scale, const float* x, int64_t rows,
                                         int64_t cols, bool count, bool keepNonzero) {
   ScopedRange r("int8_pack", SpanCategory::Elementwise);
-  int8_t* qd = static_cast<int8_t*>(q.data());
-  float* sd = scale.f32();
-#pragma omp parallel for schedule(static) if (rows * cols > 32768)
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* xr = x + i * cols;
-    float amax = 0.f;
-    for (int64_t j = 0; j < cols; ++j) amax = std::max(amax, std::fabs(xr[j]));
-    const float s = amax / 127.f;
-    sd[i] = s;
-    const float inv = s > 0.f ? 1.f / s : 0.f;
-    for (int64_t j = 0; j < cols; ++j) {
-      float q = std::clamp(std::nearbyint(xr[j] * inv), -127.f, 127.f);
-      if (keepNonzero && q == 0.f && xr[j] != 0.f) q = xr[j] > 0.f ? 1.f : -1.f;
-      qd[i * cols + j] = static_cast<int8_t>(q);
-    }
-  }
+  backend_->quantizeRowsInt8(static_cast<int8_t*>(q.data()), scale.f32(), x, rows, cols,
+                             keepNonzero);
   if (count) {
     stats_.rawBytes += 4 * rows * cols;
     stats_.storedBytes += rows * cols + 4 * rows;
@@ -136,11 +98,7 @@ void ActivationCompressor::quantizeRows(Tensor& q, Tensor& scale, const float* x
 void ActivationCompressor::dequantizeRows(float* x, const Tensor& q, const Tensor& scale,
                                           int64_t rows, int64_t cols) {
   ScopedRange r("int8_unpack", SpanCategory::Elementwise);
-  const int8_t* qd = static_cast<const int8_t*>(q.data());
-  const float* sd = scale.f32();
-#pragma omp parallel for schedule(static) if (rows * cols > 32768)
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) x[i * cols + j] = qd[i * cols + j] * sd[i];
+  backend_->dequantizeRowsInt8(x, static_cast<const int8_t*>(q.data()), scale.f32(), rows, cols);
 }
 
 void ActivationCompressor::packSparse(Tensor& maskT, Tensor& vals, const float* x, int64_t n,

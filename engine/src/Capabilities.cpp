@@ -155,15 +155,21 @@ nlohmann::json capabilitiesJson() {
     c["backends_why"] = std::move(why);
     return c;
   };
-  const std::string cpuOnly = "runs on the cpu backend only so far; use fp32 on cuda";
+  // On cuda: bf16 GEMMs through cuBLAS (tensor cores, fp32 accumulation) where the GPU has
+  // bf16 (sm_80+; precision.gemm auto picks them there); fp16 and fp8 as on the CPU (rounded
+  // operands, fp32 GEMMs). The fp32 windows of the 16-bit policies give pages back through the
+  // driver's virtual memory management.
+  bf16["cuda_gemm"] = "cuBLAS bf16 tensor-core GEMMs with fp32 accumulation (sm_80 and newer)";
+  fp16["cuda_gemm"] = "fp32 GEMMs on fp16-rounded values";
+  fp8["cuda_gemm"] = "emulated: fp8-quantized operands with their scales, fp32 GEMMs";
   j["precisions"] = {{"fp32", cap(true)},
-                     // cpu backend: 16-bit stored weights/grads; GEMMs per precision.gemm
-                     {"bf16", onlyOn(bf16, {"cpu"}, cpuOnly)},
-                     {"fp16", onlyOn(fp16, {"cpu"}, cpuOnly)},
-                     // cpu backend: GEMM operands quantized to real fp8 values (E4M3/E5M2,
-                     // delayed or block scaling), multiplied in fp32: emulated, not faster
-                     {"fp8", onlyOn(fp8, {"cpu"}, cpuOnly)},
-                     {"pure_bf16", onlyOn(bf16, {"cpu"}, cpuOnly)}};
+                     // 16-bit stored weights/grads; GEMMs per precision.gemm
+                     {"bf16", bf16},
+                     {"fp16", fp16},
+                     // GEMM operands quantized to real fp8 values (E4M3/E5M2, delayed or block
+                     // scaling), multiplied in fp32: emulated, not faster
+                     {"fp8", fp8},
+                     {"pure_bf16", bf16}};
   j["techniques"] = {
       {"gradient_accumulation", cap(true)},
       {"flash_attention", cap(true)},
@@ -173,15 +179,18 @@ nlohmann::json capabilitiesJson() {
       {"checkpoint_resume", cap(true)},
       {"mixed_precision", cap(true)},
       {"activation_checkpointing", cap(true)},
-      {"activation_compression", onlyOn(cap(true), {"cpu"}, "runs on the cpu backend only so far")},
+      // int8 packs with backend ops (every backend); sparse packs on host pointers.
+      {"activation_compression", cap(true)},
+      {"activation_compression_sparse",
+       onlyOn(cap(true), {"cpu"}, "sparse packing runs on the host; int8 runs on every backend")},
       // parallel.ranks > 1 under mpirun (MPI; NCCL where GPUs are), ZeRO stages 0-3. Stages 2
-      // and 3 give unowned pages back, which the cuda backend cannot yet.
+      // and 3 give unowned pages back (on cuda through virtual memory management).
       {"zero",
        [&] {
          json z = cap(true);
          z["communicator"] = "mpi";
          z["stages"] = {0, 1, 2, 3};
-         z["cuda_stages"] = {0, 1};
+         z["cuda_stages"] = {0, 1, 2, 3};
          z["limits"] =
              "a QLoRA base's NF4 "
              "weights stay whole on every rank";

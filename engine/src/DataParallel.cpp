@@ -155,15 +155,24 @@ void DataParallel::discardOutside(void* base, size_t elemBytes, const Group& g, 
   drop(std::max(ga, sb), gb);
 }
 
-void DataParallel::commitOutside(size_t elemBytes, const Group& g, MemoryCategory cat,
+void DataParallel::commitOutside(void* base, size_t elemBytes, const Group& g, MemoryCategory cat,
                                  bool values) {
-  const int64_t outside = (values ? g.vhi - g.vlo : g.hi - g.lo) - ownedIn(g, values);
+  auto* b = static_cast<char*>(base);
+  auto take = [&](int64_t a, int64_t e) {
+    if (e > a) backend_->commit(b + a * int64_t(elemBytes), size_t(e - a) * elemBytes);
+  };
+  const int64_t ga = values ? g.vlo : g.lo, gb = values ? g.vhi : g.hi;
+  const int64_t sa = values ? vlo_ : lo_, sb = values ? vhi_ : hi_;
+  take(ga, std::min(gb, sa));
+  take(std::max(ga, sb), gb);
+  const int64_t outside = (gb - ga) - ownedIn(g, values);
   if (tracker_ && outside > 0) tracker_->add(MemoryTier::Device, cat, outside * int64_t(elemBytes));
 }
 
 void DataParallel::gradsLive(Group& g) {
   if (stage_ < 2 || g.gradsLive) return;
-  commitOutside(4, g, arena_->mixed() ? MemoryCategory::Workspace : MemoryCategory::Gradients);
+  commitOutside(arena_->grads().data(), 4, g,
+                arena_->mixed() ? MemoryCategory::Workspace : MemoryCategory::Gradients);
   g.gradsLive = true;
 }
 
@@ -233,8 +242,10 @@ void DataParallel::gather(Group& g, bool async) {
   if (stage_ < 3) return;
   if (!g.gathered && !g.pendingGather) {
     const bool mixed = arena_->mixed();
-    commitOutside(arena_->storedElementBytes(), g, MemoryCategory::Parameters, true);
-    if (mixed) commitOutside(4, g, MemoryCategory::Workspace, true);  // the fp32 compute copy
+    commitOutside(arena_->storedValues(), arena_->storedElementBytes(), g,
+                  MemoryCategory::Parameters, true);
+    if (mixed)  // the fp32 compute copy
+      commitOutside(arena_->values().data(), 4, g, MemoryCategory::Workspace, true);
     if (paramsOffloaded()) fetchOwned(g);  // this rank's part comes from its tier first
     const size_t eb = arena_->storedElementBytes();
     g.pendingGather = comm_->allGather(
@@ -320,21 +331,32 @@ std::vector<std::pair<std::string, Tensor>> DataParallel::gatherOptimizerState(O
   const bool here = comm_->rank() == root;
   const int N = comm_->size();
   for (auto& [name, t] : opt.state()) {
+    // Offloaded state lives in host memory (its own backend): gathered there, never through the
+    // device (it may not fit).
+    const bool host = t->tier() == MemoryTier::Host;
+    kernels::Backend* be = host ? t->backend() : backend_;
+    const MemoryTier tier = host ? MemoryTier::Host : MemoryTier::Device;
+    auto gather = [&](const void* send, int64_t bytes, void* recv) {
+      if (host)
+        comm_->gatherHostBytes(send, bytes, recv, root);
+      else
+        comm_->gatherBytes(send, bytes, recv, root);
+    };
     if (const auto c = opt.compactSlice(name)) {
       // Compact state (8-bit AdamW's): the ranks' buffers differ in length. Each sends its own
       // padded to the longest; the root keeps each rank's elements, in rank order.
       const int64_t eb = kernels::dtypeBits(t->dtype()) / 8;
       const auto counts = comm_->gatherStrings(std::to_string(t->numel()), root);
       const int64_t most = static_cast<int64_t>(comm_->allReduceMax(double(t->numel())));
-      Tensor padded(backend_, tracker_, MemoryCategory::Workspace, t->dtype(), {most});
+      Tensor padded(be, tracker_, MemoryCategory::Workspace, t->dtype(), {most}, tier);
       padded.zero();
-      if (t->numel() > 0) backend_->copyOnDevice(padded.data(), t->data(), t->bytes());
+      if (t->numel() > 0) be->copyOnDevice(padded.data(), t->data(), t->bytes());
       Tensor all, full;
       if (here) {
-        all = Tensor(backend_, tracker_, MemoryCategory::Workspace, t->dtype(), {most * N});
-        full = Tensor(backend_, tracker_, MemoryCategory::Workspace, t->dtype(), {c->total});
+        all = Tensor(be, tracker_, MemoryCategory::Workspace, t->dtype(), {most * N}, tier);
+        full = Tensor(be, tracker_, MemoryCategory::Workspace, t->dtype(), {c->total}, tier);
       }
-      comm_->gatherBytes(padded.data(), most * eb, here ? all.data() : nullptr, root);
+      gather(padded.data(), most * eb, here ? all.data() : nullptr);
       if (!here) continue;
       int64_t at = 0;
       for (int r = 0; r < N; ++r) {
@@ -342,9 +364,8 @@ std::vector<std::pair<std::string, Tensor>> DataParallel::gatherOptimizerState(O
         if (at + n > c->total)
           throw std::logic_error("compact optimizer state: ranks' slices overrun '" + name + "'");
         if (n > 0)
-          backend_->copyOnDevice(static_cast<char*>(full.data()) + at * eb,
-                                 static_cast<const char*>(all.data()) + int64_t(r) * most * eb,
-                                 n * eb);
+          be->copyOnDevice(static_cast<char*>(full.data()) + at * eb,
+                           static_cast<const char*>(all.data()) + int64_t(r) * most * eb, n * eb);
         at += n;
       }
       if (at != c->total)
@@ -355,9 +376,9 @@ std::vector<std::pair<std::string, Tensor>> DataParallel::gatherOptimizerState(O
     }
     Tensor full;
     if (here)
-      full = Tensor(backend_, tracker_, MemoryCategory::Workspace, t->dtype(),
-                    {t->numel() * comm_->size()});
-    comm_->gatherBytes(t->data(), t->bytes(), here ? full.data() : nullptr, root);
+      full = Tensor(be, tracker_, MemoryCategory::Workspace, t->dtype(),
+                    {t->numel() * comm_->size()}, tier);
+    gather(t->data(), t->bytes(), here ? full.data() : nullptr);
     if (here) out.emplace_back(name, std::move(full));
   }
   return out;
@@ -586,6 +607,8 @@ void DataParallel::fetchOwned(Group& g) {
   const size_t eb = arena_->storedElementBytes();
   const size_t bytes = size_t(b - a) * eb;
   char* dev = static_cast<char*>(arena_->storedValues()) + a * int64_t(eb);
+  backend_->commit(dev, bytes);  // dropOwned gave these pages back
+  if (arena_->mixed()) backend_->commit(arena_->values().f32() + a, size_t(b - a) * sizeof(float));
   const char* src = nullptr;
   if (hostParams_.empty()) {
     readAhead(&g);  // (already started when the group before it was gathered)

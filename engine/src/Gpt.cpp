@@ -39,9 +39,15 @@ double Rng::normal() {
 }
 
 bool autoPicksBf16Gemm(const kernels::Backend* backend) {
-  if (!backend || backend->kind() != kernels::DeviceKind::Cpu ||  // bf16 policies: CPU only
-      !backend->supports(kernels::Op::MatmulBF16) || backend->emulates(kernels::Op::MatmulBF16))
+  if (!backend || !backend->supports(kernels::Op::MatmulBF16) ||
+      backend->emulates(kernels::Op::MatmulBF16))
     return false;
+  // A GPU with bf16 tensor cores (sm_80 and newer) always gains; a CPU only where its kernel
+  // measured faster than sgemm here.
+  if (backend->kind() == kernels::DeviceKind::Cuda) {
+    const auto f = backend->device().features;
+    return std::find(f.begin(), f.end(), "bf16") != f.end();
+  }
   return gemmCalibration().choice == "bf16";
 }
 
@@ -167,14 +173,15 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
     throw std::invalid_argument("sparse activation compression needs the relu activation");
   if (!(config.dropout >= 0.f && config.dropout < 1.f))
     throw std::invalid_argument("dropout must be in [0, 1), got " + std::to_string(config.dropout));
-  // Packing runs on host pointers (CPU only, docs/memory.md), so it needs host-addressable memory.
-  if (config.compression != GptConfig::Compression::None && !backend->hostAccessible())
-    throw std::invalid_argument(std::string("activation compression runs on the cpu backend ") +
-                                "only (it packs on the host; " + backend->name() +
-                                " memory is not host memory)");
-  const bool mixed = config.working != DType::F32;
-  if (mixed && backend_->kind() != kernels::DeviceKind::Cpu)
-    throw std::invalid_argument("bf16/fp16 working precision runs on the cpu backend only");
+  // Sparse packing runs on host pointers (docs/memory.md), so it needs host-addressable memory;
+  // int8 packs with backend ops.
+  if (config.compression == GptConfig::Compression::Sparse && !backend->hostAccessible())
+    throw std::invalid_argument(std::string("sparse activation compression runs on the cpu ") +
+                                "backend only (it packs on the host; " + backend->name() +
+                                " memory is not host memory); int8 runs on every backend");
+  if (config.compression == GptConfig::Compression::Int8 &&
+      !(backend->supports(kernels::Op::Int8Rows) && backend->supports(kernels::Op::CenteredRows)))
+    throw std::invalid_argument("the " + backend->name() + " backend cannot pack int8 rows");
   if (config_.bf16Gemm && (config_.working != DType::BF16 || fp8()))
     throw std::invalid_argument("bf16 GEMMs need bf16 working weights (policy bf16 or pure_bf16)");
   if (config_.bf16Gemm && !backend_->supports(kernels::Op::MatmulBF16))
@@ -448,6 +455,8 @@ void Gpt::fp8BlockGathered(int layer) {
   if (!stale && !absent) return;
   ScopedRange r("fp8_quantize_weights", SpanCategory::Elementwise);
   if (absent) {
+    backend_->commit(static_cast<char*>(w8_.data()) + fp8Pages_[l].first,
+                     size_t(fp8Pages_[l].second));
     if (tracker_)
       tracker_->add(core::MemoryTier::Device, MemoryCategory::Parameters, fp8Pages_[l].second);
     fp8Present_[l] = 1;

@@ -47,6 +47,9 @@ class SingleCommunicator final : public Communicator {
   void gatherBytes(const void* send, int64_t bytes, void* recv, int) override {
     if (send != recv && bytes > 0) std::memmove(recv, send, size_t(bytes));
   }
+  void gatherHostBytes(const void* send, int64_t bytes, void* recv, int root) override {
+    gatherBytes(send, bytes, recv, root);
+  }
   void barrier() override {}
   double allReduceSum(double v) override { return v; }
   double allReduceMax(double v) override { return v; }
@@ -237,8 +240,19 @@ class MpiCommunicator final : public Communicator {
   }
 
   void gatherBytes(const void* send, int64_t bytes, void* recv, int root) override {
+    gather(send, bytes, recv, root, staged_);
+  }
+  void gatherHostBytes(const void* send, int64_t bytes, void* recv, int root) override {
+    gather(send, bytes, recv, root, false);
+  }
+  // `staged`: the ends are backend memory that MPI cannot read (host copies in between).
+  void gather(const void* send, int64_t bytes, void* recv, int root, bool staged) {
     if (size_ == 1) {
-      if (bytes > 0) backend_->copyOnDevice(recv, send, bytes);
+      if (bytes <= 0) return;
+      if (staged)
+        backend_->copyOnDevice(recv, send, bytes);
+      else if (send != recv)
+        std::memmove(recv, send, size_t(bytes));
       return;
     }
     if (bytes >= kMaxCount * 2) throw CommError("gather of more than 2 GiB per rank");
@@ -246,7 +260,7 @@ class MpiCommunicator final : public Communicator {
     std::vector<char> hs, hr;
     const char* s = static_cast<const char*>(send);
     char* r = static_cast<char*>(recv);
-    if (staged_) {
+    if (staged) {
       hs.resize(size_t(bytes));
       backend_->copyToHost(hs.data(), send, size_t(bytes));
       s = hs.data();
@@ -258,7 +272,7 @@ class MpiCommunicator final : public Communicator {
                       &req[0]),
           "MPI_Igather");
     waitAll(req, "gather");
-    if (staged_ && rank_ == root) backend_->copyToDevice(recv, hr.data(), hr.size());
+    if (staged && rank_ == root) backend_->copyToDevice(recv, hr.data(), hr.size());
     if (rank_ != root) countSent(bytes);
   }
 

@@ -56,14 +56,7 @@ class OffloadedAdamW final : public Optimizer {
         Tensor(host_.get(), tracker, MemoryCategory::Gradients, DType::F32, {n}, MemoryTier::Host);
     std::vector<float> init(static_cast<size_t>(n), 0.f);
     // The master starts from the trainable weights of the shard.
-    std::vector<float> values(static_cast<size_t>(arena.size()));
-    arena.values().copyToHost(values.data());
-    for (const auto& p : arena.params()) {
-      if (!p.trainable()) continue;
-      const int64_t a = std::max(p.gradOffset, lo_), b = std::min(p.gradOffset + p.numel, hi_);
-      for (int64_t i = a; i < b; ++i)
-        init[size_t(i - lo_)] = values[size_t(p.offset + (i - p.gradOffset))];
-    }
+    arena.trainableRangeToHost(init.data(), lo_, hi_);
     if (o.where == "cpu") {
       for (Tensor* t : {&m_, &v_, &master_})
         *t = Tensor(host_.get(), tracker, MemoryCategory::OptimizerState, DType::F32, {n},
@@ -307,16 +300,7 @@ class OffloadedAdamW8 final : public Optimizer {
     // 0.0 in each map).
     // (nvme: a transient copy written to the files below, uncounted like the 32-bit one's.)
     allocateHost(MemoryCategory::OptimizerState, o.where == "cpu" ? tracker : nullptr);
-    std::vector<float> values(static_cast<size_t>(arena.size()));
-    arena.valuesToHost(values.data());
-    float* master = host_[Master].f32();
-    std::fill(master, master + n, 0.f);
-    for (const auto& p : arena.params()) {
-      if (!p.trainable()) continue;
-      const int64_t a = std::max(p.gradOffset, lo_), b = std::min(p.gradOffset + p.numel, hi_);
-      for (int64_t i = a; i < b; ++i)
-        master[i - lo_] = values[size_t(p.offset + (i - p.gradOffset))];
-    }
+    arena.trainableRangeToHost(host_[Master].f32(), lo_, hi_);
     std::fill_n(static_cast<uint8_t*>(host_[Qm].data()), big, kernels::nearestCode(ms.data(), 0.f));
     std::fill_n(static_cast<uint8_t*>(host_[Qv].data()), big, kernels::nearestCode(mu.data(), 0.f));
     for (Buf b : {Am, Av, M, V}) host_[b].zero();

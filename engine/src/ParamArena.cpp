@@ -129,6 +129,8 @@ ParamArena::ParamArena(std::vector<core::TensorSpec> tensors, kernels::Backend* 
                                   " need a backend that can give pages back (" + backend_->name() +
                                   " cannot)");
     const auto [lo, hi] = shardOf(n);
+    const int64_t eb = kernels::dtypeBits(dt) / 8;
+    backend_->commit(static_cast<char*>(t.data()) + lo * eb, size_t((hi - lo) * eb));
     ownedTracked_.emplace_back(tracker, cat);
     ownedTracked_.back().add((hi - lo) * int64_t(kernels::dtypeBits(dt) / 8));
     return t;
@@ -259,6 +261,7 @@ void ParamArena::discardInner(float* p, int64_t n) {
 
 void ParamArena::openWeightValues(const ParamInfo& w) {
   if (!options_.valueWindow || !ownWindow(w)) return;
+  backend_->commit(values_.f32() + w.offset, size_t(w.numel) * sizeof(float));
   toF32(static_cast<const uint16_t*>(values16_.data()) + w.offset, values_.f32() + w.offset,
         w.numel);
   openWeightValues_.push_back({w.offset, w.numel});
@@ -284,6 +287,7 @@ void ParamArena::storeWeightValues(const ParamInfo& w) {
 void ParamArena::openWeightGrads(const ParamInfo& w, float scale) {
   if (!options_.gradWindow || !ownWindow(w) || !w.trainable()) return;
   float* f = grads_.f32() + w.gradOffset;
+  backend_->commit(f, size_t(w.numel) * sizeof(float));
   // Upcast even from zero 16-bit gradients: see openGrads.
   toF32(static_cast<const uint16_t*>(grads16_.data()) + w.gradOffset, f, w.numel);
   if (scale != 1.f) backend_->scale(f, w.numel, scale);
@@ -361,6 +365,7 @@ void ParamArena::openValues(size_t g, bool full) {
   for (size_t i = pg.firstParam; i < pg.firstParam + pg.paramCount; ++i) {
     const ParamInfo& p = params_[i];
     if (p.offset < 0 || ownWindow(p)) continue;
+    backend_->commit(f + p.offset, size_t(p.numel) * sizeof(float));
     toF32(h + p.offset, f + p.offset, p.numel);
     elems += p.numel;
   }
@@ -407,6 +412,10 @@ void ParamArena::valuesToHost(float* dst) const {
 
 void ParamArena::setValuesFromHost(const float* src) {
   if (!options_.valueWindow) {
+    if (options_.partitionValues) {  // a whole load: every page again (reshard gives back)
+      backend_->commit(values_.data(), size_t(values_.bytes()));
+      if (mixed()) backend_->commit(values16_.data(), size_t(values16_.bytes()));
+    }
     backend_->copyToDevice(values_.data(), src, size_t(size_) * sizeof(float));
     return;
   }
@@ -418,6 +427,17 @@ void ParamArena::setValuesFromHost(const float* src) {
     hostFromF32(src + pg.offset, h.data(), pg.numel);
     backend_->copyToDevice(static_cast<uint16_t*>(values16_.data()) + pg.offset, h.data(),
                            h.size() * sizeof(uint16_t));
+  }
+}
+
+void ParamArena::trainableRangeToHost(float* dst, int64_t lo, int64_t hi) const {
+  std::fill(dst, dst + std::max<int64_t>(0, hi - lo), 0.f);
+  for (const auto& p : params_) {
+    if (!p.trainable()) continue;
+    const int64_t a = std::max(p.gradOffset, lo), b = std::min(p.gradOffset + p.numel, hi);
+    if (b > a)
+      valueBytesToHost(p, reinterpret_cast<char*>(dst + (a - lo)), (a - p.gradOffset) * 4,
+                       (b - a) * 4);
   }
 }
 
@@ -591,6 +611,7 @@ void ParamArena::openGrads(size_t g, float scale) {
     const ParamInfo& p = params_[i];
     if (!p.trainable() || ownWindow(p)) continue;
     float* f = grads_.f32() + p.gradOffset;
+    backend_->commit(f, size_t(p.numel) * sizeof(float));
     toF32(h + p.gradOffset, f, p.numel);
     if (scale != 1.f) backend_->scale(f, p.numel, scale);
     elems += p.numel;

@@ -63,26 +63,19 @@ std::vector<core::ConfigIssue> unsupportedFeatures(const core::RunConfig& c) {
   const auto& pol = c.precision.policy;
   if (pol != "fp32" && pol != "bf16" && pol != "fp16" && pol != "fp8" && pol != "pure_bf16")
     add("precision.policy", pol, pol + " " + later + " (use fp32, bf16, fp16, fp8 or pure_bf16)");
-  else if (pol != "fp32" && c.device.backend == "cuda")
-    add("precision.policy", pol,
-        pol + " runs on the cpu backend only (fp8 as an emulated GEMM); use fp32 on cuda");
   if (c.optimizer.state_bits == 8 && c.optimizer.type != "adamw")
     add("optimizer.state_bits", c.optimizer.state_bits,
         "8-bit state is 8-bit AdamW: needs optimizer.type adamw");
   if (c.optimizer.state_bits == 8 && c.precision.policy == "pure_bf16")
     add("optimizer.state_bits", c.optimizer.state_bits,
         "8-bit AdamW keeps an fp32 master; pure_bf16 has none (use bf16)");
-  if (c.memory.activation_compression != "none" && c.device.backend == "cuda")
+  if (c.memory.activation_compression == "sparse" && c.device.backend == "cuda")
     add("memory.activation_compression", c.memory.activation_compression,
-        "activation compression runs on the cpu backend only");
+        "sparse compression packs on the host: the cpu backend only (int8 runs on cuda)");
   const int stage = c.parallel.zero_stage;
   if (stage >= 1 && pol == "pure_bf16" && c.finetune.lora.r > 0)
     add("parallel.zero_stage", stage,
         "pure_bf16 keeps no fp32 master to shard over a frozen base: use precision.policy bf16");
-  if (stage >= 2 && c.device.backend == "cuda")
-    add("parallel.zero_stage", stage,
-        "ZeRO 2 and 3 give a rank's unowned pages back, which the cuda backend cannot yet (use "
-        "zero_stage 1 on cuda)");
   if (c.parallel.offload_optimizer != "none" && (c.optimizer.type != "adamw" || pol == "pure_bf16"))
     add("parallel.offload_optimizer", c.parallel.offload_optimizer,
         "the offloaded optimizer is AdamW (32- or 8-bit state) with an fp32 master "

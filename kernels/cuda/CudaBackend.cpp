@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "VmmAllocator.h"
 #include "trainscope/kernels/Backend.h"
 #include "trainscope/kernels/CudaOps.h"
 
@@ -23,6 +24,15 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
     check(cudaSetDevice(device), "cudaSetDevice");
+    int major = 0;
+    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+          "cudaDeviceGetAttribute");
+    bf16_ = major >= 8;
+    try {
+      vmm_ = std::make_unique<VmmAllocator>(device);
+    } catch (const std::exception& e) {
+      vmmWhy_ = e.what();  // plain cudaMalloc: no pages given back (ZeRO 2/3, 16-bit windows)
+    }
   }
 
   DeviceKind kind() const override { return DeviceKind::Cuda; }
@@ -39,9 +49,10 @@ class CudaBackend final : public Backend {
     if (prop.major > 8 || (prop.major == 8 && prop.minor >= 9)) info.features.push_back("fp8");
     return info;
   }
-  bool supports(Op) const override { return true; }
+  // bf16 GEMMs need bf16 tensor cores (sm_80 and newer); every other op runs everywhere.
+  bool supports(Op op) const override { return op != Op::MatmulBF16 || bf16_; }
   bool supports(Op op, DType dtype) const override {
-    if (op == Op::MatmulBF16) return dtype == DType::BF16;
+    if (op == Op::MatmulBF16) return bf16_ && dtype == DType::BF16;
     if (op == Op::Convert) return convertsTo(dtype);
     return supports(op) && dtype == DType::F32;
   }
@@ -50,6 +61,7 @@ class CudaBackend final : public Backend {
 
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
+    if (vmm_) return vmm_->allocate(bytes);
     void* p = nullptr;
     if (cudaMalloc(&p, bytes) != cudaSuccess) {
       cudaGetLastError();  // clear the sticky-free allocation error
@@ -58,7 +70,15 @@ class CudaBackend final : public Backend {
     return p;
   }
   void release(void* p) override {
-    if (p) cudaFree(p);
+    if (!p) return;
+    if (vmm_)
+      vmm_->release(p);
+    else
+      cudaFree(p);
+  }
+  bool discard(void* p, size_t bytes) override { return vmm_ && vmm_->discard(p, bytes); }
+  void commit(void* p, size_t bytes) override {
+    if (vmm_) vmm_->commit(p, bytes);
   }
   void copyToDevice(void* dst, const void* src, size_t bytes) override {
     if (bytes) check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "copyToDevice");
@@ -77,6 +97,9 @@ class CudaBackend final : public Backend {
 
  private:
   int device_;
+  bool bf16_ = false;
+  std::unique_ptr<VmmAllocator> vmm_;  // null where the driver has no VMM (vmmWhy_ says why)
+  std::string vmmWhy_;
 };
 
 }  // namespace

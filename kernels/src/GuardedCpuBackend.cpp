@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +34,9 @@ struct Region {
   size_t mapBytes = 0;   // data pages + one guard page
   size_t dataBytes = 0;  // the data pages (what a call opens)
   size_t bytes = 0;      // requested
+  // Data pages discard() gave back and commit() has not taken again: no access, in or out of
+  // a call (as an unmapped page of a CUDA buffer).
+  mutable std::vector<bool> gone;
 };
 
 [[noreturn]] void fatal(const std::string& what) {
@@ -79,7 +83,8 @@ class GuardedCpuBackend final : public Backend {
     void* m = ::mmap(nullptr, dataBytes + page, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) throw std::bad_alloc();
-    Region r{static_cast<char*>(m), dataBytes + page, dataBytes, bytes};
+    Region r{static_cast<char*>(m), dataBytes + page, dataBytes, bytes, {}};
+    r.gone.assign(dataBytes / page, false);
     // Uninitialised memory reads as NaN, not as the zeros a fresh mapping would give: code that
     // forgets to initialise a tensor shows up here instead of passing by luck.
     std::memset(r.map, 0xFF, dataBytes);
@@ -98,11 +103,46 @@ class GuardedCpuBackend final : public Backend {
     ::munmap(it->second.map, it->second.mapBytes);
     live_.erase(it);
   }
+  // As discardHostPages, and the whole pages inside are marked given back; a partial page at
+  // either end is zeroed unless it was given back before.
   bool discard(void* p, size_t bytes) override {
     if (!bytes) return true;
     Call call(*this, "discard");
-    call.open(p, bytes);
-    return discardHostPages(p, bytes);
+    const Region& r = call.open(p, bytes);
+    const size_t page = pageSize();
+    char* const c = static_cast<char*>(p);
+    const size_t a = size_t(c - r.map), e = a + bytes;
+    const size_t lo = (a + page - 1) / page * page, hi = e / page * page;
+    auto zero = [&](size_t x, size_t y) {  // [x, y) within one page
+      if (y > x && !r.gone[x / page]) std::memset(r.map + x, 0, y - x);
+    };
+    if (hi > lo) {
+      ::madvise(r.map + lo, hi - lo, MADV_DONTNEED);
+      for (size_t q = lo / page; q < hi / page; ++q) r.gone[q] = true;
+      if (::mprotect(r.map + lo, hi - lo, PROT_NONE) != 0) fatal("mprotect failed");
+      zero(a, lo);
+      zero(hi, e);
+    } else {
+      for (size_t x = a; x < e;) {
+        const size_t y = std::min(e, (x / page + 1) * page);
+        zero(x, y);
+        x = y;
+      }
+    }
+    return true;
+  }
+  void commit(void* p, size_t bytes) override {
+    if (!bytes) return;
+    Call call(*this, "commit");
+    const Region& r = call.open(p, bytes);
+    const size_t page = pageSize();
+    const size_t a = size_t(static_cast<char*>(p) - r.map);
+    for (size_t q = a / page; q < (a + bytes + page - 1) / page; ++q)
+      if (r.gone[q]) {
+        r.gone[q] = false;  // madvise left it zero
+        if (::mprotect(r.map + q * page, page, PROT_READ | PROT_WRITE) != 0)
+          fatal("mprotect failed");
+      }
   }
   void copyToDevice(void* dst, const void* src, size_t bytes) override {
     if (!bytes) return;
@@ -121,12 +161,12 @@ class GuardedCpuBackend final : public Backend {
   void synchronize() override {}
 
   // One forwarder per OpList.h entry: open what the pointer arguments point into, run the CPU op.
-#define TS_OP(kind, ret, name, params, args) \
-  ret name params override {                 \
-    Call call(*this, #name);                 \
-    call.pointers args;                      \
+#define TS_OP(kind, ret, name, params, args)  \
+  ret name params override {                  \
+    Call call(*this, #name);                  \
+    call.pointers args;                       \
     call.open(scratch_); /* kernel scratch */ \
-    return cpu_->name args;                  \
+    return cpu_->name args;                   \
   }
 #include "trainscope/kernels/OpList.h"
 
@@ -144,8 +184,10 @@ class GuardedCpuBackend final : public Backend {
 
     // Opens the allocation holding [p, p + bytes); p may be its end (an empty view) or null (an
     // optional argument). Anything else is a pointer the op could not read on a device.
-    void open(const void* p, size_t bytes = 0) {
-      if (!p) return;
+    // Pages given back and not committed stay closed.
+    const Region& open(const void* p, size_t bytes = 0) {
+      static const Region none;
+      if (!p) return none;
       const Region* r = find(p, bytes);
       if (!r)
         throw std::logic_error(std::string("cpu-guarded backend: ") + what_ +
@@ -153,9 +195,21 @@ class GuardedCpuBackend final : public Backend {
                                (bytes ? std::to_string(bytes) + " bytes" : "op argument") +
                                "): host memory, which a device cannot read, or past an end");
       for (const Region* o : opened_)
-        if (o == r) return;
+        if (o == r) return *r;
       protect(*r, PROT_READ | PROT_WRITE);
+      const size_t page = pageSize();
+      for (size_t q = 0; q < r->gone.size();) {
+        if (!r->gone[q]) {
+          ++q;
+          continue;
+        }
+        size_t e = q;
+        while (e < r->gone.size() && r->gone[e]) ++e;
+        if (::mprotect(r->map + q * page, (e - q) * page, PROT_NONE) != 0) fatal("mprotect failed");
+        q = e;
+      }
       opened_.push_back(r);
+      return *r;
     }
     // The host side of a copy must be host memory.
     void requireHost(const void* p, size_t bytes) {

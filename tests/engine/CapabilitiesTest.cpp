@@ -40,6 +40,11 @@ TEST(Capabilities, AgreeWithWhatARunRefuses) {
     EXPECT_EQ(offeredOn(caps.at("techniques").at("activation_compression"), backend),
               !refuses(c, "memory.activation_compression"))
         << "int8 compression on " << backend;
+    c.memory.activation_compression = "sparse";
+    c.model.activation = "relu";
+    EXPECT_EQ(offeredOn(caps.at("techniques").at("activation_compression_sparse"), backend),
+              !refuses(c, "memory.activation_compression"))
+        << "sparse compression on " << backend;
   }
   ASSERT_TRUE(caps.contains("architectures"));
   for (const auto& arch : caps["architectures"]) {

@@ -311,10 +311,23 @@ TEST(Trainer, EightBitAdamWTracksThirtyTwoBitAndResumesBitwise) {
 // be touched, not what is computed). fp16 starts at a scale that overflows, so skipped steps and
 // the inf/NaN check are in it too.
 TEST(Trainer, GuardedBackendRunIsTheCpuRunBitForBit) {
-  for (const char* policy : {"fp32", "fp16", "pure_bf16", "fp8", "fp8_blockwise", "bf16_gemm"}) {
+  for (const char* policy : {"fp32", "fp16", "pure_bf16", "fp8", "fp8_blockwise", "bf16_gemm",
+                             "fp32_int8", "fp16_int8", "bf16_int8_ckpt"}) {
     auto c = smallConfig();
     const std::string pol = policy;
-    c.precision.policy = pol == "fp8_blockwise" ? "fp8" : pol == "bf16_gemm" ? "bf16" : pol;
+    // int8 compression packs with backend ops (rows and, under 16-bit policies, the centered
+    // residual stream), so it runs on the guarded backend too.
+    const auto us = pol.find('_');
+    if (pol.find("int8") != std::string::npos) {
+      c.memory.activation_compression = "int8";
+      c.precision.policy = pol.substr(0, us);
+      if (pol.find("ckpt") != std::string::npos) {
+        c.memory.checkpointing = "every_k";
+        c.memory.checkpoint_every = 2;
+      }
+    } else {
+      c.precision.policy = pol == "fp8_blockwise" ? "fp8" : pol == "bf16_gemm" ? "bf16" : pol;
+    }
     if (pol == "fp8_blockwise") c.precision.fp8.recipe = "blockwise";
     if (pol == "bf16_gemm") c.precision.gemm = "bf16";
     if (pol == "fp16") c.precision.loss_scale.init = std::ldexp(1.0, 30);
@@ -351,23 +364,20 @@ TEST(Trainer, GuardedBackendRunIsTheCpuRunBitForBit) {
   }
 }
 
-// Activation compression packs on the host (CPU backend only): a backend whose memory is not
-// the host's refuses it up front with the reason, instead of faulting mid-step.
-TEST(Trainer, CompressionOnAGuardedBackendIsRefusedWithTheReason) {
-  for (const char* mode : {"int8", "sparse"}) {
-    auto c = smallConfig();
-    c.model.activation = "relu";
-    c.memory.activation_compression = mode;
-    Recorded rec;
-    auto r =
-        runWith(c, rec, tempDir(std::string("comp_") + mode).string(), "", {}, 16, "cpu-guarded");
-    EXPECT_EQ(r.status, "failed") << mode;
-    EXPECT_NE(r.reason.find("activation compression runs on the cpu backend only"),
-              std::string::npos)
-        << r.reason;
-    EXPECT_NE(r.reason.find("cpu-guarded"), std::string::npos) << r.reason;
-    EXPECT_TRUE(rec.of(EventType::Step).empty());
-  }
+// Sparse compression packs on the host (CPU backend only): a backend whose memory is not the
+// host's refuses it up front with the reason, instead of faulting mid-step.
+TEST(Trainer, SparseCompressionOnAGuardedBackendIsRefusedWithTheReason) {
+  auto c = smallConfig();
+  c.model.activation = "relu";
+  c.memory.activation_compression = "sparse";
+  Recorded rec;
+  auto r = runWith(c, rec, tempDir("comp_sparse").string(), "", {}, 16, "cpu-guarded");
+  EXPECT_EQ(r.status, "failed");
+  EXPECT_NE(r.reason.find("sparse activation compression runs on the cpu backend only"),
+            std::string::npos)
+      << r.reason;
+  EXPECT_NE(r.reason.find("cpu-guarded"), std::string::npos) << r.reason;
+  EXPECT_TRUE(rec.of(EventType::Step).empty());
 }
 
 // An fp8 checkpoint resumed with a different amax history length is refused, naming the key.

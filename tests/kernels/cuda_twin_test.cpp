@@ -149,29 +149,39 @@ TEST_F(CudaTwin, ActivationsAndElementwise) {
               1e-10 * cpu_->sumSquares(x.data(), n));
 }
 
+// Every output starts NaN-poisoned on the device (never the CPU's result): a kernel that
+// skips an element, a row or a tile shows up. Head dims 16, 64 and 128; sequence lengths that
+// cross the kernels' tiles (not multiples of 32 or 64).
 TEST_F(CudaTwin, AttentionNaiveAndFlash) {
-  const int B = 2, T = 67, C = 48, NH = 3;
-  const size_t nq = size_t(B) * T * 3 * C, no = size_t(B) * T * C, na = size_t(B) * NH * T * T;
-  const auto qkv = randomVec(nq, 1, -2, 2), g = randomVec(no, 2);
-  std::vector<float> out(no), att(na), datt(na), dqkv(nq), lse(size_t(B) * NH * T);
-  cpu_->attentionForward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-  cpu_->attentionBackward(dqkv.data(), datt.data(), g.data(), qkv.data(), att.data(), B, T, C, NH);
-  const float *dQKV = up(qkv), *dG = up(g);
-  float *dOut = up(out), *dAtt = up(att), *dDatt = up(datt), *dD = up(dqkv), *dL = up(lse);
-  gpu_->attentionForward(dOut, dAtt, dQKV, B, T, C, NH);
-  gpu_->attentionBackward(dD, dDatt, dG, dQKV, dAtt, B, T, C, NH);
-  EXPECT_TRUE(allClose(down(dOut, no), out, 1e-4, 1e-5));
-  EXPECT_TRUE(allClose(down(dAtt, na), att, 1e-4, 1e-6));
-  EXPECT_TRUE(allClose(down(dD, nq), dqkv, 1e-3, 1e-4));
+  for (auto [B, T, NH, HD] : {std::tuple{2, 67, 3, 16}, {1, 130, 2, 64}, {2, 97, 2, 128}}) {
+    const int C = NH * HD;
+    const size_t nq = size_t(B) * T * 3 * C, no = size_t(B) * T * C;
+    const size_t na = size_t(B) * NH * T * T, nl = size_t(B) * NH * T;
+    const auto qkv = randomVec(nq, 1, -2, 2), g = randomVec(no, 2);
+    std::vector<float> out(no), att(na), datt(na), dqkv(nq), lse(nl);
+    cpu_->attentionForward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    cpu_->attentionBackward(dqkv.data(), datt.data(), g.data(), qkv.data(), att.data(), B, T, C,
+                            NH);
+    const float *dQKV = up(qkv), *dG = up(g);
+    float *dOut = up(nanVec(no)), *dAtt = up(nanVec(na)), *dDatt = up(nanVec(na)),
+          *dD = up(nanVec(nq));
+    gpu_->attentionForward(dOut, dAtt, dQKV, B, T, C, NH);
+    gpu_->attentionBackward(dD, dDatt, dG, dQKV, dAtt, B, T, C, NH);
+    EXPECT_TRUE(allClose(down(dOut, no), out, 1e-4, 1e-5)) << "naive out, head dim " << HD;
+    EXPECT_TRUE(allClose(down(dAtt, na), att, 1e-4, 1e-6)) << "naive att, head dim " << HD;
+    EXPECT_TRUE(allClose(down(dD, nq), dqkv, 1e-3, 1e-4)) << "naive dqkv, head dim " << HD;
 
-  cpu_->flashAttentionForward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-  cpu_->flashAttentionBackward(dqkv.data(), g.data(), out.data(), lse.data(), qkv.data(), B, T, C,
-                               NH);
-  gpu_->flashAttentionForward(dOut, dL, dQKV, B, T, C, NH);
-  gpu_->flashAttentionBackward(dD, dG, dOut, dL, dQKV, B, T, C, NH);
-  EXPECT_TRUE(allClose(down(dOut, no), out, 1e-4, 1e-5));
-  EXPECT_TRUE(allClose(down(dL, lse.size()), lse, 1e-5, 1e-5));
-  EXPECT_TRUE(allClose(down(dD, nq), dqkv, 1e-3, 1e-4));
+    cpu_->flashAttentionForward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    cpu_->flashAttentionBackward(dqkv.data(), g.data(), out.data(), lse.data(), qkv.data(), B, T, C,
+                                 NH);
+    float *fOut = up(nanVec(no)), *fL = up(nanVec(nl)), *fD = up(nanVec(nq));
+    gpu_->flashAttentionForward(fOut, fL, dQKV, B, T, C, NH);
+    // Backward reads the device's own forward output and log-sum-exp.
+    gpu_->flashAttentionBackward(fD, dG, fOut, fL, dQKV, B, T, C, NH);
+    EXPECT_TRUE(allClose(down(fOut, no), out, 1e-4, 1e-5)) << "flash out, head dim " << HD;
+    EXPECT_TRUE(allClose(down(fL, nl), lse, 1e-5, 1e-5)) << "flash lse, head dim " << HD;
+    EXPECT_TRUE(allClose(down(fD, nq), dqkv, 1e-3, 1e-4)) << "flash dqkv, head dim " << HD;
+  }
 }
 
 TEST_F(CudaTwin, CrossEntropyWithIgnoredTargets) {

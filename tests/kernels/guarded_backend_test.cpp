@@ -4,6 +4,8 @@
 // refused by name, and inside calls it computes what the CPU backend computes.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -123,5 +125,43 @@ TEST(GuardedCpuBackendDeathTest, AnOpRunningPastAnAllocationHitsTheGuardPage) {
   auto* p = static_cast<float*>(g->allocate(100 * sizeof(float)));
   g->fillF32(p, 0.f, 100);  // fine
   EXPECT_DEATH(g->fillF32(p, 0.f, 100 + 2048), "");
+  g->release(p);
+}
+
+// Pages discard() gave back stay closed inside calls until commit() takes them again, as an
+// unmapped granule of a CUDA buffer would fault: engine code that forgets a commit crashes
+// here. The partial pages at the range's ends stay usable and read as zero; committed pages
+// read as zero.
+TEST(GuardedCpuBackendDeathTest, GivenBackPagesNeedACommitBeforeAnyAccess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto g = makeGuardedCpuBackend();
+  const int64_t n = 6 * 1024;  // six 4 KiB pages of floats (more where pages are larger)
+  auto* p = static_cast<float*>(g->allocate(size_t(n) * sizeof(float)));
+  g->fillF32(p, 5.f, n);
+  const int64_t a = 100, e = n - 100;  // partial pages at both ends
+  ASSERT_TRUE(g->discard(p + a, size_t(e - a) * sizeof(float)));
+  const int64_t pageFloats = int64_t(sysconf(_SC_PAGESIZE)) / int64_t(sizeof(float));
+  const int64_t inside = (a + pageFloats - 1) / pageFloats * pageFloats;  // a whole page given back
+  ASSERT_LT(inside + pageFloats, e) << "the test needs a whole page inside the range";
+  // The edges: zero inside the range, untouched outside it.
+  std::vector<float> h(size_t(a + 1));
+  g->copyToHost(h.data(), p, h.size() * sizeof(float));
+  EXPECT_EQ(h[size_t(a - 1)], 5.f);
+  EXPECT_EQ(h[size_t(a)], 0.f);
+  EXPECT_DEATH(g->fillF32(p + inside, 1.f, 1), "");
+  EXPECT_DEATH(
+      {
+        float v;
+        g->copyToHost(&v, p + inside, sizeof v);
+      },
+      "");
+  g->commit(p + inside, sizeof(float));
+  float v = 1.f;
+  g->copyToHost(&v, p + inside, sizeof v);
+  EXPECT_EQ(v, 0.f);
+  g->fillF32(p + inside, 2.f, pageFloats);  // the committed page takes writes
+  EXPECT_DEATH(g->fillF32(p + inside + pageFloats, 1.f, 1), "") << "the next page is still gone";
+  g->commit(p, size_t(n) * sizeof(float));
+  g->fillF32(p, 3.f, n);
   g->release(p);
 }

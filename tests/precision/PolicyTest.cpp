@@ -101,15 +101,16 @@ class PrecisionPolicyOn : public ::testing::TestWithParam<std::string> {
 
 }  // namespace
 
-TEST(PrecisionPolicy, EngineAcceptsEveryPolicyOnCpu) {
+TEST(PrecisionPolicy, EngineAcceptsEveryPolicyOnCpuAndCuda) {
   auto c = smallConfig();
-  for (const char* p : {"fp32", "bf16", "fp16", "fp8", "pure_bf16"}) {
-    c.precision.policy = p;
-    EXPECT_TRUE(unsupportedFeatures(c).empty()) << p;
-  }
-  // The low-precision paths are CPU code (fp8 an emulated GEMM): refused on cuda, with a reason.
-  c.device.backend = "cuda";
-  c.precision.policy = "fp8";
+  for (const char* backend : {"cpu", "cuda"})
+    for (const char* p : {"fp32", "bf16", "fp16", "fp8", "pure_bf16"}) {
+      c.device.backend = backend;
+      c.precision.policy = p;
+      EXPECT_TRUE(unsupportedFeatures(c).empty()) << p << " on " << backend;
+    }
+  c.device.backend = "cpu";
+  c.precision.policy = "fp4";
   auto issues = unsupportedFeatures(c);
   ASSERT_EQ(issues.size(), 1u);
   EXPECT_EQ(issues[0].path, "precision.policy");

@@ -23,7 +23,18 @@ inline std::vector<std::string> engineTestBackends() {
 inline std::unique_ptr<kernels::Backend> makeTestBackend(const std::string& name) {
   if (name == "cpu") return kernels::makeCpuBackend();
   if (name == "cpu-guarded") return kernels::makeGuardedCpuBackend();
+  if (name == "cuda") {  // tests skip first where none answers (cudaAvailable)
+    std::string why;
+    auto b = kernels::makeCudaBackend(&why);
+    if (!b) throw std::runtime_error("no CUDA backend: " + why);
+    return b;
+  }
   throw std::invalid_argument("no test backend '" + name + "'");
+}
+
+// Whether a CUDA backend answers here; `why` says why not.
+inline bool cudaAvailable(std::string* why) {
+  return kernels::makeCudaBackend(why) != nullptr;
 }
 
 // "cpu-guarded" -> "cpu_guarded" (gtest parameter names are identifiers).

@@ -256,6 +256,9 @@ class NcclCommunicator final : public Communicator {
   double allReduceSum(double v) override { return boot_->allReduceSum(v); }
   double allReduceMax(double v) override { return boot_->allReduceMax(v); }
   void allReduceMax(std::vector<double>& v) override { boot_->allReduceMax(v); }
+  void gatherHostBytes(const void* send, int64_t bytes, void* recv, int root) override {
+    boot_->gatherHostBytes(send, bytes, recv, root);  // host memory: over MPI
+  }
   std::vector<std::string> gatherStrings(const std::string& mine, int root) override {
     return boot_->gatherStrings(mine, root);
   }

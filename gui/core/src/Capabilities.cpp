@@ -51,6 +51,8 @@ std::vector<core::ConfigIssue> engineLimitations(const nlohmann::json& caps,
         "memory.checkpointing", c.memory.checkpointing, "activation checkpointing");
   check("techniques", "activation_compression", c.memory.activation_compression != "none",
         "memory.activation_compression", c.memory.activation_compression, "activation compression");
+  check("techniques", "activation_compression_sparse", c.memory.activation_compression == "sparse",
+        "memory.activation_compression", "sparse", "sparse activation compression");
   check("techniques", "zero", c.parallel.zero_stage > 0, "parallel.zero_stage",
         std::to_string(c.parallel.zero_stage), "ZeRO");
   check("techniques", "offload",

@@ -1,7 +1,8 @@
 #pragma once
 // Saved-activation compression (memory.activation_compression): int8 rows with one fp32 absmax
-// scale each, or a sparse bitmap plus the nonzero values (post-ReLU). The packing runs on host
-// pointers, so it needs a host-accessible backend (the model refuses otherwise).
+// scale each, or a sparse bitmap plus the nonzero values (post-ReLU). int8 and 16-bit packing
+// run as backend ops (any backend); sparse packing runs on host pointers, so it needs a
+// host-accessible backend (the model refuses otherwise).
 #include <cstdint>
 
 #include "trainscope/engine/MemoryTracker.h"
@@ -59,7 +60,7 @@ class ActivationCompressor {
   }
   // A LayerNorm input in 16 bits: stored centered (x - mean of its row), which keeps the bits
   // where the norm's backward needs them ((x - mean) * rstd), and expanded with the mean added
-  // back in fp32. Exact tensors and null `mean` (RMSNorm) as store / load. Host memory.
+  // back in fp32. Exact tensors and null `mean` (RMSNorm) as store / load.
   void storeNormInput(SavedTensor& t, const float* x, const float* mean, int64_t rows,
                       int64_t cols);
   const float* loadNormInput(const SavedTensor& t, float* scratch, const float* mean, int64_t rows,
@@ -69,7 +70,8 @@ class ActivationCompressor {
   void quantizeRows(Tensor& q, Tensor& scale, const float* x, int64_t rows, int64_t cols,
                     bool count, bool keepNonzero = false);
   void dequantizeRows(float* x, const Tensor& q, const Tensor& scale, int64_t rows, int64_t cols);
-  // sparse: mask (1 bit per value) and vals, re-allocated with exactly the nonzero count.
+  // sparse: mask (1 bit per value) and vals, re-allocated with exactly the nonzero count. Host
+  // memory: the CPU backend only.
   void packSparse(Tensor& mask, Tensor& vals, const float* x, int64_t n, bool count);
   void unpackSparse(float* x, const Tensor& mask, const Tensor& vals, int64_t n);
 

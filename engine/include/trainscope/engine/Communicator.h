@@ -53,6 +53,9 @@ class Communicator {
   // Every rank sends `bytes`; `root` receives them back to back in rank order into `recv`
   // (size() * bytes; ignored elsewhere).
   virtual void gatherBytes(const void* send, int64_t bytes, void* recv, int root) = 0;
+  // As gatherBytes with both ends in host memory (offloaded optimizer state), whatever the
+  // backend's memory is.
+  virtual void gatherHostBytes(const void* send, int64_t bytes, void* recv, int root) = 0;
   virtual void barrier() = 0;
 
   // Small host values (norms, counts, decisions); not counted as traffic.

@@ -118,7 +118,8 @@ class DataParallel {
   void release(Group& g);
   void discardOutside(void* base, size_t elemBytes, const Group& g, core::MemoryCategory cat,
                       bool values = false, bool track = true);
-  void commitOutside(size_t elemBytes, const Group& g, core::MemoryCategory cat,
+  // Takes the pages discardOutside gave back again (Backend::commit) and counts them.
+  void commitOutside(void* base, size_t elemBytes, const Group& g, core::MemoryCategory cat,
                      bool values = false);
   void gradsLive(Group& g);
   void gradsDone(Group& g);

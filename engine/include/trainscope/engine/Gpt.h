@@ -54,14 +54,15 @@ struct GptConfig {
   // each segment's input is kept and backward recomputes the segment (k = 1: "all").
   int checkpointEvery = 0;
   // Saved-activation compression: int8 (per-row absmax scales) or sparse (post-ReLU bitmap +
-  // nonzero values; needs relu). CPU backend only (packing runs on host pointers).
+  // nonzero values; needs relu; packs on host pointers, so the CPU backend only).
   enum class Compression { None, Int8, Sparse };
   Compression compression = Compression::None;
   // Working precision of parameters and gradients: F32, BF16 or F16 (precision.policy). With
   // 16 bits the model stores 2-byte weights (category parameters) and 2-byte gradients
   // (category gradients). This CPU path has no bf16/fp16 arithmetic, so forward/backward run on
   // fp32 copies upcast from them (category workspace, fp32 accumulation); the fp32 master
-  // weights live in the optimizer (optimizer_state). CPU backend only.
+  // weights live in the optimizer (optimizer_state). The copies open and close in windows,
+  // so the backend must give pages back (Backend::discard / commit).
   DType working = DType::F32;
   // How saved activations that backward can take approximately are stored (without int8
   // compression): F32, or the 16-bit working dtype under the mixed policies (gptConfigFrom).

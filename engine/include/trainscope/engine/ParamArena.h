@@ -231,6 +231,10 @@ class ParamArena {
   void setValuesFromHost(const float* src);
   // n bytes from byte `off` of p's fp32 values, on the host (checkpoints stream them).
   void valueBytesToHost(const ParamInfo& p, char* dst, int64_t off, int64_t n) const;
+  // The trainable weights at gradient-space elements [lo, hi) (an optimizer shard's master) as
+  // fp32 host values, dst[i - lo] (0 where no trainable tensor lies); reads only those
+  // elements, which this rank holds (under ZeRO the rest may have been given back).
+  void trainableRangeToHost(float* dst, int64_t lo, int64_t hi) const;
 
   // ZeRO (allTrainable() only: value space is gradient space). Sets the values of [lo, hi) from
   // src[0, hi - lo) and rounds them to the stored 16-bit weights (mixed); then the stored

@@ -37,6 +37,7 @@ class Tensor {
   core::MemoryCategory category() const { return category_; }
   core::MemoryTier tier() const { return tier_; }
   kernels::DeviceKind device() const;
+  kernels::Backend* backend() const { return backend_; }
 
   // The storage lives in the backend's memory (device memory on a GPU): host code reads and
   // writes it only through the backend (ops, copies), never by dereferencing these.

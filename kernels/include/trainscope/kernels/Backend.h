@@ -87,6 +87,15 @@ class Backend {
     (void)bytes;
     return false;
   }
+  // Makes [p, p + bytes) usable again after discard() gave pages of it back: they read as zero
+  // and take writes. Engine code commits a range it discarded before it reads or writes there
+  // again. The CPU gets such pages back on first touch (nothing to do); CUDA maps memory there
+  // again (it cannot fault pages in); the guarded test backend faults on any access to a page
+  // given back and not committed, so tests on it prove the calls are in place.
+  virtual void commit(void* p, size_t bytes) {
+    (void)p;
+    (void)bytes;
+  }
   virtual void copyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void copyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void synchronize() = 0;

@@ -330,5 +330,27 @@ TS_OP(Distill, void, distillForwardBackward,
        const int32_t* targets, int N, int V, float temperature, float alpha, float dloss),
       (ce, kl, dlogits, logits, teacher, targets, N, V, temperature, alpha, dloss))
 
+// Saved-activation packing (memory.activation_compression, docs/memory.md), so it runs on every
+// backend. quantizeRowsInt8: per row scale[i] = absmax(row) / 127 (fp32 division), q =
+// clamp(rne(x * (1 / scale)), -127, 127) (0 for an all-zero row); keepNonzero turns a code that
+// rounds to 0 for x != 0 into +-1 (a ReLU output's mask survives). dequantizeRowsInt8 writes (=)
+// x = q * scale[row].
+TS_OP_KIND(Int8Rows)
+TS_OP(Int8Rows, void, quantizeRowsInt8,
+      (int8_t * q, float* scale, const float* x, int64_t rows, int64_t cols, bool keepNonzero),
+      (q, scale, x, rows, cols, keepNonzero))
+TS_OP(Int8Rows, void, dequantizeRowsInt8,
+      (float* x, const int8_t* q, const float* scale, int64_t rows, int64_t cols),
+      (x, q, scale, rows, cols))
+// A LayerNorm input in 16 bits, centered: y = half(x - mean[row]) (bf16, or fp16 when `fp16`,
+// RNE as the Convert ops), and back: x = float(y) + mean[row] (fp32 add).
+TS_OP_KIND(CenteredRows)
+TS_OP(CenteredRows, void, packCenteredRows,
+      (uint16_t * y, const float* x, const float* mean, int64_t rows, int64_t cols, bool fp16),
+      (y, x, mean, rows, cols, fp16))
+TS_OP(CenteredRows, void, unpackCenteredRows,
+      (float* x, const uint16_t* y, const float* mean, int64_t rows, int64_t cols, bool fp16),
+      (x, y, mean, rows, cols, fp16))
+
 #undef TS_OP
 #undef TS_OP_KIND
