@@ -1,6 +1,7 @@
 #include "trainscope/engine/DataParallel.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -140,33 +141,30 @@ std::vector<int64_t> DataParallel::countsOf(const Group& g, bool values) const {
 }
 
 // The parts of g outside the shard: [g.lo, min(g.hi, lo)) and [max(g.lo, hi), g.hi), in gradient
-// or value space.
-void DataParallel::discardOutside(void* base, size_t elemBytes, const Group& g, MemoryCategory cat,
-                                  bool values, bool track) {
-  auto* b = static_cast<char*>(base);
-  auto drop = [&](int64_t a, int64_t e) {
-    if (e <= a) return;
-    backend_->discard(b + a * int64_t(elemBytes), size_t(e - a) * elemBytes);
-    if (tracker_ && track) tracker_->remove(MemoryTier::Device, cat, (e - a) * int64_t(elemBytes));
-  };
+// or value space (either may be empty).
+std::array<std::pair<int64_t, int64_t>, 2> DataParallel::outside(const Group& g,
+                                                                 bool values) const {
   const int64_t ga = values ? g.vlo : g.lo, gb = values ? g.vhi : g.hi;
   const int64_t sa = values ? vlo_ : lo_, sb = values ? vhi_ : hi_;
-  drop(ga, std::min(gb, sa));
-  drop(std::max(ga, sb), gb);
+  return {{{ga, std::min(gb, sa)}, {std::max(ga, sb), gb}}};
+}
+
+void DataParallel::discardOutside(void* base, size_t elemBytes, const Group& g, MemoryCategory cat,
+                                  bool values, bool track) {
+  for (const auto [a, e] : outside(g, values)) {
+    if (e <= a) continue;
+    backend_->discard(static_cast<char*>(base) + a * int64_t(elemBytes), size_t(e - a) * elemBytes);
+    if (tracker_ && track) tracker_->remove(MemoryTier::Device, cat, (e - a) * int64_t(elemBytes));
+  }
 }
 
 void DataParallel::commitOutside(void* base, size_t elemBytes, const Group& g, MemoryCategory cat,
                                  bool values) {
-  auto* b = static_cast<char*>(base);
-  auto take = [&](int64_t a, int64_t e) {
-    if (e > a) backend_->commit(b + a * int64_t(elemBytes), size_t(e - a) * elemBytes);
-  };
-  const int64_t ga = values ? g.vlo : g.lo, gb = values ? g.vhi : g.hi;
-  const int64_t sa = values ? vlo_ : lo_, sb = values ? vhi_ : hi_;
-  take(ga, std::min(gb, sa));
-  take(std::max(ga, sb), gb);
-  const int64_t outside = (gb - ga) - ownedIn(g, values);
-  if (tracker_ && outside > 0) tracker_->add(MemoryTier::Device, cat, outside * int64_t(elemBytes));
+  for (const auto [a, e] : outside(g, values)) {
+    if (e <= a) continue;
+    backend_->commit(static_cast<char*>(base) + a * int64_t(elemBytes), size_t(e - a) * elemBytes);
+    if (tracker_) tracker_->add(MemoryTier::Device, cat, (e - a) * int64_t(elemBytes));
+  }
 }
 
 void DataParallel::gradsLive(Group& g) {

@@ -30,52 +30,124 @@ using profiler::SpanCategory;
 
 constexpr int64_t kChunk = int64_t(1) << 20;  // nvme: elements per streamed chunk (4 MiB)
 
-// Step-event numbers of an offloaded optimizer (the counters restart).
-nlohmann::json offloadStepStats(const std::string& where, int64_t& moved, double& hostSeconds,
-                                OffloadStore* store) {
-  nlohmann::json j = {
-      {"offload", where}, {"offload_bytes", moved}, {"offload_host_ms", hostSeconds * 1000}};
-  if (store) j.update(store->takeStepFields("offload_"));
-  moved = 0;
-  hostSeconds = 0;
-  return j;
-}
+// What the 32- and 8-bit offloaded AdamW share: the shard's range of gradient space, the host
+// backend that runs the update, the gradients each step brings over, the step itself (the update
+// in host memory or streamed through NVMe files, then the weights rounded once), publishing the
+// new weights to the device and the step-event numbers.
+class OffloadedOptimizerBase : public Optimizer {
+ public:
+  void step(float lr) final {
+    ScopedRange r(stepName_, SpanCategory::Optimizer);
+    ++t_;
+    const int64_t n = hi_ - lo_;
+    const auto t0 = std::chrono::steady_clock::now();
+    backend_->copyToHost(grad_.data(), arena_.grads().f32() + lo_, size_t(n) * sizeof(float));
+    moved_ += n * 4;
+    if (store_ && (materialized_ || masterRead_)) dropHostCopies();  // stale after this step
+    materialized_ = masterRead_ = false;
+    if (store_)
+      streamNvme(lr);
+    else
+      updateInMemory(lr);
+    if (arena_.allTrainable()) arena_.roundWeightsRange(lo_, hi_);
+    hostSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  int64_t stepCount() const override { return t_; }
+  void setStepCount(int64_t s) override { t_ = s; }
+  // Bytes moved and host time (the counters restart), and the store's I/O numbers.
+  nlohmann::json takeStepStats() override {
+    nlohmann::json j = {{"offload", opts_.where},
+                        {"offload_bytes", moved_},
+                        {"offload_host_ms", hostSeconds_ * 1000}};
+    if (store_) j.update(store_->takeStepFields("offload_"));
+    moved_ = 0;
+    hostSeconds_ = 0;
+    return j;
+  }
 
-class OffloadedAdamW final : public Optimizer {
+ protected:
+  OffloadedOptimizerBase(const core::OptimizerConfig& c, ParamArena& arena,
+                         kernels::Backend* backend, MemoryTracker* tracker, OptimizerShard shard,
+                         const OffloadOptions& o, const char* stepName)
+      : config_(c),
+        arena_(arena),
+        backend_(backend),
+        tracker_(tracker),
+        opts_(o),
+        stepName_(stepName) {
+    lo_ = shard.sharded() ? shard.lo : 0;
+    hi_ = shard.sharded() ? shard.hi : arena.gradSize();
+    cpu_ = kernels::makeCpuBackend();
+    cpu_->setThreads(backend->threads());
+    // The reduced gradients arrive here each step (ZeRO-Offload: they go where the optimizer is).
+    grad_ = Tensor(cpu_.get(), tracker, MemoryCategory::Gradients, DType::F32, {hi_ - lo_},
+                   MemoryTier::Host);
+  }
+  virtual void updateInMemory(float lr) = 0;  // cpu: the state in host memory
+  virtual void streamNvme(float lr) = 0;      // nvme: the state streamed through the files
+  virtual void dropHostCopies() = 0;          // nvme: host copies a checkpoint made
+  // This rank's directory of state files under parallel.nvme_path.
+  std::string storeDir() const {
+    return (std::filesystem::path(opts_.dir) / ("rank" + std::to_string(opts_.rank))).string();
+  }
+  float beta1() const { return float(config_.betas.size() > 0 ? config_.betas[0] : 0.9); }
+  float beta2() const { return float(config_.betas.size() > 1 ? config_.betas[1] : 0.999); }
+  // The updated master of gradient-space [a, b) into the device's weights (every tensor
+  // trainable; step() rounds them to the stored 16-bit weights once), or left to the caller's
+  // gather over a frozen base.
+  void publish(const float* master, int64_t a, int64_t b) {
+    if (!arena_.allTrainable() || b <= a) return;
+    backend_->copyToDevice(arena_.values().f32() + a, master, size_t(b - a) * sizeof(float));
+    moved_ += (b - a) * 4;
+  }
+  // A loaded master into the device's weights, rounded (after a checkpoint).
+  void publishShard(const float* master) {
+    publish(master, lo_, hi_);
+    if (arena_.allTrainable()) arena_.roundWeightsRange(lo_, hi_);
+  }
+
+  core::OptimizerConfig config_;
+  ParamArena& arena_;
+  kernels::Backend* backend_;
+  MemoryTracker* tracker_;
+  OffloadOptions opts_;
+  const char* stepName_;
+  int64_t lo_ = 0, hi_ = 0, t_ = 0;
+  std::unique_ptr<kernels::Backend> cpu_;  // runs the update
+  Tensor grad_;
+  Tensor stage_[2];  // nvme: double-buffered staging
+  std::unique_ptr<OffloadStore> store_;
+  bool materialized_ = false, masterRead_ = false;
+  int64_t moved_ = 0;
+  double hostSeconds_ = 0;
+};
+
+class OffloadedAdamW final : public OffloadedOptimizerBase {
  public:
   OffloadedAdamW(const core::OptimizerConfig& c, ParamArena& arena, kernels::Backend* backend,
                  MemoryTracker* tracker, OptimizerShard shard, const OffloadOptions& o)
-      : config_(c), arena_(arena), backend_(backend), tracker_(tracker), opts_(o) {
-    lo_ = shard.sharded() ? shard.lo : 0;
-    hi_ = shard.sharded() ? shard.hi : arena.gradSize();
+      : OffloadedOptimizerBase(c, arena, backend, tracker, shard, o, "adamw_offload") {
     const int64_t n = hi_ - lo_;
-    host_ = kernels::makeCpuBackend();
-    host_->setThreads(backend->threads());
-    // The reduced gradients arrive here each step (ZeRO-Offload: they go where the optimizer is).
-    grad_ =
-        Tensor(host_.get(), tracker, MemoryCategory::Gradients, DType::F32, {n}, MemoryTier::Host);
     std::vector<float> init(static_cast<size_t>(n), 0.f);
     // The master starts from the trainable weights of the shard.
     arena.trainableRangeToHost(init.data(), lo_, hi_);
     if (o.where == "cpu") {
       for (Tensor* t : {&m_, &v_, &master_})
-        *t = Tensor(host_.get(), tracker, MemoryCategory::OptimizerState, DType::F32, {n},
+        *t = Tensor(cpu_.get(), tracker, MemoryCategory::OptimizerState, DType::F32, {n},
                     MemoryTier::Host);
       m_.zero();
       v_.zero();
       master_.copyFromHost(init.data());
     } else {
-      namespace fs = std::filesystem;
-      const std::string dir = (fs::path(o.dir) / ("rank" + std::to_string(o.rank))).string();
       store_ = std::make_unique<OffloadStore>(
-          OffloadStore::Options{dir, 2},
+          OffloadStore::Options{storeDir(), 2},
           std::vector<std::pair<std::string, int64_t>>{
               {"exp_avg", n * 4}, {"exp_avg_sq", n * 4}, {"master", n * 4}});
       if (tracker) tracker->add(MemoryTier::Nvme, MemoryCategory::OptimizerState, 3 * n * 4);
       // Double-buffered staging: two chunks of each of the three state buffers.
       const int64_t chunk = std::min(kChunk, std::max<int64_t>(n, 1));
       for (auto& s : stage_)
-        s = Tensor(host_.get(), tracker, MemoryCategory::Workspace, DType::F32, {3 * chunk},
+        s = Tensor(cpu_.get(), tracker, MemoryCategory::Workspace, DType::F32, {3 * chunk},
                    MemoryTier::Host);
       const std::vector<float> zeros(static_cast<size_t>(n), 0.f);
       store_->write(0, 0, zeros.data(), n * 4);
@@ -90,31 +162,13 @@ class OffloadedAdamW final : public Optimizer {
       tracker_->remove(MemoryTier::Nvme, MemoryCategory::OptimizerState, 3 * (hi_ - lo_) * 4);
   }
 
-  void step(float lr) override {
-    ScopedRange r("adamw_offload", SpanCategory::Optimizer);
-    ++t_;
-    const int64_t n = hi_ - lo_;
-    const auto t0 = std::chrono::steady_clock::now();
-    backend_->copyToHost(grad_.data(), arena_.grads().f32() + lo_, size_t(n) * sizeof(float));
-    moved_ += n * 4;
-    if (store_ && (materialized_ || masterRead_)) dropMaterialized();  // stale after this step
-    if (!store_) {
-      update(master_.f32(), m_.f32(), v_.f32(), lo_, hi_, lr);
-      publish(master_.f32());
-    } else {
-      streamNvme(lr);
-    }
-    hostSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  int64_t stepCount() const override { return t_; }
-  void setStepCount(int64_t s) override { t_ = s; }
   std::vector<std::pair<std::string, Tensor*>> state() override {
     if (store_) materialize();
     return {{"exp_avg", &m_}, {"exp_avg_sq", &v_}, {"master", &master_}};
   }
   void stateLoaded() override {
     if (!store_) {
-      publish(master_.f32());
+      publishShard(master_.f32());
       return;
     }
     // Loaded into the host copies: they become the files' contents.
@@ -123,25 +177,24 @@ class OffloadedAdamW final : public Optimizer {
     store_->write(1, 0, v_.data(), n * 4);
     store_->write(2, 0, master_.data(), n * 4);
     store_->waitAll();
-    publish(master_.f32());
-    dropMaterialized();
+    publishShard(master_.f32());
+    dropHostCopies();
   }
   std::string name() const override { return "adamw"; }
   const Tensor* shardMaster() const override {
     if (store_) const_cast<OffloadedAdamW*>(this)->readMaster();
     return &master_;
   }
-  nlohmann::json takeStepStats() override {
-    return offloadStepStats(opts_.where, moved_, hostSeconds_, store_.get());
-  }
 
  private:
+  void updateInMemory(float lr) override {
+    update(master_.f32(), m_.f32(), v_.f32(), lo_, hi_, lr);
+    publish(master_.f32(), lo_, hi_);
+  }
   // AdamW on [a, b) of gradient space (inside the shard), tensor by tensor (weight decay is per
   // tensor); w, m, v point at element a.
   void update(float* w, float* m, float* v, int64_t a, int64_t b, float lr) {
-    const float b1 = float(config_.betas.size() > 0 ? config_.betas[0] : 0.9);
-    const float b2 = float(config_.betas.size() > 1 ? config_.betas[1] : 0.999);
-    const float eps = float(config_.eps);
+    const float b1 = beta1(), b2 = beta2(), eps = float(config_.eps);
     const float* g = grad_.f32() + (a - lo_);
     for (const auto& p : arena_.params()) {
       if (!p.trainable()) continue;
@@ -149,18 +202,10 @@ class OffloadedAdamW final : public Optimizer {
       if (e <= s) continue;
       const float wd = p.decay ? float(config_.weight_decay) : 0.f;
       const int64_t o = s - a;
-      host_->adamwUpdate(w + o, g + o, m + o, v + o, e - s, lr, b1, b2, eps, wd, t_);
+      cpu_->adamwUpdate(w + o, g + o, m + o, v + o, e - s, lr, b1, b2, eps, wd, t_);
     }
   }
-  // The updated shard back on the device: into the values (every tensor trainable; rounded to
-  // the stored 16-bit weights when mixed), or left to the caller's gather over a frozen base.
-  void publish(const float* master) {
-    if (!arena_.allTrainable()) return;
-    backend_->copyToDevice(arena_.values().f32() + lo_, master, size_t(hi_ - lo_) * sizeof(float));
-    moved_ += (hi_ - lo_) * 4;
-    arena_.roundWeightsRange(lo_, hi_);
-  }
-  void streamNvme(float lr) {
+  void streamNvme(float lr) override {
     const int64_t n = hi_ - lo_;
     const int64_t chunk = stage_[0].numel() / 3;
     float* buf[2] = {stage_[0].f32(), stage_[1].f32()};
@@ -181,15 +226,11 @@ class OffloadedAdamW final : public Optimizer {
       float* v = m + chunk;
       float* w = v + chunk;
       update(w, m, v, lo_ + c0, lo_ + c0 + len, lr);
-      if (arena_.allTrainable()) {
-        backend_->copyToDevice(arena_.values().f32() + lo_ + c0, w, size_t(len) * sizeof(float));
-        moved_ += len * 4;
-      }
+      publish(w, lo_ + c0, lo_ + c0 + len);
       for (int k = 0; k < 3; ++k)  // write behind
         writes[slot][k] = store_->write(k, c0 * 4, buf[slot] + k * chunk, len * 4);
     }
     store_->waitAll();
-    if (arena_.allTrainable()) arena_.roundWeightsRange(lo_, hi_);
   }
   // nvme: host copies of the state for a checkpoint (read from the files; dropped at the next
   // step).
@@ -198,7 +239,7 @@ class OffloadedAdamW final : public Optimizer {
     const int64_t n = hi_ - lo_;
     for (Tensor* t : {&m_, &v_, &master_})
       if (t->empty())
-        *t = Tensor(host_.get(), tracker_, MemoryCategory::Workspace, DType::F32, {n},
+        *t = Tensor(cpu_.get(), tracker_, MemoryCategory::Workspace, DType::F32, {n},
                     MemoryTier::Host);
     store_->read(0, 0, m_.data(), n * 4);
     store_->read(1, 0, v_.data(), n * 4);
@@ -211,31 +252,19 @@ class OffloadedAdamW final : public Optimizer {
     if (materialized_ || masterRead_) return;
     const int64_t n = hi_ - lo_;
     if (master_.empty())
-      master_ = Tensor(host_.get(), tracker_, MemoryCategory::Workspace, DType::F32, {n},
+      master_ = Tensor(cpu_.get(), tracker_, MemoryCategory::Workspace, DType::F32, {n},
                        MemoryTier::Host);
     store_->wait(store_->read(2, 0, master_.data(), n * 4));
     masterRead_ = true;
   }
-  void dropMaterialized() {
+  void dropHostCopies() override {
     m_ = Tensor();
     v_ = Tensor();
     master_ = Tensor();
     materialized_ = masterRead_ = false;
   }
 
-  core::OptimizerConfig config_;
-  ParamArena& arena_;
-  kernels::Backend* backend_;
-  MemoryTracker* tracker_;
-  OffloadOptions opts_;
-  int64_t lo_ = 0, hi_ = 0, t_ = 0;
-  std::unique_ptr<kernels::Backend> host_;
-  Tensor grad_, m_, v_, master_;
-  Tensor stage_[2];
-  std::unique_ptr<OffloadStore> store_;
-  bool materialized_ = false, masterRead_ = false;
-  int64_t moved_ = 0;
-  double hostSeconds_ = 0;
+  Tensor m_, v_, master_;
 };
 
 // 8-bit AdamW offloaded (optimizer.state_bits 8): the shard's state as the device AdamW8 keeps
@@ -245,14 +274,12 @@ class OffloadedAdamW final : public Optimizer {
 // shard, cut into at most kChunk elements on block boundaries), the next item read ahead and
 // the last written behind. Its state names and layout are the device optimizer's, so their
 // checkpoints move between the two.
-class OffloadedAdamW8 final : public Optimizer {
+class OffloadedAdamW8 final : public OffloadedOptimizerBase {
  public:
   enum Buf { Master, Qm, Qv, Am, Av, M, V, kBuffers };
   OffloadedAdamW8(const core::OptimizerConfig& c, ParamArena& arena, kernels::Backend* backend,
                   MemoryTracker* tracker, OptimizerShard shard, const OffloadOptions& o)
-      : config_(c), arena_(arena), backend_(backend), tracker_(tracker), opts_(o) {
-    lo_ = shard.sharded() ? shard.lo : 0;
-    hi_ = shard.sharded() ? shard.hi : arena.gradSize();
+      : OffloadedOptimizerBase(c, arena, backend, tracker, shard, o, "adamw_8bit_offload") {
     const int64_t n = hi_ - lo_;
     constexpr int64_t kBlock = core::kAdam8Block;
     auto blocksOf = [](int64_t k) { return (k + kBlock - 1) / kBlock; };
@@ -286,10 +313,6 @@ class OffloadedAdamW8 final : public Optimizer {
       }
     }
     elems_ = {n, big, big, blocks, blocks, small, small};
-    cpu_ = kernels::makeCpuBackend();
-    cpu_->setThreads(backend->threads());
-    grad_ =
-        Tensor(cpu_.get(), tracker, MemoryCategory::Gradients, DType::F32, {n}, MemoryTier::Host);
     const auto ms = kernels::dynamicMap(true), mu = kernels::dynamicMap(false);
     for (auto [t, m] : {std::pair{&mapM_, &ms}, {&mapV_, &mu}}) {
       *t = Tensor(cpu_.get(), nullptr, MemoryCategory::Workspace, DType::F32, {256},
@@ -305,16 +328,14 @@ class OffloadedAdamW8 final : public Optimizer {
     std::fill_n(static_cast<uint8_t*>(host_[Qv].data()), big, kernels::nearestCode(mu.data(), 0.f));
     for (Buf b : {Am, Av, M, V}) host_[b].zero();
     if (o.where == "nvme") {
-      namespace fs = std::filesystem;
-      const std::string dir = (fs::path(o.dir) / ("rank" + std::to_string(o.rank))).string();
       std::vector<std::pair<std::string, int64_t>> files;
       for (int k = 0; k < kBuffers; ++k)
         files.push_back({kNames[k], std::max<int64_t>(1, bytesOf(k, elems_[size_t(k)]))});
-      store_ = std::make_unique<OffloadStore>(OffloadStore::Options{dir, 2}, files);
+      store_ = std::make_unique<OffloadStore>(OffloadStore::Options{storeDir(), 2}, files);
       if (tracker) tracker->add(MemoryTier::Nvme, MemoryCategory::OptimizerState, stateBytes());
       writeAll();
       (void)store_->takeStats();
-      dropHost();
+      dropHostCopies();
       // Double-buffered staging: each slot holds one item of every buffer.
       const int64_t c = std::min(kChunk, std::max<int64_t>(n, 1));
       cap_ = {c,
@@ -336,26 +357,6 @@ class OffloadedAdamW8 final : public Optimizer {
       tracker_->remove(MemoryTier::Nvme, MemoryCategory::OptimizerState, stateBytes());
   }
 
-  void step(float lr) override {
-    ScopedRange r("adamw_8bit_offload", SpanCategory::Optimizer);
-    ++t_;
-    const int64_t n = hi_ - lo_;
-    const auto t0 = std::chrono::steady_clock::now();
-    backend_->copyToHost(grad_.data(), arena_.grads().f32() + lo_, size_t(n) * sizeof(float));
-    moved_ += n * 4;
-    if (store_ && (materialized_ || masterRead_)) dropHost();  // host copies go stale now
-    materialized_ = masterRead_ = false;
-    if (!store_) {
-      for (const Item& it : items_) update(it, pointersAt(it), lr);
-      publish(host_[Master].f32(), lo_, hi_);
-    } else {
-      streamNvme(lr);
-    }
-    if (arena_.allTrainable()) arena_.roundWeightsRange(lo_, hi_);
-    hostSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  int64_t stepCount() const override { return t_; }
-  void setStepCount(int64_t s) override { t_ = s; }
   std::vector<std::pair<std::string, Tensor*>> state() override {
     if (store_) materialize();
     std::vector<std::pair<std::string, Tensor*>> out;
@@ -367,9 +368,8 @@ class OffloadedAdamW8 final : public Optimizer {
       writeAll();
       materialized_ = false;
     }
-    publish(host_[Master].f32(), lo_, hi_);
-    if (arena_.allTrainable()) arena_.roundWeightsRange(lo_, hi_);
-    if (store_) dropHost();
+    publishShard(host_[Master].f32());
+    if (store_) dropHostCopies();
   }
   std::string name() const override { return "adamw8bit"; }
   const Tensor* shardMaster() const override {
@@ -381,9 +381,6 @@ class OffloadedAdamW8 final : public Optimizer {
     if (name == kNames[Qm] || name == kNames[Qv]) return codes_;
     if (name == kNames[Am] || name == kNames[Av]) return absmax_;
     return fp32_;
-  }
-  nlohmann::json takeStepStats() override {
-    return offloadStepStats(opts_.where, moved_, hostSeconds_, store_.get());
   }
 
  private:
@@ -431,10 +428,12 @@ class OffloadedAdamW8 final : public Optimizer {
       ptr[size_t(k)] = static_cast<char*>(host_[k].data()) + bytesOf(k, startOf(it, k));
     return ptr;
   }
+  void updateInMemory(float lr) override {
+    for (const Item& it : items_) update(it, pointersAt(it), lr);
+    publish(host_[Master].f32(), lo_, hi_);
+  }
   void update(const Item& it, const Pointers& ptr, float lr) {
-    const float b1 = float(config_.betas.size() > 0 ? config_.betas[0] : 0.9);
-    const float b2 = float(config_.betas.size() > 1 ? config_.betas[1] : 0.999);
-    const float eps = float(config_.eps);
+    const float b1 = beta1(), b2 = beta2(), eps = float(config_.eps);
     const float wd = it.p->decay ? float(config_.weight_decay) : 0.f;
     auto* w = reinterpret_cast<float*>(ptr[Master]);
     const float* g = grad_.f32() + (it.a - lo_);
@@ -448,14 +447,7 @@ class OffloadedAdamW8 final : public Optimizer {
       cpu_->adamwUpdate(w, g, reinterpret_cast<float*>(ptr[M]), reinterpret_cast<float*>(ptr[V]),
                         len, lr, b1, b2, eps, wd, t_);
   }
-  // The updated master of [a, b) into the device's weights (every tensor trainable), or left
-  // to the caller's gather over a frozen base.
-  void publish(const float* master, int64_t a, int64_t b) {
-    if (!arena_.allTrainable() || b <= a) return;
-    backend_->copyToDevice(arena_.values().f32() + a, master, size_t(b - a) * sizeof(float));
-    moved_ += (b - a) * 4;
-  }
-  void streamNvme(float lr) {
+  void streamNvme(float lr) override {
     std::array<int64_t, kBuffers> at{};  // each buffer's region in a slot (bytes)
     for (int k = 1; k < kBuffers; ++k)
       at[size_t(k)] = at[size_t(k - 1)] + bytesOf(k - 1, cap_[size_t(k - 1)]);
@@ -511,8 +503,9 @@ class OffloadedAdamW8 final : public Optimizer {
         store_->write(k, 0, host_[k].data(), bytesOf(k, elems_[size_t(k)]));
     store_->waitAll();
   }
-  void dropHost() {
+  void dropHostCopies() override {
     for (auto& t : host_) t = Tensor();
+    materialized_ = masterRead_ = false;
   }
   // nvme: host copies of the state for a checkpoint (dropped at the next stateLoaded or kept
   // until the next step makes them stale).
@@ -537,23 +530,11 @@ class OffloadedAdamW8 final : public Optimizer {
     masterRead_ = true;
   }
 
-  core::OptimizerConfig config_;
-  ParamArena& arena_;
-  kernels::Backend* backend_;
-  MemoryTracker* tracker_;
-  OffloadOptions opts_;
-  int64_t lo_ = 0, hi_ = 0, t_ = 0;
   std::vector<Item> items_;
   std::array<int64_t, kBuffers> elems_{}, cap_{};
   CompactSlice codes_, absmax_, fp32_;
-  std::unique_ptr<kernels::Backend> cpu_;  // runs the update
-  Tensor grad_, mapM_, mapV_;
+  Tensor mapM_, mapV_;
   std::array<Tensor, kBuffers> host_;  // the state (cpu), or host copies of it (nvme)
-  Tensor stage_[2];
-  std::unique_ptr<OffloadStore> store_;
-  bool materialized_ = false, masterRead_ = false;
-  int64_t moved_ = 0;
-  double hostSeconds_ = 0;
 };
 
 }  // namespace

@@ -1,19 +1,11 @@
 #pragma once
-// Shared helpers for the CUDA twins: error checks that throw, launch geometry, reductions.
+// Shared helpers for the CUDA twins: error checks that throw (CudaCheck.h), launch geometry,
+// reductions.
 #include <cuda_runtime.h>
 
-#include <stdexcept>
-#include <string>
+#include "CudaCheck.h"
 
 namespace ts::kernels::cuda {
-
-inline void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorName(e) +
-                             " (" + cudaGetErrorString(e) + ")");
-}
-#define TS_CUDA_CHECK(expr) ::ts::kernels::cuda::check((expr), #expr)
-#define TS_CUDA_LAUNCHED(name) ::ts::kernels::cuda::check(cudaGetLastError(), name)
 
 // Grid-stride loop over [0, n).
 #define TS_GRID_LOOP(i, n)                                                  \

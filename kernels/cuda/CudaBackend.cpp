@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "CudaCheck.h"
 #include "VmmAllocator.h"
 #include "trainscope/kernels/Backend.h"
 #include "trainscope/kernels/CudaOps.h"
@@ -13,12 +14,6 @@
 namespace ts::kernels::cuda {
 
 namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(e) + " (" +
-                             cudaGetErrorString(e) + ")");
-}
 
 class CudaBackend final : public Backend {
  public:

@@ -1,6 +1,8 @@
 // VmmAllocator.h: granule-mapped device memory for Backend::discard / commit on CUDA.
 #include "VmmAllocator.h"
 
+#include "CudaCheck.h"
+
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -11,11 +13,6 @@
 namespace ts::kernels::cuda {
 
 namespace {
-void rtCheck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(e) + " (" +
-                             cudaGetErrorString(e) + ")");
-}
 template <class F>
 F entry(const char* name) {
   void* fn = nullptr;
@@ -50,7 +47,7 @@ struct VmmAllocator::Driver {
 };
 
 VmmAllocator::VmmAllocator(int device) : drv_(std::make_unique<Driver>()), device_(device) {
-  rtCheck(cudaFree(nullptr), "cudaFree(0) (context)");  // the primary context exists from here
+  check(cudaFree(nullptr), "cudaFree(0) (context)");  // the primary context exists from here
   auto& p = drv_->prop;
   p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -81,7 +78,7 @@ void VmmAllocator::mapGranule(Allocation& a, size_t i) {
   CUmemGenericAllocationHandle h = 0;
   CUresult r = drv_->create(&h, granule_, &drv_->prop, 0);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {  // granules waiting for their event may free enough
-    rtCheck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     reap(true);
     r = drv_->create(&h, granule_, &drv_->prop, 0);
   }
@@ -103,31 +100,24 @@ void VmmAllocator::unmapGranule(Allocation& a, size_t i) {
 }
 
 void VmmAllocator::reap(bool wait) {
-  auto done = [&](const PendingRelease& r) {
-    auto ev = static_cast<cudaEvent_t>(r.event);
-    if (!wait && cudaEventQuery(ev) == cudaErrorNotReady) return false;
-    auto it = allocs_.find(r.base);
-    if (it != allocs_.end() && it->second.state[r.granule] == State::Pending)
-      unmapGranule(it->second, r.granule);
-    return true;
-  };
-  std::vector<void*> events;
   std::vector<PendingRelease> keep;
-  for (const auto& r : pending_) {
-    if (done(r))
-      events.push_back(r.event);
-    else
-      keep.push_back(r);
+  for (auto& r : pending_) {
+    auto ev = static_cast<cudaEvent_t>(r.event);
+    if (!wait && cudaEventQuery(ev) == cudaErrorNotReady) {
+      keep.push_back(std::move(r));
+      continue;
+    }
+    for (const auto& g : r.granules) {
+      auto it = allocs_.find(g.base);
+      if (it == allocs_.end()) continue;
+      Allocation& a = it->second;
+      // Committed since (Live), or discarded again by a later discard (a newer generation).
+      if (a.state[g.index] == State::Pending && a.generation[g.index] == g.generation)
+        unmapGranule(a, g.index);
+    }
+    cudaEventDestroy(ev);
   }
   pending_.swap(keep);
-  // One event may serve several granules: destroy each once no entry holds it.
-  std::sort(events.begin(), events.end());
-  events.erase(std::unique(events.begin(), events.end()), events.end());
-  for (void* e : events) {
-    const bool held = std::any_of(pending_.begin(), pending_.end(),
-                                  [&](const PendingRelease& r) { return r.event == e; });
-    if (!held) cudaEventDestroy(static_cast<cudaEvent_t>(e));
-  }
 }
 
 void* VmmAllocator::allocate(size_t bytes) {
@@ -153,6 +143,7 @@ void* VmmAllocator::allocate(size_t bytes) {
   const size_t n = a.reserved / granule_;
   a.handles.assign(n, 0);
   a.state.assign(n, State::Free);
+  a.generation.assign(n, 0);
   try {
     for (size_t i = 0; i < n; ++i) mapGranule(a, i);
   } catch (...) {
@@ -174,12 +165,13 @@ void VmmAllocator::release(void* p) {
     allocs_.erase(it);
     return;
   }
-  // Work queued on it must finish before its granules go (cudaFree synchronizes likewise).
-  rtCheck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  // Work queued on it must finish before its granules go (cudaFree synchronizes likewise); the
+  // device is then idle, so every pending release can go first (none refers to this address
+  // range once it may be reserved again).
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  reap(true);
   for (size_t i = 0; i < a.state.size(); ++i)
     if (a.state[i] != State::Free) unmapGranule(a, i);
-  // Its pending entries: the device is idle, so reaping them now only skips Free granules.
-  reap(true);
   drv_->addressFree(CUdeviceptr(a.base), a.reserved);
   allocs_.erase(it);
 }
@@ -194,7 +186,7 @@ VmmAllocator::Allocation* VmmAllocator::find(const void* p, size_t bytes) {
 }
 
 void VmmAllocator::zero(uintptr_t p, size_t bytes) {
-  if (bytes) rtCheck(cudaMemsetAsync(reinterpret_cast<void*>(p), 0, bytes), "cudaMemsetAsync");
+  if (bytes) check(cudaMemsetAsync(reinterpret_cast<void*>(p), 0, bytes), "cudaMemsetAsync");
 }
 
 bool VmmAllocator::discard(void* p, size_t bytes) {
@@ -224,16 +216,18 @@ bool VmmAllocator::discard(void* p, size_t bytes) {
   }
   zeroPart(s, a->base + first * granule_);
   zeroPart(a->base + last * granule_, e);
-  cudaEvent_t ev = nullptr;
+  PendingRelease r{nullptr, {}};
   for (size_t i = first; i < last; ++i) {
     if (a->state[i] != State::Live) continue;
-    if (!ev) {
-      rtCheck(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
-      rtCheck(cudaEventRecord(ev, 0), "cudaEventRecord");
-    }
     a->state[i] = State::Pending;
-    pending_.push_back({a->base, i, ev});
+    r.granules.push_back({a->base, i, ++a->generation[i]});
   }
+  if (r.granules.empty()) return true;
+  cudaEvent_t ev = nullptr;
+  check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+  check(cudaEventRecord(ev, 0), "cudaEventRecord");
+  r.event = ev;
+  pending_.push_back(std::move(r));
   return true;
 }
 
@@ -246,22 +240,10 @@ void VmmAllocator::commit(void* p, size_t bytes) {
   const size_t first = (s - a->base) / granule_, last = (e - a->base + granule_ - 1) / granule_;
   for (size_t i = first; i < last; ++i) {
     if (a->state[i] == State::Live) continue;
-    if (a->state[i] == State::Pending) {  // not released yet: keep it (its event stays queued)
+    if (a->state[i] == State::Pending)  // not released yet: keep it (its release is skipped)
       a->state[i] = State::Live;
-      void* ev = nullptr;
-      pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                    [&](const PendingRelease& r) {
-                                      if (r.base != a->base || r.granule != i) return false;
-                                      ev = r.event;
-                                      return true;
-                                    }),
-                     pending_.end());
-      const bool held = std::any_of(pending_.begin(), pending_.end(),
-                                    [&](const PendingRelease& r) { return r.event == ev; });
-      if (ev && !held) cudaEventDestroy(static_cast<cudaEvent_t>(ev));
-    } else {
+    else
       mapGranule(*a, i);
-    }
     zero(a->base + i * granule_, granule_);
   }
 }

@@ -46,11 +46,20 @@ class VmmAllocator {
     bool vmm = false;     // else cudaMalloc
     std::vector<uint64_t> handles;
     std::vector<State> state;
+    // Bumped each time a granule is discarded: a release queued by an earlier discard (since
+    // committed and discarded again) no longer applies to it.
+    std::vector<uint32_t> generation;
   };
+  // The whole granules one discard() gave back, released once `event` (recorded after the
+  // work queued before the discard) has completed.
   struct PendingRelease {
-    uintptr_t base;
-    size_t granule;
     void* event;  // cudaEvent_t
+    struct Granule {
+      uintptr_t base;
+      size_t index;
+      uint32_t generation;
+    };
+    std::vector<Granule> granules;
   };
   Allocation* find(const void* p, size_t bytes);
   void mapGranule(Allocation& a, size_t i);

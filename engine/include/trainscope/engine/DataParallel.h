@@ -19,6 +19,7 @@
 //
 // The loss is normalized by the target tokens of the global batch, so the summed gradients equal
 // those of one rank running the whole batch (up to fp32 summation order).
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -116,6 +117,7 @@ class DataParallel {
   void gather(Group& g, bool async);
   void awaitGather(Group& g);
   void release(Group& g);
+  std::array<std::pair<int64_t, int64_t>, 2> outside(const Group& g, bool values) const;
   void discardOutside(void* base, size_t elemBytes, const Group& g, core::MemoryCategory cat,
                       bool values = false, bool track = true);
   // Takes the pages discardOutside gave back again (Backend::commit) and counts them.
