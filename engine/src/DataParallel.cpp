@@ -39,7 +39,9 @@ DataParallel::DataParallel(Communicator* comm, ParamArena* arena, kernels::Backe
   if (stage_ >= 2 && !backend_->discard(arena_->grads().data(), 0))
     throw std::invalid_argument("parallel.zero_stage " + std::to_string(stage_) +
                                 " needs a backend that can give pages " + "of a buffer back (" +
-                                backend_->name() + " cannot yet): use zero_stage 1");
+                                backend_->name() +
+                                " cannot here; cuda needs the driver's virtual "
+                                "memory management): use zero_stage 0 or 1");
   if (stage_ >= 1) {
     std::tie(lo_, hi_) = core::zeroShard(arena_->gradSize(), N, r);
     std::tie(vlo_, vhi_) = core::zeroShard(arena_->size(), N, r);
@@ -151,7 +153,7 @@ std::array<std::pair<int64_t, int64_t>, 2> DataParallel::outside(const Group& g,
 
 void DataParallel::discardOutside(void* base, size_t elemBytes, const Group& g, MemoryCategory cat,
                                   bool values, bool track) {
-  for (const auto [a, e] : outside(g, values)) {
+  for (const auto& [a, e] : outside(g, values)) {
     if (e <= a) continue;
     backend_->discard(static_cast<char*>(base) + a * int64_t(elemBytes), size_t(e - a) * elemBytes);
     if (tracker_ && track) tracker_->remove(MemoryTier::Device, cat, (e - a) * int64_t(elemBytes));
@@ -160,7 +162,7 @@ void DataParallel::discardOutside(void* base, size_t elemBytes, const Group& g, 
 
 void DataParallel::commitOutside(void* base, size_t elemBytes, const Group& g, MemoryCategory cat,
                                  bool values) {
-  for (const auto [a, e] : outside(g, values)) {
+  for (const auto& [a, e] : outside(g, values)) {
     if (e <= a) continue;
     backend_->commit(static_cast<char*>(base) + a * int64_t(elemBytes), size_t(e - a) * elemBytes);
     if (tracker_) tracker_->add(MemoryTier::Device, cat, (e - a) * int64_t(elemBytes));

@@ -93,7 +93,7 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels:
   g.arenaAlign = zl.align;
   g.arenaPadTo = zl.padTo;
   g.arenaTensorAlign = zl.tensorAlign;
-  // (16-bit policies run on the CPU backends, which give pages back.)
+  // (The windows need a backend that gives pages back: the CPU's, CUDA's through VMM.)
   g.gradWindow = core::gradWindowOf(pol, config.parallel.ranks, config.parallel.offload_optimizer,
                                     config.parallel.offload_params);
   g.valueWindow = core::valueWindowOf(pol, config.parallel.ranks, config.parallel.offload_optimizer,
@@ -179,9 +179,6 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
     throw std::invalid_argument(std::string("sparse activation compression runs on the cpu ") +
                                 "backend only (it packs on the host; " + backend->name() +
                                 " memory is not host memory); int8 runs on every backend");
-  if (config.compression == GptConfig::Compression::Int8 &&
-      !(backend->supports(kernels::Op::Int8Rows) && backend->supports(kernels::Op::CenteredRows)))
-    throw std::invalid_argument("the " + backend->name() + " backend cannot pack int8 rows");
   if (config_.bf16Gemm && (config_.working != DType::BF16 || fp8()))
     throw std::invalid_argument("bf16 GEMMs need bf16 working weights (policy bf16 or pure_bf16)");
   if (config_.bf16Gemm && !backend_->supports(kernels::Op::MatmulBF16))

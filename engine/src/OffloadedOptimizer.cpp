@@ -283,35 +283,15 @@ class OffloadedAdamW8 final : public OffloadedOptimizerBase {
     const int64_t n = hi_ - lo_;
     constexpr int64_t kBlock = core::kAdam8Block;
     auto blocksOf = [](int64_t k) { return (k + kBlock - 1) / kBlock; };
-    int64_t big = 0, blocks = 0, small = 0;
-    for (const auto& p : arena.params()) {
-      if (!p.trainable()) continue;
-      const int64_t a = std::max(p.gradOffset, lo_), b = std::min(p.gradOffset + p.numel, hi_);
-      const int64_t before = std::clamp(lo_ - p.gradOffset, int64_t(0), p.numel);
-      if (p.numel >= core::kAdam8Min) {
-        codes_.offset += before;
-        codes_.total += p.numel;
-        absmax_.offset += blocksOf(before);
-        absmax_.total += blocksOf(p.numel);
-      } else {
-        fp32_.offset += before;
-        fp32_.total += p.numel;
+    layout_ = adam8Layout(arena, shard);
+    const int64_t big = layout_.codes, blocks = layout_.blocks, small = layout_.small;
+    // Items: each piece cut into at most kChunk elements (a multiple of the block).
+    for (const auto& pc : layout_.pieces)
+      for (int64_t s = pc.a; s < pc.b; s += kChunk) {
+        const int64_t d = s - pc.a;
+        items_.push_back({pc.p, s, std::min(pc.b, s + kChunk), pc.big, pc.q + d,
+                          pc.block + d / kBlock, pc.f + d});
       }
-      if (b <= a) continue;
-      if (p.numel >= core::kAdam8Min && (a - p.gradOffset) % kBlock != 0)
-        throw std::logic_error("8-bit AdamW: the shard cuts a block of '" + p.name +
-                               "' (the arena was not built with core::ZeroLayout's tensorAlign)");
-      for (int64_t s = a; s < b; s += kChunk) {  // kChunk is a multiple of the block
-        Item it{&p, s, std::min(b, s + kChunk), p.numel >= core::kAdam8Min, big, blocks, small};
-        if (it.big) {
-          big += it.b - it.a;
-          blocks += blocksOf(it.b - it.a);
-        } else {
-          small += it.b - it.a;
-        }
-        items_.push_back(it);
-      }
-    }
     elems_ = {n, big, big, blocks, blocks, small, small};
     const auto ms = kernels::dynamicMap(true), mu = kernels::dynamicMap(false);
     for (auto [t, m] : {std::pair{&mapM_, &ms}, {&mapV_, &mu}}) {
@@ -378,9 +358,9 @@ class OffloadedAdamW8 final : public OffloadedOptimizerBase {
   }
   std::optional<CompactSlice> compactSlice(const std::string& name) const override {
     if (name == kNames[Master]) return std::nullopt;
-    if (name == kNames[Qm] || name == kNames[Qv]) return codes_;
-    if (name == kNames[Am] || name == kNames[Av]) return absmax_;
-    return fp32_;
+    if (name == kNames[Qm] || name == kNames[Qv]) return layout_.codesSlice;
+    if (name == kNames[Am] || name == kNames[Av]) return layout_.absmaxSlice;
+    return layout_.fp32Slice;
   }
 
  private:
@@ -532,7 +512,7 @@ class OffloadedAdamW8 final : public OffloadedOptimizerBase {
 
   std::vector<Item> items_;
   std::array<int64_t, kBuffers> elems_{}, cap_{};
-  CompactSlice codes_, absmax_, fp32_;
+  Adam8Layout layout_;
   Tensor mapM_, mapV_;
   std::array<Tensor, kBuffers> host_;  // the state (cpu), or host copies of it (nvme)
 };

@@ -214,7 +214,6 @@ class AdamW final : public Optimizer {
 // so a shard boundary never cuts a block and the ranks' buffers in rank order are one rank's.
 class AdamW8 final : public Optimizer {
  public:
-  static constexpr int64_t kMin8bit = core::kAdam8Min;
   static constexpr int kBlock = int(core::kAdam8Block);
   AdamW8(const core::OptimizerConfig& c, ParamArena& arena, kernels::Backend* backend,
          MemoryTracker* tracker, OptimizerShard shard)
@@ -222,40 +221,8 @@ class AdamW8 final : public Optimizer {
     if (pureBf16(arena))
       throw std::invalid_argument(
           "optimizer.state_bits 8 keeps an fp32 master; it does not combine with pure_bf16");
-    auto blocksOf = [](int64_t n) { return (n + kBlock - 1) / kBlock; };
-    int64_t big = 0, blocks = 0, small = 0;  // this rank's
-    for (const auto& p : arena.params()) {
-      if (!p.trainable()) continue;
-      Slot s;
-      s.p = &p;
-      const Piece q = pieceOf(p, shard);
-      const int64_t in = std::max<int64_t>(0, q.in());
-      // Elements of the tensor that ranks before this one keep.
-      const int64_t before =
-          shard.sharded() ? std::clamp(shard.lo - p.gradOffset, int64_t(0), p.numel) : 0;
-      if (p.numel >= kMin8bit) {
-        if (in > 0 && ((q.a - p.gradOffset) % kBlock != 0 ||
-                       (q.b != p.gradOffset + p.numel && (q.b - p.gradOffset) % kBlock != 0)))
-          throw std::logic_error("8-bit AdamW: the shard [" + std::to_string(shard.lo) + ", " +
-                                 std::to_string(shard.hi) + ") cuts a block of '" + p.name +
-                                 "' (the arena was not built with core::ZeroLayout's "
-                                 "tensorAlign)");
-        s.q = big;
-        s.block = blocks;
-        big += in;
-        blocks += blocksOf(in);
-        codes_.offset += before;
-        codes_.total += p.numel;
-        absmax_.offset += blocksOf(before);
-        absmax_.total += blocksOf(p.numel);
-      } else {
-        s.f = small;
-        small += in;
-        fp32_.offset += before;
-        fp32_.total += p.numel;
-      }
-      slots_.push_back(s);
-    }
+    layout_ = adam8Layout(arena, shard);
+    const int64_t big = layout_.codes, blocks = layout_.blocks, small = layout_.small;
     const auto cat = MemoryCategory::OptimizerState;
     qm_ = Tensor(backend, tracker, cat, DType::I8, {big});
     qv_ = Tensor(backend, tracker, cat, DType::I8, {big});
@@ -283,16 +250,16 @@ class AdamW8 final : public Optimizer {
     const std::pair<float, float> betas = adamBetas(config_);
     const float b1 = betas.first, b2 = betas.second;
     const float eps = static_cast<float>(config_.eps);
-    size_t next = 0;  // slots_ are in arena order, as forEachTrainable visits the tensors
+    size_t next = 0;  // the layout's pieces are in arena order, as forEachTrainable visits
     forEachTrainable(arena_, [&](const ParamInfo& p) {
-      const Slot& s = slots_.at(next++);
-      if (s.p != &p) throw std::logic_error("8-bit AdamW: state slots out of arena order");
-      const Piece q = pieceOf(p, shard_);
+      const Adam8Layout::Piece& s = layout_.pieces.at(next++);
+      if (s.p != &p) throw std::logic_error("8-bit AdamW: state pieces out of arena order");
+      const Piece q{s.a, s.b};
       if (q.in() <= 0) return;  // another rank's
       const float wd = p.decay ? static_cast<float>(config_.weight_decay) : 0.f;
       float* w = targetOf(arena_, master_, p, q, shard_);
       const float* g = gradOf(arena_, p, q);
-      if (s.q >= 0) {
+      if (s.big) {
         auto* qm = static_cast<uint8_t*>(qm_.data()) + s.q;
         auto* qv = static_cast<uint8_t*>(qv_.data()) + s.q;
         backend_->adamw8bitUpdate(w, g, qm, qv, am_.f32() + s.block, av_.f32() + s.block,
@@ -320,21 +287,17 @@ class AdamW8 final : public Optimizer {
     const auto dot = name.find('.');
     if (dot == std::string::npos) return std::nullopt;  // the master: gradient space
     const std::string kind = name.substr(dot + 1);
-    return kind == "codes" ? codes_ : kind == "absmax" ? absmax_ : fp32_;
+    return kind == "codes"    ? layout_.codesSlice
+           : kind == "absmax" ? layout_.absmaxSlice
+                              : layout_.fp32Slice;
   }
 
  private:
-  struct Slot {
-    const ParamInfo* p = nullptr;
-    int64_t q = -1, block = 0;  // 8-bit: into the code and absmax buffers
-    int64_t f = 0;              // fp32: into m_ / v_
-  };
   core::OptimizerConfig config_;
   ParamArena& arena_;
   kernels::Backend* backend_;
   OptimizerShard shard_;
-  std::vector<Slot> slots_;
-  CompactSlice codes_, absmax_, fp32_;  // where this rank's buffers sit in the whole state
+  Adam8Layout layout_;
   Tensor qm_, qv_, am_, av_, m_, v_, mapM_, mapV_, master_;
   int64_t t_ = 0;
 };
@@ -397,6 +360,41 @@ class Sgd final : public Optimizer {
 };
 
 }  // namespace
+
+Adam8Layout adam8Layout(const ParamArena& arena, OptimizerShard shard) {
+  constexpr int64_t kBlock = core::kAdam8Block;
+  auto blocksOf = [](int64_t n) { return (n + kBlock - 1) / kBlock; };
+  Adam8Layout l;
+  for (const auto& p : arena.params()) {
+    if (!p.trainable()) continue;
+    const Piece q = pieceOf(p, shard);
+    Adam8Layout::Piece piece{
+        &p, q.a, std::max(q.a, q.b), p.numel >= core::kAdam8Min, l.codes, l.blocks, l.small};
+    const int64_t in = piece.b - piece.a;
+    // Elements of the tensor that ranks before this one keep.
+    const int64_t before =
+        shard.sharded() ? std::clamp(shard.lo - p.gradOffset, int64_t(0), p.numel) : 0;
+    if (piece.big) {
+      if (in > 0 && ((q.a - p.gradOffset) % kBlock != 0 ||
+                     (q.b != p.gradOffset + p.numel && (q.b - p.gradOffset) % kBlock != 0)))
+        throw std::logic_error("8-bit AdamW: the shard [" + std::to_string(shard.lo) + ", " +
+                               std::to_string(shard.hi) + ") cuts a block of '" + p.name +
+                               "' (the arena was not built with core::ZeroLayout's tensorAlign)");
+      l.codes += in;
+      l.blocks += blocksOf(in);
+      l.codesSlice.offset += before;
+      l.codesSlice.total += p.numel;
+      l.absmaxSlice.offset += blocksOf(before);
+      l.absmaxSlice.total += blocksOf(p.numel);
+    } else {
+      l.small += in;
+      l.fp32Slice.offset += before;
+      l.fp32Slice.total += p.numel;
+    }
+    l.pieces.push_back(piece);
+  }
+  return l;
+}
 
 std::unique_ptr<Optimizer> makeOptimizer(const core::OptimizerConfig& config, ParamArena& arena,
                                          kernels::Backend* backend, MemoryTracker* tracker,

@@ -380,6 +380,26 @@ TEST(Trainer, SparseCompressionOnAGuardedBackendIsRefusedWithTheReason) {
   EXPECT_TRUE(rec.of(EventType::Step).empty());
 }
 
+// The 16-bit policies open their fp32 copies in windows whose pages go back: on a backend that
+// cannot give pages back (CUDA without the driver's virtual memory management) the run is refused
+// up front, naming the backend and what it lacks; fp32 needs no windows and runs.
+TEST(Trainer, SixteenBitOnABackendThatCannotGivePagesBackSaysWhy) {
+  auto c = smallConfig();
+  c.precision.policy = "bf16";
+  Recorded rec;
+  auto r = runWith(c, rec, tempDir("nodiscard_bf16").string(), "", {}, 16, "cpu-no-discard");
+  EXPECT_EQ(r.status, "failed");
+  EXPECT_NE(r.reason.find("need a backend that can give pages back (cpu-no-discard cannot)"),
+            std::string::npos)
+      << r.reason;
+  EXPECT_TRUE(rec.of(EventType::Step).empty());
+  c.precision.policy = "fp32";
+  Recorded rec32;
+  EXPECT_EQ(
+      runWith(c, rec32, tempDir("nodiscard_fp32").string(), "", {}, 16, "cpu-no-discard").status,
+      "completed");
+}
+
 // An fp8 checkpoint resumed with a different amax history length is refused, naming the key.
 TEST(Trainer, Fp8ResumeWithAnotherHistoryLengthSaysWhy) {
   auto c = smallConfig();

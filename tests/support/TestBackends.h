@@ -14,6 +14,43 @@
 #include "trainscope/kernels/Backend.h"
 #include "trainscope/kernels/GuardedCpuBackend.h"
 
+namespace ts::kernels {
+
+// The CPU backend without Backend::discard (as CUDA where the driver has no virtual memory
+// management): what needs pages given back must refuse on it, saying why.
+class NoDiscardBackend final : public Backend {
+ public:
+  NoDiscardBackend() : cpu_(makeCpuBackend()) {}
+  DeviceKind kind() const override { return cpu_->kind(); }
+  std::string name() const override { return "cpu-no-discard"; }
+  DeviceInfo device() const override { return cpu_->device(); }
+  bool supports(Op op) const override { return cpu_->supports(op); }
+  bool supports(Op op, DType d) const override { return cpu_->supports(op, d); }
+  bool emulates(Op op) const override { return cpu_->emulates(op); }
+  void setThreads(int n) override { cpu_->setThreads(n); }
+  int threads() const override { return cpu_->threads(); }
+  int scratchThreads() const override { return cpu_->scratchThreads(); }
+  void bindScratch(float* base, int64_t floatsPerThread, int threads) override {
+    cpu_->bindScratch(base, floatsPerThread, threads);
+  }
+  void unbindScratch(const float* base) override { cpu_->unbindScratch(base); }
+  void* allocate(size_t bytes) override { return cpu_->allocate(bytes); }
+  void release(void* p) override { cpu_->release(p); }
+  void copyToDevice(void* d, const void* s, size_t n) override { cpu_->copyToDevice(d, s, n); }
+  void copyToHost(void* d, const void* s, size_t n) override { cpu_->copyToHost(d, s, n); }
+  void synchronize() override {}
+#define TS_OP(kind, ret, name, params, args) \
+  ret name params override {                 \
+    return cpu_->name args;                  \
+  }
+#include "trainscope/kernels/OpList.h"
+
+ private:
+  std::unique_ptr<Backend> cpu_;
+};
+
+}  // namespace ts::kernels
+
 namespace ts::testsupport {
 
 inline std::vector<std::string> engineTestBackends() {
@@ -21,6 +58,7 @@ inline std::vector<std::string> engineTestBackends() {
 }
 
 inline std::unique_ptr<kernels::Backend> makeTestBackend(const std::string& name) {
+  if (name == "cpu-no-discard") return std::make_unique<kernels::NoDiscardBackend>();
   if (name == "cpu") return kernels::makeCpuBackend();
   if (name == "cpu-guarded") return kernels::makeGuardedCpuBackend();
   if (name == "cuda") {  // tests skip first where none answers (cudaAvailable)

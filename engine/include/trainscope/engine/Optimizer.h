@@ -55,6 +55,25 @@ struct OptimizerShard {
   bool sharded() const { return hi >= 0; }
 };
 
+// 8-bit AdamW's compact state for a shard, one layout for the device optimizer and its offloaded
+// twin (so their checkpoints move between them). Tensors of at least core::kAdam8Min elements
+// keep uint8 codes with an fp32 absmax per core::kAdam8Block; smaller ones fp32 m and v; only
+// each tensor's piece of the shard is kept, compact, in arena order.
+struct Adam8Layout {
+  struct Piece {
+    const ParamInfo* p = nullptr;
+    int64_t a = 0, b = 0;  // the shard's part of the tensor in gradient space (empty: none)
+    bool big = false;      // 8-bit state
+    int64_t q = 0, block = 0, f = 0;  // where it starts in the codes, absmaxes, fp32 state
+  };
+  std::vector<Piece> pieces;                 // every trainable tensor, in arena order
+  int64_t codes = 0, blocks = 0, small = 0;  // this shard's buffer lengths
+  Optimizer::CompactSlice codesSlice, absmaxSlice, fp32Slice;  // ... within the whole state
+};
+// Throws std::logic_error naming the tensor when the shard cuts one of its 8-bit blocks (an
+// arena not built with core::ZeroLayout's tensorAlign).
+Adam8Layout adam8Layout(const ParamArena& arena, OptimizerShard shard);
+
 // parallel.offload_optimizer: where the shard's state lives and its update runs.
 struct OffloadOptions {
   std::string where = "none";  // cpu | nvme
