@@ -47,7 +47,7 @@ run_test() {  # name binary [filter]
     local passed skipped
     passed=$(sed -n 's/.*\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$OUT/$name.log" | tail -1)
     skipped=$(sed -n 's/.*\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$OUT/$name.log" | tail -1)
-    if [ "${RESULT[$name]}" = 0 ] && [ -n "$skipped" ] && [ "${passed:-0}" -le "$skipped" ]; then
+    if [ "${RESULT[$name]}" = 0 ] && [ -n "$skipped" ] && [ "${passed:-0}" = 0 ]; then
       RESULT[$name]="all skipped"
     fi
   else

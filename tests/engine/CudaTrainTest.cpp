@@ -28,7 +28,6 @@ class CudaTrain : public ::testing::Test {
 
 core::RunConfig fiftySteps() {
   auto c = ts::testsupport::tinyAdditionConfig();
-  c.model.layers = 2;
   c.model.heads = 4;
   c.model.d_model = 64;
   c.train.steps = 50;
