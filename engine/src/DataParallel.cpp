@@ -80,14 +80,8 @@ DataParallel::DataParallel(Communicator* comm, ParamArena* arena, kernels::Backe
                       {std::max<int64_t>(1, maxOwned)});
   if (stage_ >= 3) {
     if (arena_->partitionedValues()) {
-      // Never counted beyond the shard; a base loaded whole may have written the rest.
-      for (auto& g : groups_) {
-        const auto cat = mixed ? MemoryCategory::Workspace : MemoryCategory::Parameters;
-        discardOutside(arena_->values().data(), 4, g, cat, true, false);
-        if (mixed)
-          discardOutside(arena_->values16().data(), 2, g, MemoryCategory::Parameters, true, false);
-        g.gathered = false;
-      }
+      // Only the shard was ever written (initialization and loads are partitioned).
+      for (auto& g : groups_) g.gathered = false;
     } else {
       for (auto& g : groups_) release(g);
     }
@@ -304,24 +298,12 @@ void DataParallel::releaseAll() {
 }
 
 void DataParallel::reshard() {
-  if (stage_ < 3) return;
-  if (paramsOffloaded()) {  // the loaded shard goes to its tier
-    for (auto& g : groups_) {
-      storeOwned(g);
-      if (!g.gathered) dropOwned(g, false);
-    }
-  }
-  reshardOutside();
-}
-
-void DataParallel::reshardOutside() {
-  if (stage_ < 3) return;
-  // Whole weights were written over every page (a checkpoint load): those not gathered go back.
+  // A load wrote this rank's shard only (ParamArena's partitioned weights): with parameter
+  // offload it goes to its tier.
+  if (stage_ < 3 || !paramsOffloaded()) return;
   for (auto& g : groups_) {
-    if (g.gathered) continue;
-    const auto cat = MemoryCategory::Parameters;  // untracked: the tracker counts them as gone
-    discardOutside(arena_->values().data(), 4, g, cat, true, false);
-    if (arena_->mixed()) discardOutside(arena_->values16().data(), 2, g, cat, true, false);
+    storeOwned(g);
+    if (!g.gathered) dropOwned(g, false);
   }
 }
 
@@ -525,9 +507,8 @@ void DataParallel::optimizerStep(Optimizer& opt, float lr) {
       backend_->copyOnDevice(full.f32() + lo_, m->f32(), (hi_ - lo_) * int64_t(sizeof(float)));
     const std::vector<int64_t> counts(static_cast<size_t>(comm_->size()), hi_ - lo_);
     comm_->allGather(full.data(), counts, sizeof(float))->wait();
-    arena_->setWeightsFrom(full.f32());
+    arena_->setWeightsFrom(full.f32());  // stage 3: only the owned values are written
     evict();
-    reshardOutside();
     return;
   }
   if (stage_ >= 3) {

@@ -603,10 +603,8 @@ void Gpt::initWeights(uint64_t seed) {
   if (!part) arena_.setValuesFromHost(host.data());
   if (config_.lora.r > 0)
     initAdapters(seed);  // rounds the weights itself
-  else if (part)
-    arena_.roundOwnedWeights();
-  else if (mixed())
-    arena_.roundWeights();
+  else if (part || mixed())
+    arena_.roundWeights();  // partitioned: the shard's (and onWeightsChanged)
 }
 
 void Gpt::initAdapters(uint64_t seed) {
@@ -629,7 +627,7 @@ void Gpt::initAdapters(uint64_t seed) {
     if (part) arena_.setOwnedValuesFromHost(dst, p.offset, p.numel);
   }
   if (part) {
-    arena_.roundOwnedWeights();
+    arena_.roundWeights();
     return;
   }
   arena_.setValuesFromHost(host.data());

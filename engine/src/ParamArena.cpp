@@ -394,6 +394,13 @@ void ParamArena::storeValues(size_t g) {
 }
 
 void ParamArena::valuesToHost(float* dst) const {
+  if (options_.partitionValues) {  // only the shard is here (the rest reads as zero)
+    const auto [lo, hi] = ownedValues_;
+    std::fill(dst, dst + size_, 0.f);
+    if (hi > lo)
+      backend_->copyToHost(dst + lo, values_.f32() + lo, size_t(hi - lo) * sizeof(float));
+    return;
+  }
   if (!options_.valueWindow) {
     backend_->copyToHost(dst, values_.data(), size_t(size_) * sizeof(float));
     return;
@@ -411,11 +418,11 @@ void ParamArena::valuesToHost(float* dst) const {
 }
 
 void ParamArena::setValuesFromHost(const float* src) {
+  if (options_.partitionValues) {  // a load writes only the shard: no other page is touched
+    setOwnedValuesFromHost(src, 0, size_);
+    return;
+  }
   if (!options_.valueWindow) {
-    if (options_.partitionValues) {  // a whole load: every page again (reshard gives back)
-      backend_->commit(values_.data(), size_t(values_.bytes()));
-      if (mixed()) backend_->commit(values16_.data(), size_t(values16_.bytes()));
-    }
     backend_->copyToDevice(values_.data(), src, size_t(size_) * sizeof(float));
     return;
   }
@@ -511,19 +518,25 @@ void ParamArena::setWeightsFrom(const float* master) {
     if (onWeightsChanged) onWeightsChanged();
     return;
   }
+  // Partitioned weights: only the shard is set; the rest is gathered when a block needs it.
+  const auto [lo, hi] =
+      options_.partitionValues ? ownedValues_ : std::pair<int64_t, int64_t>{0, size_};
   if (master != values_.f32()) {
     if (allTrainable()) {
-      backend_->copyOnDevice(values_.f32(), master, size_ * int64_t(sizeof(float)));
+      if (hi > lo)
+        backend_->copyOnDevice(values_.f32() + lo, master + lo, (hi - lo) * int64_t(sizeof(float)));
     } else {
-      for (const auto& p : params_)
-        if (p.trainable())
-          backend_->copyOnDevice(values_.f32() + p.offset, master + p.gradOffset,
-                                 p.numel * int64_t(sizeof(float)));
+      for (const auto& p : params_) {
+        const int64_t a = std::max(p.offset, lo), b = std::min(p.offset + p.numel, hi);
+        if (p.trainable() && b > a)
+          backend_->copyOnDevice(values_.f32() + a, master + p.gradOffset + (a - p.offset),
+                                 (b - a) * int64_t(sizeof(float)));
+      }
     }
   }
-  if (mixed())
-    roundTrip(*backend_, options_.working, values_.f32(), static_cast<uint16_t*>(values16_.data()),
-              size_);
+  if (mixed() && hi > lo)
+    roundTrip(*backend_, options_.working, values_.f32() + lo,
+              static_cast<uint16_t*>(values16_.data()) + lo, hi - lo);
   if (onWeightsChanged) onWeightsChanged();
 }
 
@@ -536,14 +549,6 @@ void ParamArena::setOwnedValuesFromHost(const float* src, int64_t offset, int64_
   const int64_t a = std::max(offset, lo), b = std::min(offset + n, hi);
   if (b > a)
     backend_->copyToDevice(values_.f32() + a, src + (a - offset), size_t(b - a) * sizeof(float));
-}
-
-void ParamArena::roundOwnedWeights() {
-  const auto [lo, hi] = ownedValues_;
-  if (mixed() && hi > lo)
-    roundTrip(*backend_, options_.working, values_.f32() + lo,
-              static_cast<uint16_t*>(values16_.data()) + lo, hi - lo);
-  if (onWeightsChanged) onWeightsChanged();
 }
 
 void ParamArena::roundGrads() {

@@ -430,7 +430,7 @@ TrainResult Trainer::run() {
       result.lastCheckpoint = loaded.path;
       // 16-bit working copy from the loaded (16-bit representable) weights.
       if (model->mixed()) model->roundWeights();
-      // Before the reshard: the fp8 weights are re-quantized from the whole loaded weights.
+      // The fp8 weights at the saved scales (ZeRO-3: per block, at each gather).
       if (model->fp8()) {
         if (loaded.state.extra.contains("fp8"))
           model->loadFp8State(loaded.state.extra["fp8"]);
@@ -440,16 +440,15 @@ TrainResult Trainer::run() {
                                 " has no fp8 scaling state (written before it was saved): the "
                                 "amax histories start empty"}});
       }
-      if (dp) dp->reshard();  // ZeRO-3: the unowned pages of the whole loaded weights go back
+      if (dp) dp->reshard();  // ZeRO-3 parameter offload: the loaded shard goes to its tier
       log("resumed from " + loaded.path + " at step " + std::to_string(step));
     } catch (const std::exception& e) {
       return fail("resume: " + std::string(e.what()), true);
     }
   }
 
-  // ZeRO 2/3: initialization and loading wrote whole buffers before the unowned pages went back
-  // (this engine has no partitioned init yet); that setup peak is reported on its own, and the
-  // peaks from here on are the training's.
+  // ZeRO 2/3: the setup peak (initialization and loading, which touch only this rank's shard)
+  // is reported on its own, and the peaks from here on are the training's.
   int64_t setupPeak = -1;
   if (dp && dp->stage() >= 2) {
     setupPeak = tracker_.totalPeak();

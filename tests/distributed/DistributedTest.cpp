@@ -557,7 +557,8 @@ TEST_F(Distributed, ParameterOffloadUnderZeroThreeTrainsTheSameWeights) {
 // until committed, as unmapped granules of a CUDA buffer would. ZeRO 2 and 3 (sharded
 // gradients and weights, per-block fp8 copies, parameters fetched from nvme, bf16 compute
 // copies) then reach memory only as a GPU run must, and train the plain CPU run's weights bit
-// for bit (the same kernels; MPI stages through host buffers on it).
+// for bit (the same kernels; MPI stages through host buffers on it). Loading (a resume, a LoRA
+// base) writes only each rank's shard: before, it read and wrote the whole weights.
 TEST_F(Distributed, ZeroOnTheGuardedBackendCommitsEveryPageItTouches) {
   const fs::path nvme = root_ / "nvme";
   fs::create_directories(nvme);
@@ -584,6 +585,36 @@ TEST_F(Distributed, ZeroOnTheGuardedBackendCommitsEveryPageItTouches) {
     EXPECT_EQ(maxDiff(weightsAt(finalCheckpoint(plain, 4)), weightsAt(finalCheckpoint(guarded, 4))),
               0.0);
   }
+  // Loads under ZeRO-3 write only the shard too: a resume, and LoRA on a base checkpoint.
+  auto guardedRun = [&](const std::string& name, const std::vector<std::string>& sets,
+                        const std::string& resume) {
+    ::setenv("TRAINSCOPE_TEST_BACKEND", "cpu-guarded", 1);
+    RunOutput r = train(name, 2, sets, resume);
+    ::unsetenv("TRAINSCOPE_TEST_BACKEND");
+    return r;
+  };
+  const std::vector<std::string> z3 = {"parallel.zero_stage=3", "precision.policy=bf16",
+                                       "train.micro_batch=8"};
+  auto with = [&](std::vector<std::string> s) {
+    s.insert(s.begin(), z3.begin(), z3.end());
+    return s;
+  };
+  const RunOutput whole = train("whole", 2, with({"train.checkpoint_every=2"}));
+  ASSERT_EQ(whole.exitCode, 0) << describe(whole);
+  const RunOutput resumed = guardedRun("resumed", z3, finalCheckpoint(whole, 2).string());
+  ASSERT_EQ(resumed.exitCode, 0) << describe(resumed);
+  EXPECT_EQ(maxDiff(weightsAt(finalCheckpoint(whole, 4)), weightsAt(finalCheckpoint(resumed, 4))),
+            0.0);
+  const std::vector<std::string> lora =
+      with({"finetune.lora.r=4", "finetune.lora.targets=[\"q\",\"v\",\"fc\"]",
+            "finetune.base_checkpoint=" + finalCheckpoint(whole, 4).string()});
+  const RunOutput plainLora = train("plain-lora", 2, lora);
+  ASSERT_EQ(plainLora.exitCode, 0) << describe(plainLora);
+  const RunOutput guardedLora = guardedRun("guarded-lora", lora, "");
+  ASSERT_EQ(guardedLora.exitCode, 0) << describe(guardedLora);
+  EXPECT_EQ(
+      maxDiff(weightsAt(finalCheckpoint(plainLora, 4)), weightsAt(finalCheckpoint(guardedLora, 4))),
+      0.0);
 }
 
 TEST_F(Distributed, RanksDifferentFromTheConfigAreABadInput) {

@@ -16,6 +16,7 @@
 #include "trainscope/engine/Gpt.h"
 #include "trainscope/engine/Optimizer.h"
 #include "trainscope/engine/Safetensors.h"
+#include "trainscope/kernels/Numeric.h"
 
 using namespace ts::engine;
 using ts::core::MemoryCategory;
@@ -266,6 +267,79 @@ TEST_P(ArenaOn, CheckpointWithFrozenTensorsAndPaddingRoundTrips) {
   for (size_t i = 0; i < oa->state().size(); ++i)
     EXPECT_EQ(hostCopy(*oa->state()[i].second), hostCopy(*ob->state()[i].second))
         << oa->state()[i].first;
+  fs::remove_all(dir);
+}
+
+// ZeRO-3's partitioned weights: a rank holds only its shard, so a load (resume, a base, an HF
+// folder: all through setValuesFromHost), roundWeights and setting the weights from a whole
+// master (a LoRA update) write only the shard, and valuesToHost reads only it. On the guarded
+// backend the other pages stay closed until committed (a touch faults, as an unmapped
+// granule of a GPU buffer would); on both, committing them afterwards shows they were never
+// written. Both ranks of 2, fp32 and bf16 (whose 16-bit weights are partitioned too).
+TEST_P(ArenaOn, PartitionedWeightsLoadOnlyTheShard) {
+  namespace fs = std::filesystem;
+  auto be = ts::testsupport::makeTestBackend(GetParam());
+  const fs::path dir =
+      fs::temp_directory_path() / ("ts_arena_part_" + ts::testsupport::backendTestName(GetParam()));
+  fs::remove_all(dir);
+  MemoryTracker tw;
+  Gpt whole(tiny(), be.get(), &tw);
+  whole.initWeights(3);
+  auto ow = makeOptimizer(ts::core::OptimizerConfig{}, whole.arena(), be.get(), &tw);
+  const auto info = saveCheckpoint(dir.string(), whole.arena(), *ow, {}, TrainingState{});
+  const auto want = named(whole);
+  for (const DType working : {DType::F32, DType::BF16})
+    for (int rank = 0; rank < 2; ++rank) {
+      SCOPED_TRACE(std::string(working == DType::F32 ? "fp32" : "bf16") + " rank " +
+                   std::to_string(rank));
+      MemoryTracker tp;
+      GptConfig c = tiny();
+      c.working = working;
+      c.partitionRanks = 2;
+      c.partitionRank = rank;
+      c.partitionValues = true;
+      Gpt part(c, be.get(), &tp);
+      part.initWeights(5);
+      ParamArena& a = part.arena();
+      const auto [lo, hi] = a.ownedValues();
+      ASSERT_GT(hi, lo);
+      ASSERT_LT(hi - lo, a.size());
+      loadCheckpoint(info.path, a, nullptr);
+      part.roundWeights();
+      std::vector<float> got(size_t(a.size()), NAN);
+      a.valuesToHost(got.data());
+      // A whole master (gradient space = value space here) whose every element is 1: only the
+      // shard may take it.
+      Tensor ones(be.get(), nullptr, MemoryCategory::Workspace, DType::F32, {a.size()});
+      be->fillF32(ones.f32(), 1.f, a.size());
+      std::vector<float> owned(got.begin() + lo, got.begin() + hi);
+      a.setWeightsFrom(ones.f32());
+      // Now open every page and look: outside the shard nothing was ever written.
+      be->commit(a.values().data(), size_t(a.values().bytes()));
+      if (working != DType::F32) be->commit(a.values16().data(), size_t(a.values16().bytes()));
+      const auto v = hostCopy(a.values());
+      for (const auto& p : part.params())
+        for (int64_t i = 0; i < p.numel; ++i) {
+          const int64_t e = p.offset + i;
+          const float w = want.at(p.name)[size_t(i)];
+          if (e >= lo && e < hi) {
+            // The checkpoint's value (bf16: rounded, as the stored weights hold it).
+            const float r =
+                working == DType::F32 ? w : ts::kernels::bf16ToFloat(ts::kernels::floatToBf16(w));
+            ASSERT_EQ(owned[size_t(e - lo)], r) << p.name << "[" << i << "]";
+            ASSERT_EQ(v[size_t(e)], 1.f) << p.name << "[" << i << "]";
+          } else {
+            ASSERT_EQ(got[size_t(e)], 0.f) << p.name << "[" << i << "] is not this rank's";
+            ASSERT_EQ(v[size_t(e)], 0.f) << p.name << "[" << i << "] was written";
+          }
+        }
+      if (working != DType::F32) {
+        std::vector<uint16_t> h(size_t(a.size()));
+        be->copyToHost(h.data(), a.values16().data(), h.size() * sizeof(uint16_t));
+        for (int64_t e = 0; e < a.size(); ++e)
+          ASSERT_EQ(h[size_t(e)], e >= lo && e < hi ? ts::kernels::floatToBf16(1.f) : 0) << e;
+      }
+    }
   fs::remove_all(dir);
 }
 

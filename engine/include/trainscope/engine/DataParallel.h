@@ -87,7 +87,8 @@ class DataParallel {
   nlohmann::json takeStepStats();
 
   // Checkpoints: stage 3 gathers every group (all weights whole on every rank), then gives the
-  // unowned pages back; after loading whole weights, reshard() gives them back again.
+  // unowned pages back. A load writes only the shard; reshard() then moves it to its offload
+  // tier (parameter offload).
   void gatherAll();
   void releaseAll();
   void reshard();
@@ -151,7 +152,6 @@ class DataParallel {
   void storeOwned(Group& g);  // device -> host (nvme: written behind)
   void dropOwned(Group& g, bool track = true);
   bool paramsOffloaded() const { return !paramWhere_.empty(); }
-  void reshardOutside();
   std::string paramWhere_;
   std::unique_ptr<kernels::Backend> hostBackend_;  // before hostParams_: it must outlive it
   Tensor hostParams_;

@@ -151,7 +151,8 @@ class ParamArena {
   // Sets the trainable values from `master` (gradient space, backend memory; may be
   // values().f32() itself when allTrainable()), rounds them to the working dtype under a 16-bit
   // policy and refreshes the fp32 compute copy, so forward sees exactly the stored weights.
-  // Then runs onWeightsChanged (the model re-quantizes its fp8 copies there).
+  // Then runs onWeightsChanged (the model re-quantizes its fp8 copies there). Partitioned
+  // weights: only this rank's shard is set (as by every whole-buffer call below).
   void setWeightsFrom(const float* master);
   // Rounds the fp32 values in place to the working dtype (pure_bf16: the optimizer updated the
   // compute copy directly) and refreshes the stored weights.
@@ -174,9 +175,6 @@ class ParamArena {
   // Partitioned weights: host values of [offset, offset + n) of value space, of which only the
   // owned part is written (initialization, one tensor at a time).
   void setOwnedValuesFromHost(const float* src, int64_t offset, int64_t n);
-  // Partitioned weights: the owned 16-bit weights rounded from the fp32 values (and the fp32
-  // compute copy from them), then onWeightsChanged; roundWeights() for the whole buffer.
-  void roundOwnedWeights();
   double gradSumSquares();
   int64_t gradNonFinite();
   void scaleGrads(float s);
@@ -227,6 +225,8 @@ class ParamArena {
   // host values: how initializers, loaders and exporters reach the weights in every mode. Under
   // valueWindow a block's values go straight into its 16-bit weights (rounded to nearest even,
   // as roundWeights() rounds); the rest into the fp32 copy, which roundWeights() rounds as ever.
+  // Partitioned weights: only the shard is read (the rest reads as zero) and written, so a
+  // whole load never touches another rank's pages (on a GPU they are not mapped).
   void valuesToHost(float* dst) const;
   void setValuesFromHost(const float* src);
   // n bytes from byte `off` of p's fp32 values, on the host (checkpoints stream them).
