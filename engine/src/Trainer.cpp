@@ -123,9 +123,9 @@ double msSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-nlohmann::json memoryFields(const MemoryTracker& tracker, const core::RunConfig& config,
-                            const CompressionStats& st, const MemoryTracker* teacher,
-                            const nlohmann::json& params) {
+nlohmann::json memoryFields(kernels::Backend* backend, const MemoryTracker& tracker,
+                            const core::RunConfig& config, const CompressionStats& st,
+                            const MemoryTracker* teacher, const nlohmann::json& params) {
   nlohmann::json j = core::toJson(tracker.report());
   if (!params.is_null()) j["params"] = params;
   // The distillation teacher's share (already counted in the categories above).
@@ -145,6 +145,16 @@ nlohmann::json memoryFields(const MemoryTracker& tracker, const core::RunConfig&
                   {"peak_rss", processPeakRssBytes()},
                   {"tracked", tracker.totalCurrent()},
                   {"tracked_peak", tracker.totalPeak()}};
+  // The device's own count (CUDA: cudaMemGetInfo) beside the tracker's device tier: what the
+  // tracker misses (the context, the library workspaces, untracked buffers) is the difference.
+  int64_t used = 0, total = 0;
+  if (backend->deviceMemory(&used, &total)) {
+    int64_t tracked = 0;
+    for (int c = 0; c < core::kMemoryCategoryCount; ++c)
+      tracked += tracker.current(core::MemoryTier::Device, static_cast<core::MemoryCategory>(c));
+    j["device_memory"] = {
+        {"used", used}, {"total", total}, {"tracked", tracked}, {"untracked", used - tracked}};
+  }
   return j;
 }
 
@@ -524,7 +534,7 @@ TrainResult Trainer::run() {
   CompressionStats compStats;
   // Every rank's memory in one event: rank 0 gathers the others' tables (all ranks call this).
   auto memoryEvent = [&] {
-    nlohmann::json f = memoryFields(tracker_, config_, compStats,
+    nlohmann::json f = memoryFields(backend_, tracker_, config_, compStats,
                                     teacher ? &teacherTracker : nullptr, paramCounts);
     if (setupPeak >= 0) f["process"]["setup_peak"] = setupPeak;
     if (ranks > 1) {

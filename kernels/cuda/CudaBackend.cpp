@@ -44,6 +44,13 @@ class CudaBackend final : public Backend {
     if (prop.major > 8 || (prop.major == 8 && prop.minor >= 9)) info.features.push_back("fp8");
     return info;
   }
+  bool deviceMemory(int64_t* used, int64_t* total) const override {
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) return false;
+    *used = int64_t(tot - fr);
+    *total = int64_t(tot);
+    return true;
+  }
   // bf16 GEMMs need bf16 tensor cores (sm_80 and newer); every other op runs everywhere.
   bool supports(Op op) const override { return op != Op::MatmulBF16 || bf16_; }
   bool supports(Op op, DType dtype) const override {

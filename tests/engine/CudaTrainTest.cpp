@@ -87,6 +87,16 @@ TEST_F(CudaTrain, TracksTheCpuLossForFiftyStepsPerPolicy) {
       ASSERT_TRUE(std::isfinite(b[i])) << k.name << " step " << i;
       if (i >= a.size() - 10) drift += std::fabs(b[i] - a[i]) / a[i] / 10;
     }
+    // The device's own count beside the tracker's: the GPU holds at least what is tracked
+    // (cudaMemGetInfo adds the context and library workspaces), and the CPU reports none.
+    for (const auto& m : gpu.of(EventType::Memory)) {
+      ASSERT_TRUE(m.contains("device_memory")) << k.name;
+      const auto& d = m["device_memory"];
+      EXPECT_GE(d["used"].get<int64_t>(), d["tracked"].get<int64_t>()) << k.name;
+      EXPECT_GT(d["tracked"].get<int64_t>(), 0) << k.name;
+      EXPECT_LE(d["used"].get<int64_t>(), d["total"].get<int64_t>()) << k.name;
+    }
+    for (const auto& m : cpu.of(EventType::Memory)) EXPECT_FALSE(m.contains("device_memory"));
     EXPECT_LT(std::fabs(b[0] - a[0]) / a[0], k.tol / 10) << k.name << ": first step";
     EXPECT_LT(drift, k.tol) << k.name << ": last 10 steps";
     std::printf("%-20s first %.6f vs %.6f, last %.6f vs %.6f (cpu vs cuda), drift %.2e\n", k.name,

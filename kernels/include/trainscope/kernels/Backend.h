@@ -96,6 +96,15 @@ class Backend {
     (void)p;
     (void)bytes;
   }
+  // What the device itself reports in use (CUDA: cudaMemGetInfo's total - free, so the
+  // context and every process on the GPU included), to cross-check the memory tracker in
+  // memory events; false where the device keeps no such count (the CPU: the process RSS is
+  // reported instead).
+  virtual bool deviceMemory(int64_t* used, int64_t* total) const {
+    (void)used;
+    (void)total;
+    return false;
+  }
   virtual void copyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void copyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void synchronize() = 0;
