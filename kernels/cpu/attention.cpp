@@ -104,9 +104,17 @@ void attentionGqaBackward(float* dqkv, float* datt, const float* dout, const flo
         for (int i = r0; i < r1; ++i) {
           const float* p = P + int64_t(i) * T;
           float* d = dS + int64_t(i) * T;
-          float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-          for (int j = 0; j <= i; ++j) dot += p[j] * d[j];
+          // P as saved may be rounded (16-bit or int8 storage) and not sum to 1; dividing by
+          // its sum keeps sum_j dS[i,j] = 0 (softmax's shift invariance). Otherwise the rounding
+          // of a P near 1 (2^-9 in bf16) swamps the small true gradient of a sharp row's
+          // dominant score, and bf16 runs stall on the default preset's plateau.
+          float dot = 0.0f, psum = 0.0f;
+#pragma omp simd reduction(+ : dot, psum)
+          for (int j = 0; j <= i; ++j) {
+            dot += p[j] * d[j];
+            psum += p[j];
+          }
+          if (psum > 0.0f) dot /= psum;
 #pragma omp simd
           for (int j = 0; j <= i; ++j) d[j] = p[j] * (d[j] - dot) * sc;
           std::fill(d + i + 1, d + T, 0.0f);  // masked: later GEMMs read the triangle's zeros

@@ -89,7 +89,9 @@ __global__ void weightedValues(float* out, const float* att, const float* qkv, H
   }
 }
 
-// dS[i,j] = P[i,j] * (dP[i,j] - sum_j P dP) * scale, with dP = dO_i . v_j; one warp per row.
+// dS[i,j] = P[i,j] * (dP[i,j] - sum_j P dP / sum_j P) * scale, with dP = dO_i . v_j; one warp
+// per row. Dividing by sum_j P (1 but for the rounding of a saved P) keeps the row of dS
+// summing to zero, as the CPU twin explains.
 __global__ void scoreGrad(float* datt, const float* att, const float* dout, const float* qkv,
                           Heads H, float sc) {
   const int T = H.T;
@@ -103,17 +105,20 @@ __global__ void scoreGrad(float* datt, const float* att, const float* dout, cons
   const float* p = att + row * T;
   float* ds = datt + row * T;
   const float* go = dout + (int64_t(b) * T + i) * H.C + h * H.hs;
-  float dot = 0.0f;
+  float dot = 0.0f, psum = 0.0f;
   for (int j = lane; j < T; j += 32) {
     float dp = 0.0f;
     if (j <= i) {
       const float* v = qkv + H.v(b, j, h / H.group);
       for (int e = 0; e < H.hs; ++e) dp += go[e] * v[e];
+      psum += p[j];
     }
     ds[j] = dp;
     dot += p[j] * dp;
   }
   dot = warpSum(dot);
+  psum = warpSum(psum);
+  if (psum > 0.0f) dot /= psum;
   for (int j = lane; j < T; j += 32) ds[j] = j <= i ? p[j] * (ds[j] - dot) * sc : 0.0f;
 }
 
