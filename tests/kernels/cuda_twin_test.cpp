@@ -170,6 +170,16 @@ TEST_F(CudaTwin, AttentionNaiveAndFlash) {
     EXPECT_TRUE(allClose(down(dOut, no), out, 1e-4, 1e-5)) << "naive out, head dim " << HD;
     EXPECT_TRUE(allClose(down(dAtt, na), att, 1e-4, 1e-6)) << "naive att, head dim " << HD;
     EXPECT_TRUE(allClose(down(dD, nq), dqkv, 1e-3, 1e-4)) << "naive dqkv, head dim " << HD;
+    // A saved P rounded to bf16 (its rows no longer sum to 1): both twins divide sum_j P dP by
+    // sum_j P (attention_test.cpp says why), so they still agree.
+    std::vector<float> rounded(na);
+    for (size_t i = 0; i < na; ++i) rounded[i] = bf16ToFloat(floatToBf16(att[i]));
+    cpu_->attentionBackward(dqkv.data(), datt.data(), g.data(), qkv.data(), rounded.data(), B, T, C,
+                            NH);
+    float* dR = up(nanVec(nq));
+    gpu_->attentionBackward(dR, dDatt, dG, dQKV, up(rounded), B, T, C, NH);
+    EXPECT_TRUE(allClose(down(dR, nq), dqkv, 1e-3, 1e-4))
+        << "naive dqkv from bf16-rounded P, head dim " << HD;
 
     cpu_->flashAttentionForward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
     cpu_->flashAttentionBackward(dqkv.data(), g.data(), out.data(), lse.data(), qkv.data(), B, T, C,
