@@ -41,7 +41,9 @@ void Attention::forward(const LayerContext& c, float* out, AttentionSaved& s, co
   float* attOut = comp.slot(s.out, ws.dfc2.f32());
   {
     ScopedRange r("attention_fwd", SpanCategory::Attention, 4.0 * B * T * T * C);
-    if (s_.flash)
+    if (s_.flashBf16)
+      c.backend->flashAttentionBf16Forward(attOut, att, qkv, B, T, C, s_.heads, s_.kvHeads);
+    else if (s_.flash)
       c.backend->flashAttentionGqaForward(attOut, att, qkv, B, T, C, s_.heads, s_.kvHeads);
     else
       c.backend->attentionGqaForward(attOut, att, qkv, B, T, C, s_.heads, s_.kvHeads);
@@ -68,7 +70,10 @@ void Attention::backward(const LayerContext& c, float* dinp, const float* dout, 
   const float* qkv = comp.load(s.qkv, ws.dfc2.f32(), N, s_.qkvDim);
   {
     ScopedRange r("attention_bwd", SpanCategory::Attention, 8.0 * B * T * T * C);
-    if (s_.flash) {
+    if (s_.flashBf16) {
+      c.backend->flashAttentionBf16Backward(ws.dqkv.f32(), datt, attOut, s.att.f32(), qkv, B, T, C,
+                                            s_.heads, s_.kvHeads);
+    } else if (s_.flash) {
       c.backend->flashAttentionGqaBackward(ws.dqkv.f32(), datt, attOut, s.att.f32(), qkv, B, T, C,
                                            s_.heads, s_.kvHeads);
     } else {

@@ -172,7 +172,17 @@ nlohmann::json capabilitiesJson() {
                      {"pure_bf16", bf16}};
   j["techniques"] = {
       {"gradient_accumulation", cap(true)},
-      {"flash_attention", cap(true)},
+      // flash on cuda under the bf16-working policies: our bf16 tensor-core kernel (head dims
+      // 64 and 128, sm_80+); otherwise (and on the CPU) the fp32 flash kernels.
+      {"flash_attention",
+       [&] {
+         json f = cap(true);
+         f["cuda_bf16"] =
+             "bf16 tensor-core kernel (mma.sync, fp32 accumulation) for head dims 64 and 128 on "
+             "sm_80 and newer under bf16, fp8 and pure_bf16; fp32 kernels otherwise";
+         f["cpu"] = "fp32 tiles on oneDNN GEMMs under every policy";
+         return f;
+       }()},
       {"lr_schedule", cap(true)},
       {"curriculum", cap(true)},
       {"profiling", cap(true)},

@@ -83,6 +83,10 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels:
   g.saved = g.working;  // bf16 under fp8 too
   g.masterWeights = pol != "pure_bf16";
   g.bf16Gemm = useBf16Gemm(config, backend);
+  const int64_t headDim = g.arch().headDim();
+  g.flashBf16 = g.flash && g.working == DType::BF16 && (headDim == 64 || headDim == 128) &&
+                backend && backend->supports(kernels::Op::FlashAttentionBf16) &&
+                !backend->emulates(kernels::Op::FlashAttentionBf16);
   g.dropout = static_cast<float>(config.model.dropout);
   g.dropoutSeed = static_cast<uint64_t>(config.train.seed);
   g.lora = config.finetune.lora;
@@ -384,6 +388,7 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
   as.qkvDim = static_cast<int>(arch.qkvDim());
   as.ropeTheta = arch.learnedPos ? 0.0 : arch.ropeTheta;  // no position table: rotary
   as.flash = config.flash;
+  as.flashBf16 = config.flash && config.flashBf16 && (as.headDim == 64 || as.headDim == 128);
   const Mlp::Activation act = arch.swiglu   ? Mlp::Activation::SwiGlu
                               : config.relu ? Mlp::Activation::Relu
                                             : Mlp::Activation::Gelu;

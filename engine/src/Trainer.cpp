@@ -397,6 +397,10 @@ TrainResult Trainer::run() {
           ")");
   }
 
+  if (model->config().flashBf16)
+    log("flash attention on bf16 tensor cores (" + backend_->name() + ", head dim " +
+        std::to_string(model->config().arch().headDim()) + ")");
+
   const nlohmann::json configJson = core::toJson(config_);
   const std::string ckptDir =
       (std::filesystem::path(options_.runDir.empty() ? "." : options_.runDir) / "checkpoints")

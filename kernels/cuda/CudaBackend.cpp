@@ -51,8 +51,11 @@ class CudaBackend final : public Backend {
     *total = int64_t(tot);
     return true;
   }
-  // bf16 GEMMs need bf16 tensor cores (sm_80 and newer); every other op runs everywhere.
-  bool supports(Op op) const override { return op != Op::MatmulBF16 || bf16_; }
+  // bf16 GEMMs and the tensor-core flash attention need bf16 tensor cores (sm_80 and newer);
+  // every other op runs everywhere.
+  bool supports(Op op) const override {
+    return (op != Op::MatmulBF16 && op != Op::FlashAttentionBf16) || bf16_;
+  }
   bool supports(Op op, DType dtype) const override {
     if (op == Op::MatmulBF16) return bf16_ && dtype == DType::BF16;
     if (op == Op::Convert) return convertsTo(dtype);

@@ -75,7 +75,10 @@ class CpuBackend final : public Backend {
     return supports(op) && dtype == DType::F32;
   }
   // bf16 GEMMs are emulated unless oneDNN has a kernel for this CPU's bf16 instructions.
-  bool emulates(Op op) const override { return op == Op::MatmulBF16 && !cpu::matmulBf16Native(); }
+  // The bf16 flash attention is a reference here (OpList.h): never faster than the fp32 one.
+  bool emulates(Op op) const override {
+    return (op == Op::MatmulBF16 && !cpu::matmulBf16Native()) || op == Op::FlashAttentionBf16;
+  }
   void setThreads(int n) override {
     threads_ = n > 0 ? n : omp_get_num_procs();
     omp_set_num_threads(threads_);
@@ -109,10 +112,10 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
 
   // One forwarder per OpList.h entry.
-#define TS_OP(kind, ret, name, params, args) \
-  ret name params override {                 \
-    const cpu::ScratchScope scope(&scratch_);  \
-    return cpu::name args;                   \
+#define TS_OP(kind, ret, name, params, args)  \
+  ret name params override {                  \
+    const cpu::ScratchScope scope(&scratch_); \
+    return cpu::name args;                    \
   }
 #include "trainscope/kernels/OpList.h"
 

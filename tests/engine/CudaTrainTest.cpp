@@ -55,10 +55,12 @@ TEST_F(CudaTrain, TracksTheCpuLossForFiftyStepsPerPolicy) {
     const char* attention;
     const char* compression;
     double tol;
+    int heads = 4, dModel = 64;  // head dim 16; 64 takes the bf16 tensor-core flash kernel
   };
   const Case cases[] = {{"fp32", "fp32", "auto", "naive", "none", 1e-3},
                         {"fp32 flash", "fp32", "auto", "flash", "none", 1e-3},
                         {"bf16 (bf16 GEMMs)", "bf16", "bf16", "flash", "none", 3e-2},
+                        {"bf16 tensor-core flash", "bf16", "bf16", "flash", "none", 3e-2, 2, 128},
                         {"bf16 (fp32 GEMMs)", "bf16", "fp32", "naive", "none", 3e-2},
                         {"fp16", "fp16", "auto", "naive", "none", 3e-2},
                         {"fp8", "fp8", "auto", "naive", "none", 5e-2},
@@ -70,6 +72,8 @@ TEST_F(CudaTrain, TracksTheCpuLossForFiftyStepsPerPolicy) {
     c.precision.gemm = k.gemm;
     c.attention.impl = k.attention;
     c.memory.activation_compression = k.compression;
+    c.model.heads = k.heads;
+    c.model.d_model = k.dModel;
     Recorded cpu, gpu;
     ts::testsupport::RunOptions o;
     o.backend = "cpu";
@@ -79,6 +83,17 @@ TEST_F(CudaTrain, TracksTheCpuLossForFiftyStepsPerPolicy) {
     dir = ts::testsupport::tempDir("cudatrain", "gpu");
     const auto r = ts::testsupport::runTrainer(c, gpu, dir.string(), o);
     ASSERT_EQ(r.status, "completed") << k.name << ": " << r.reason;
+    // Which flash kernel ran: the tensor-core one exactly for bf16 at head dim 64 (CUDA only).
+    auto saysTensorCores = [](const Recorded& r) {
+      for (const auto& e : r.of(EventType::Log))
+        if (e["message"].get<std::string>().find("bf16 tensor cores") != std::string::npos)
+          return true;
+      return false;
+    };
+    EXPECT_FALSE(saysTensorCores(cpu)) << k.name;
+    EXPECT_EQ(saysTensorCores(gpu), std::string(k.attention) == "flash" &&
+                                        std::string(k.policy) == "bf16" && k.dModel / k.heads == 64)
+        << k.name;
     const auto a = losses(cpu), b = losses(gpu);
     ASSERT_EQ(a.size(), b.size()) << k.name;
     ASSERT_EQ(a.size(), 50u);

@@ -21,6 +21,7 @@ struct AttentionShape {
   int qkvDim = 0;          // row width of the packed projections
   double ropeTheta = 0.0;  // > 0: rotary positions
   bool flash = false;
+  bool flashBf16 = false;  // flash on bf16 tensor cores (OpList.h: FlashAttentionBf16)
 };
 
 class Attention {

@@ -50,6 +50,10 @@ struct GptConfig {
   int vocab = 256;
   bool relu = false;   // activation: GELU (tanh approximation) unless relu
   bool flash = false;  // attention.impl == flash
+  // Flash attention on bf16 tensor cores (Op::FlashAttentionBf16) for head dims 64 and 128:
+  // under the bf16-working policies where the backend runs it natively (a GPU from sm_80;
+  // the CPU's twin is a reference, so never there).
+  bool flashBf16 = false;
   // Activation checkpointing (docs/memory.md): 0 = off; k >= 1 = segments of k blocks, only
   // each segment's input is kept and backward recomputes the segment (k = 1: "all").
   int checkpointEvery = 0;

@@ -352,5 +352,24 @@ TS_OP(CenteredRows, void, unpackCenteredRows,
       (float* x, const uint16_t* y, const float* mean, int64_t rows, int64_t cols, bool fp16),
       (x, y, mean, rows, cols, fp16))
 
+// Flash attention on bf16 tensor cores, what the 16-bit policies run on a GPU: shapes, layouts
+// and causal masking as flashAttentionGqaForward / Backward, lse (B, NH, T) fp32 the only saved
+// state. Numerics (both twins): q, k, v and dout are rounded to bf16 (RNE) and every product
+// sums in fp32; probabilities are rounded to bf16 before they multiply v (out, dv), and
+// dS = P (dP - D), D_i = sum_d bf16(dout_i) out_i, before it multiplies k (dq) and q (dk); the
+// softmax scale multiplies S and, at the end, dq and dk. Forward's P is relative to a running
+// max (the GPU's online softmax) or the row max (the CPU's): the twins agree to bf16 rounding.
+// The CUDA twin (mma.sync, sm_80 and newer) takes head dims 64 and 128 only and throws
+// std::invalid_argument otherwise; the CPU twin is a plain reference for any head dim, reported
+// as emulated, so the engine picks this op only where the backend runs it natively.
+TS_OP_KIND(FlashAttentionBf16)
+TS_OP(FlashAttentionBf16, void, flashAttentionBf16Forward,
+      (float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int KVH),
+      (out, lse, qkv, B, T, C, NH, KVH))
+TS_OP(FlashAttentionBf16, void, flashAttentionBf16Backward,
+      (float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
+       int T, int C, int NH, int KVH),
+      (dqkv, dout, out, lse, qkv, B, T, C, NH, KVH))
+
 #undef TS_OP
 #undef TS_OP_KIND
