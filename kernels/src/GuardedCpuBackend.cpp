@@ -175,7 +175,9 @@ class GuardedCpuBackend final : public Backend {
   // when it ends (also when the op throws).
   class Call {
    public:
-    Call(GuardedCpuBackend& g, const char* what) : g_(g), what_(what), lock_(g.mu_) {}
+    Call(GuardedCpuBackend& g, const char* what) : g_(g), what_(what), lock_(g.mu_) {
+      ++g.calls_[what];
+    }
     ~Call() {
       for (const Region* r : opened_) protect(*r, PROT_NONE);
     }
@@ -246,13 +248,26 @@ class GuardedCpuBackend final : public Backend {
   std::unique_ptr<Backend> cpu_;
   const float* scratch_ = nullptr;  // the bound kernel scratch region: every op may use it
   std::mutex mu_;
-  std::map<char*, Region> live_;  // by data pointer
+  std::map<char*, Region> live_;          // by data pointer
+  std::map<std::string, int64_t> calls_;  // backend calls (ops and copies) by name
+
+ public:
+  std::map<std::string, int64_t> callCounts() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
 };
 
 }  // namespace
 
 std::unique_ptr<Backend> makeGuardedCpuBackend() {
   return std::make_unique<GuardedCpuBackend>();
+}
+
+std::map<std::string, int64_t> guardedCallCounts(Backend& b) {
+  auto* g = dynamic_cast<GuardedCpuBackend*>(&b);
+  if (!g) throw std::logic_error("guardedCallCounts: not the cpu-guarded backend");
+  return g->callCounts();
 }
 
 }  // namespace ts::kernels

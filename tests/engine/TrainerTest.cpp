@@ -13,6 +13,7 @@
 
 #include "../support/TrainerHarness.h"
 #include "trainscope/engine/Trainer.h"
+#include "trainscope/kernels/GuardedCpuBackend.h"
 
 using namespace ts::engine;
 using ts::core::EventType;
@@ -361,6 +362,48 @@ TEST(Trainer, GuardedBackendRunIsTheCpuRunBitForBit) {
             << pol << ": " << step << "/" << file << " differs";
       }
     for (const auto& d : dirs) fs::remove_all(d);
+  }
+}
+
+// On a GPU every host read (a copy to the host, an op that returns a host value) waits for the
+// stream, so a step's count of them must not grow with the number of tensors. Counted on the
+// guarded backend as the difference between 4 and 2 steps of the same run (the final eval,
+// the memory event and the final checkpoint are in both), for 2 and 4 layers. The 16-bit
+// policies' gradient norm and fp16's overflow check used to read once per tensor.
+TEST(Trainer, HostReadsPerStepDoNotGrowWithTheModel) {
+  const std::set<std::string> reads = {"copyToHost",     "sumSquares",         "sumSquaresHalf",
+                                       "countNonFinite", "countNonFiniteHalf", "amax"};
+  auto perStep = [&](const std::string& policy, int layers) {
+    int64_t n[2] = {0, 0};
+    for (int i = 0; i < 2; ++i) {
+      auto c = smallConfig();
+      c.precision.policy = policy;
+      c.precision.loss_scale.init = 128;  // fp16: no overflow, so no step skips its norm
+      c.model.layers = layers;
+      c.train.steps = i == 0 ? 2 : 4;
+      c.train.eval_every = 0;
+      c.train.grad_clip = 1.0;
+      Recorded rec;
+      ts::testsupport::RunOptions o;
+      o.backend = "cpu-guarded";
+      o.after = [&](ts::kernels::Backend& b) {
+        for (const auto& [name, count] : ts::kernels::guardedCallCounts(b))
+          if (reads.count(name)) n[i] += count;
+      };
+      const auto dir = tempDir("reads_" + policy + "_" + std::to_string(layers));
+      EXPECT_EQ(ts::testsupport::runTrainer(c, rec, dir.string(), o).status, "completed");
+      for (const auto& s : rec.of(EventType::Step)) EXPECT_FALSE(s["skipped"].get<bool>());
+      fs::remove_all(dir);
+    }
+    return double(n[1] - n[0]) / 2;
+  };
+  for (const std::string policy : {"fp32", "bf16", "fp16", "pure_bf16"}) {
+    const double two = perStep(policy, 2), four = perStep(policy, 4);
+    std::printf("%-9s host reads per step: %.1f (2 layers), %.1f (4 layers)\n", policy.c_str(), two,
+                four);
+    EXPECT_EQ(two, four) << policy;
+    // A loss read per micro-batch, the gradient norm, fp16's overflow check.
+    EXPECT_LE(four, smallConfig().train.grad_accum + 2) << policy;
   }
 }
 

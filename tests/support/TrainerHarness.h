@@ -87,6 +87,7 @@ struct RunOptions {
   std::function<void(engine::Trainer&)> before;  // called once, before run()
   // Sees each event with the trainer, e.g. to post commands mid-run.
   std::function<void(engine::Trainer&, core::EventType, const nlohmann::json&)> onEvent;
+  std::function<void(kernels::Backend&)> after;  // called with the backend once run() returned
 };
 
 // Runs `config` in-process on ro.backend (the CPU backend by default); every event lands in
@@ -108,7 +109,9 @@ inline engine::TrainResult runTrainer(const core::RunConfig& config, Recorded& r
   engine::Trainer trainer(config, backend.get(), o);
   self = &trainer;
   if (ro.before) ro.before(trainer);
-  return trainer.run();
+  auto result = trainer.run();
+  if (ro.after) ro.after(*backend);
+  return result;
 }
 
 }  // namespace ts::testsupport

@@ -175,6 +175,8 @@ class ParamArena {
   // Partitioned weights: host values of [offset, offset + n) of value space, of which only the
   // owned part is written (initialization, one tensor at a time).
   void setOwnedValuesFromHost(const float* src, int64_t offset, int64_t n);
+  // The gradients' sum of squares and inf/NaN count, one backend call each (one host read on a
+  // GPU): over the fp32 buffer, or under gradWindow over the 16-bit one.
   double gradSumSquares();
   int64_t gradNonFinite();
   void scaleGrads(float s);

@@ -12,12 +12,19 @@
 // std::logic_error naming the call. Results are the CPU backend's bit for bit (same kernels, same
 // threads). name() "cpu-guarded", kind() Cpu (the CPU's capabilities), hostAccessible() false.
 // Calls are serialised by one lock. Not one of makeBackend()'s names: it is a test device.
+#include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "trainscope/kernels/Backend.h"
 
 namespace ts::kernels {
 
 std::unique_ptr<Backend> makeGuardedCpuBackend();
+// How often each backend call (an op's name, "copyToHost", "copyToDevice", ...) ran on a
+// backend from makeGuardedCpuBackend (std::logic_error for any other): e.g. how many host reads
+// a training step makes, each a synchronization on a GPU.
+std::map<std::string, int64_t> guardedCallCounts(Backend& b);
 
 }  // namespace ts::kernels

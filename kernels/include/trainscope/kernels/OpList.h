@@ -144,6 +144,10 @@ TS_OP(SgdMomentum, void, sgdUpdate,
 // synchronizes and returns a host value.
 TS_OP_KIND(GradNorm)
 TS_OP(GradNorm, double, sumSquares, (const float* x, int64_t n), (x, n))
+// As sumSquares over n 16-bit values (bf16, or fp16 when `fp16`), each widened exactly: the
+// norm of a 16-bit policy's whole gradient buffer in one call (one synchronization on CUDA,
+// where opening each tensor's fp32 window for sumSquares took one per tensor).
+TS_OP(GradNorm, double, sumSquaresHalf, (const uint16_t* x, int64_t n, bool fp16), (x, n, fp16))
 // x *= s
 TS_OP_KIND(Scale)
 TS_OP(Scale, void, scale, (float* x, int64_t n, float s), (x, n, s))
@@ -249,6 +253,10 @@ TS_OP(Amax, float, amax, (const float* x, int64_t n), (x, n))
 // check). The CUDA twin synchronizes.
 TS_OP_KIND(NonFinite)
 TS_OP(NonFinite, int64_t, countNonFinite, (const float* x, int64_t n), (x, n))
+// As countNonFinite over n 16-bit values (bf16, or fp16 when `fp16`): the overflow check of a
+// whole 16-bit gradient buffer in one call.
+TS_OP(NonFinite, int64_t, countNonFiniteHalf, (const uint16_t* x, int64_t n, bool fp16),
+      (x, n, fp16))
 
 // Sets `bytes` bytes at dst to `value` (memset: zeroing any dtype), and x[0..n) = value.
 TS_OP_KIND(Fill)
