@@ -18,11 +18,31 @@ using ts::testsupport::Recorded;
 
 namespace {
 
+// engine_emu_tests runs these bodies on the CUDA twins' kernels under emulation (label unit;
+// tests/kernels/CudaEmulation.h), fewer steps: the emulation runs each CUDA thread in turn.
+#ifdef TS_EMULATED_CUDA
+constexpr const char* kGpu = "cuda-emulated";
+constexpr int kSteps = 8, kDriftSteps = 3, kEvalBatches = 1, kExactMatch = 4;
+#else
+constexpr const char* kGpu = "cuda";
+constexpr int kSteps = 50, kDriftSteps = 10, kEvalBatches = 8, kExactMatch = 16;
+#endif
+// The runs' options: evals as small as the emulation needs them.
+ts::testsupport::RunOptions runOptions(const char* backend) {
+  ts::testsupport::RunOptions o;
+  o.backend = backend;
+  o.evalBatches = kEvalBatches;
+  o.exactMatchSamples = kExactMatch;
+  return o;
+}
+
 class CudaTrain : public ::testing::Test {
  protected:
   void SetUp() override {
+#ifndef TS_EMULATED_CUDA
     std::string why;
     if (!ts::testsupport::cudaAvailable(&why)) GTEST_SKIP() << "no CUDA backend: " << why;
+#endif
   }
 };
 
@@ -30,8 +50,8 @@ core::RunConfig fiftySteps() {
   auto c = ts::testsupport::tinyAdditionConfig();
   c.model.heads = 4;
   c.model.d_model = 64;
-  c.train.steps = 50;
-  c.train.eval_every = 25;
+  c.train.steps = kSteps;
+  c.train.eval_every = kSteps;
   return c;
 }
 
@@ -75,11 +95,10 @@ TEST_F(CudaTrain, TracksTheCpuLossForFiftyStepsPerPolicy) {
     c.model.heads = k.heads;
     c.model.d_model = k.dModel;
     Recorded cpu, gpu;
-    ts::testsupport::RunOptions o;
-    o.backend = "cpu";
+    auto o = runOptions("cpu");
     auto dir = ts::testsupport::tempDir("cudatrain", "cpu");
     ASSERT_EQ(ts::testsupport::runTrainer(c, cpu, dir.string(), o).status, "completed") << k.name;
-    o.backend = "cuda";
+    o.backend = kGpu;
     dir = ts::testsupport::tempDir("cudatrain", "gpu");
     const auto r = ts::testsupport::runTrainer(c, gpu, dir.string(), o);
     ASSERT_EQ(r.status, "completed") << k.name << ": " << r.reason;
@@ -96,11 +115,11 @@ TEST_F(CudaTrain, TracksTheCpuLossForFiftyStepsPerPolicy) {
         << k.name;
     const auto a = losses(cpu), b = losses(gpu);
     ASSERT_EQ(a.size(), b.size()) << k.name;
-    ASSERT_EQ(a.size(), 50u);
+    ASSERT_EQ(a.size(), size_t(kSteps));
     double drift = 0;
     for (size_t i = 0; i < a.size(); ++i) {
       ASSERT_TRUE(std::isfinite(b[i])) << k.name << " step " << i;
-      if (i >= a.size() - 10) drift += std::fabs(b[i] - a[i]) / a[i] / 10;
+      if (i >= a.size() - kDriftSteps) drift += std::fabs(b[i] - a[i]) / a[i] / kDriftSteps;
     }
     // The device's own count beside the tracker's: the GPU holds at least what is tracked
     // (cudaMemGetInfo adds the context and library workspaces), and the CPU reports none.
@@ -122,13 +141,12 @@ TEST_F(CudaTrain, TracksTheCpuLossForFiftyStepsPerPolicy) {
 // A checkpoint written on one backend resumes on the other: the resumed run's weights at the
 // end equal (to fp32 summation order) those of the run that stayed where it started.
 TEST_F(CudaTrain, CheckpointsMoveBetweenGpuAndCpu) {
-  for (const auto& [from, to] : {std::pair{"cuda", "cpu"}, std::pair{"cpu", "cuda"}}) {
+  for (const auto& [from, to] : {std::pair{kGpu, "cpu"}, std::pair{"cpu", kGpu}}) {
     auto c = fiftySteps();
     c.train.steps = 8;
     c.train.checkpoint_every = 4;
     Recorded whole, resumed;
-    ts::testsupport::RunOptions o;
-    o.backend = from;
+    auto o = runOptions(from);
     const auto dirA = ts::testsupport::tempDir("cudackpt", std::string(from) + "_whole");
     ASSERT_EQ(ts::testsupport::runTrainer(c, whole, dirA.string(), o).status, "completed");
     o.backend = to;

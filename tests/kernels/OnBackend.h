@@ -18,6 +18,9 @@
 
 #include "trainscope/kernels/Backend.h"
 #include "trainscope/kernels/GuardedCpuBackend.h"
+#ifdef TS_EMULATED_CUDA
+#include "emu/EmulatedCudaBackend.h"
+#endif
 
 namespace ts::kernels::test {
 
@@ -82,14 +85,26 @@ class OnBackend : public ::testing::TestWithParam<std::string> {
       return;
     }
     std::string why;
+#ifdef TS_EMULATED_CUDA
+    if (GetParam() == "cuda_emulated") {  // the CUDA twins' kernels under emulation
+      gpu_ = makeEmulatedCudaBackend();
+      return;
+    }
+#endif
     gpu_ = makeCudaBackend(&why);
     if (!gpu_) GTEST_SKIP() << "no CUDA backend: " << why;
   }
   // The backend under test.
-  Backend& be() { return gpu_ ? *gpu_ : guarded_ ? *guarded_ : *cpu_; }
+  Backend& be() {
+    return gpu_ ? *gpu_ : guarded_ ? *guarded_ : *cpu_;
+  }
   // The CPU twin, to compare against when the backend under test is not the CPU.
-  Backend& cpu() { return *cpu_; }
-  bool hasTwin() const { return gpu_ != nullptr; }
+  Backend& cpu() {
+    return *cpu_;
+  }
+  bool hasTwin() const {
+    return gpu_ != nullptr;
+  }
 
  private:
   std::unique_ptr<Backend> cpu_, gpu_, guarded_;

@@ -1,6 +1,7 @@
 // CUDA twins vs their CPU ops on the same random inputs (label gpu). Skips with the reason
-// when no GPU is usable. Tolerances are fp32 reduction-order differences. The newer ops'
-// twins are checked by the OnBackend suites (rmsnorm_test.cpp etc., OnBackend.h).
+// when no GPU is usable. kernels_emu_tests runs the same bodies on the twins' kernels under
+// emulation (TS_EMULATED_CUDA; label unit). Tolerances are fp32 reduction-order differences. The
+// newer ops' twins are checked by the OnBackend suites (rmsnorm_test.cpp etc., OnBackend.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,9 @@
 #include "TestUtil.h"
 #include "trainscope/kernels/Backend.h"
 #include "trainscope/kernels/Numeric.h"
+#ifdef TS_EMULATED_CUDA
+#include "emu/EmulatedCudaBackend.h"
+#endif
 
 using namespace ts::kernels;
 using namespace ts::kernels::test;
@@ -20,7 +24,11 @@ class CudaTwin : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string why;
+#ifdef TS_EMULATED_CUDA
+    gpu_ = makeEmulatedCudaBackend();
+#else
     gpu_ = makeCudaBackend(&why);
+#endif
     if (!gpu_) GTEST_SKIP() << "no CUDA backend: " << why;
     cpu_ = makeCpuBackend();
   }

@@ -13,6 +13,9 @@
 #include "trainscope/engine/Tensor.h"
 #include "trainscope/kernels/Backend.h"
 #include "trainscope/kernels/GuardedCpuBackend.h"
+#ifdef TS_EMULATED_CUDA
+#include "emu/EmulatedCudaBackend.h"  // tests/kernels: the CUDA twins under emulation
+#endif
 
 namespace ts::kernels {
 
@@ -61,6 +64,9 @@ inline std::unique_ptr<kernels::Backend> makeTestBackend(const std::string& name
   if (name == "cpu-no-discard") return std::make_unique<kernels::NoDiscardBackend>();
   if (name == "cpu") return kernels::makeCpuBackend();
   if (name == "cpu-guarded") return kernels::makeGuardedCpuBackend();
+#ifdef TS_EMULATED_CUDA
+  if (name == "cuda-emulated") return kernels::makeEmulatedCudaBackend();
+#endif
   if (name == "cuda") {  // tests skip first where none answers (cudaAvailable)
     std::string why;
     auto b = kernels::makeCudaBackend(&why);
