@@ -11,8 +11,8 @@
 #include <cstdlib>
 #include <vector>
 
-#include "trainscope/engine/Gpt.h"
-#include "trainscope/engine/Optimizer.h"
+#include "trainscope/engine/model/Gpt.h"
+#include "trainscope/engine/optim/Optimizer.h"
 
 using namespace ts::engine;
 using ts::core::MemoryCategory;

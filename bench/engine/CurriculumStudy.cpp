@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "trainscope/engine/Trainer.h"
+#include "trainscope/engine/train/Trainer.h"
 #include "trainscope/kernels/Backend.h"
 
 using namespace ts;

@@ -21,7 +21,7 @@
 #include "AppStyle.h"
 #include "ChartView.h"
 #include "RunDashboard.h"
-#include "trainscope/core/Protocol.h"
+#include "trainscope/core/protocol/Protocol.h"
 #include "trainscope/gui/EngineClient.h"
 
 using namespace ts::gui;

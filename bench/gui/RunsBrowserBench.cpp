@@ -24,8 +24,8 @@
 #include <QTimer>
 
 #include "RunsPage.h"
-#include "trainscope/core/Config.h"
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/config/Config.h"
+#include "trainscope/core/store/RunStore.h"
 
 namespace fs = std::filesystem;
 using namespace ts;

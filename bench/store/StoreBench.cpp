@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "RunStoreDb.h"
-#include "trainscope/core/RunRecorder.h"
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/store/RunRecorder.h"
+#include "trainscope/core/store/RunStore.h"
 
 namespace fs = std::filesystem;
 using namespace ts::core;

@@ -11,8 +11,8 @@
 
 #include <unistd.h>
 
-#include "trainscope/core/Config.h"
-#include "trainscope/engine/Trainer.h"
+#include "trainscope/core/config/Config.h"
+#include "trainscope/engine/train/Trainer.h"
 #include "trainscope/kernels/Backend.h"
 
 using namespace ts;

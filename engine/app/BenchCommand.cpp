@@ -3,9 +3,9 @@
 #include <sstream>
 
 #include "Commands.h"
-#include "trainscope/engine/Bench.h"
-#include "trainscope/engine/Capabilities.h"
-#include "trainscope/engine/OffloadStore.h"
+#include "trainscope/engine/platform/Bench.h"
+#include "trainscope/engine/platform/Capabilities.h"
+#include "trainscope/engine/optim/OffloadStore.h"
 
 namespace ts::app {
 

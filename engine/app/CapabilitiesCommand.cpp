@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "Commands.h"
-#include "trainscope/engine/Capabilities.h"
+#include "trainscope/engine/platform/Capabilities.h"
 
 namespace ts::app {
 

@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "Commands.h"
-#include "trainscope/core/Config.h"
-#include "trainscope/core/ConfigExport.h"
-#include "trainscope/core/Estimator.h"
-#include "trainscope/core/Planner.h"
-#include "trainscope/engine/Gpt.h"
-#include "trainscope/engine/ModelSource.h"
+#include "trainscope/core/config/Config.h"
+#include "trainscope/core/config/ConfigExport.h"
+#include "trainscope/core/plan/Estimator.h"
+#include "trainscope/core/plan/Planner.h"
+#include "trainscope/engine/model/Gpt.h"
+#include "trainscope/engine/io/ModelSource.h"
 #include "trainscope/kernels/Backend.h"
 
 namespace ts::app {

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "Commands.h"
-#include "trainscope/engine/Checkpoint.h"
-#include "trainscope/engine/HfExport.h"
+#include "trainscope/engine/io/Checkpoint.h"
+#include "trainscope/engine/io/HfExport.h"
 
 namespace ts::app {
 

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "Commands.h"
-#include "trainscope/engine/Checkpoint.h"
-#include "trainscope/engine/HfModel.h"
+#include "trainscope/engine/io/Checkpoint.h"
+#include "trainscope/engine/io/HfModel.h"
 
 namespace ts::app {
 

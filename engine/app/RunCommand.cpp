@@ -16,20 +16,20 @@
 #include <thread>
 
 #include "Commands.h"
-#include "trainscope/core/Config.h"
-#include "trainscope/core/Protocol.h"
-#include "trainscope/core/RunRecorder.h"
-#include "trainscope/engine/Capabilities.h"
-#include "trainscope/engine/Communicator.h"
-#include "trainscope/engine/Dataset.h"
-#include "trainscope/engine/EventWriter.h"
-#include "trainscope/engine/Gpt.h"
-#include "trainscope/engine/ModelSource.h"
-#include "trainscope/engine/Trainer.h"
+#include "trainscope/core/config/Config.h"
+#include "trainscope/core/protocol/Protocol.h"
+#include "trainscope/core/store/RunRecorder.h"
+#include "trainscope/engine/platform/Capabilities.h"
+#include "trainscope/engine/parallel/Communicator.h"
+#include "trainscope/engine/data/Dataset.h"
+#include "trainscope/engine/train/EventWriter.h"
+#include "trainscope/engine/model/Gpt.h"
+#include "trainscope/engine/io/ModelSource.h"
+#include "trainscope/engine/train/Trainer.h"
 #include "trainscope/kernels/Backend.h"
 #include "trainscope/kernels/GuardedCpuBackend.h"
 #if __has_include("trainscope/core/Estimator.h")
-#include "trainscope/core/Estimator.h"
+#include "trainscope/core/plan/Estimator.h"
 #define TRAINSCOPE_HAVE_ESTIMATOR 1
 #endif
 

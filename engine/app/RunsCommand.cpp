@@ -12,8 +12,8 @@
 #include <sstream>
 
 #include "Commands.h"
-#include "trainscope/core/RunRecorder.h"
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/store/RunRecorder.h"
+#include "trainscope/core/store/RunStore.h"
 #include "trainscope/profiler/Aggregation.h"
 #include "trainscope/profiler/ChromeTrace.h"
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "Commands.h"
-#include "trainscope/core/Config.h"
+#include "trainscope/core/config/Config.h"
 
 namespace ts::app {
 

@@ -24,7 +24,7 @@
 #include "RunWizard.h"
 #include "RunsPage.h"
 #include "TimelinePage.h"
-#include "trainscope/core/RunRecorder.h"
+#include "trainscope/core/store/RunRecorder.h"
 #include "trainscope/gui/PresetLibrary.h"
 
 namespace ts::gui {

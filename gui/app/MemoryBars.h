@@ -10,7 +10,7 @@
 #include <QColor>
 #include <QWidget>
 
-#include "trainscope/core/MemoryTable.h"
+#include "trainscope/core/plan/MemoryTable.h"
 
 namespace ts::gui {
 

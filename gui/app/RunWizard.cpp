@@ -25,13 +25,29 @@
 #include "ChartView.h"
 #include "ConfigBinder.h"
 #include "MemoryBars.h"
-#include "trainscope/core/HfConfig.h"
-#include "trainscope/core/ModelSpec.h"
-#include "trainscope/core/Schedule.h"
+#include "trainscope/core/model/HfConfig.h"
+#include "trainscope/core/model/ModelFamily.h"
+#include "trainscope/core/model/ModelSpec.h"
+#include "trainscope/core/config/Schedule.h"
 #include "trainscope/gui/RunRepository.h"
 
 namespace ts::gui {
 namespace {
+
+// model.arch's choices and tooltip, one per model family.
+QList<QPair<QString, QString>> familyChoices() {
+  QList<QPair<QString, QString>> out;
+  for (const auto* f : ts::core::modelFamilies())
+    out.append({QString::fromStdString(f->displayName()), QString::fromStdString(f->name())});
+  return out;
+}
+
+QString familyTip() {
+  QStringList parts;
+  for (const auto* f : ts::core::modelFamilies())
+    parts << QString::fromStdString(f->displayName() + ": " + f->description());
+  return parts.join(' ');
+}
 
 QString issuePath(const core::ConfigIssue& i) {
   QString p = QString::fromStdString(i.path);
@@ -426,10 +442,7 @@ QWidget* RunWizard::buildModelPage() {
     hfInfo_->setText(t);
   });
   f->addRow("Architecture",
-            binder_->choice("model.arch", {{"GPT-2", "gpt2"}, {"LLaMA", "llama"}},
-                            "GPT-2: LayerNorm, learned positions, biases, GELU/ReLU MLP, tied "
-                            "head. LLaMA: RMSNorm, rotary positions, SwiGLU MLP, grouped-query "
-                            "attention, no biases, untied head."));
+            binder_->choice("model.arch", familyChoices(), familyTip()));
   f->addRow("Layers",
             binder_->intSpin(
                 "model.layers", 1, 256,

@@ -8,7 +8,7 @@
 
 #include <QWidget>
 
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/store/RunStore.h"
 #include "trainscope/gui/RunRepository.h"
 #include "trainscope/gui/TimelineModel.h"
 

@@ -9,10 +9,10 @@
 #include <memory>
 
 #include "../support/TrainerHarness.h"
-#include "trainscope/core/Estimator.h"
-#include "trainscope/engine/Gpt.h"
-#include "trainscope/engine/Optimizer.h"
-#include "trainscope/engine/Trainer.h"
+#include "trainscope/core/plan/Estimator.h"
+#include "trainscope/engine/model/Gpt.h"
+#include "trainscope/engine/optim/Optimizer.h"
+#include "trainscope/engine/train/Trainer.h"
 
 using namespace ts::engine;
 using ts::core::EventType;

@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-#include "trainscope/core/Config.h"
+#include "trainscope/core/config/Config.h"
 
 namespace ts::core {
 namespace {

@@ -1,7 +1,7 @@
 // Memory table: names, the JSON shape fixed by the protocol, tolerant decoding.
 #include <gtest/gtest.h>
 
-#include "trainscope/core/MemoryTable.h"
+#include "trainscope/core/plan/MemoryTable.h"
 
 namespace ts::core {
 namespace {

@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-#include "trainscope/core/Protocol.h"
+#include "trainscope/core/protocol/Protocol.h"
 
 namespace ts::core {
 namespace {

@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-#include "trainscope/engine/Dataset.h"
+#include "trainscope/engine/data/Dataset.h"
 
 using ts::core::RunConfig;
 using ts::engine::Dataset;

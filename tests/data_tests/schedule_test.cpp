@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "trainscope/core/Schedule.h"
+#include "trainscope/core/config/Schedule.h"
 
 using ts::core::RunConfig;
 

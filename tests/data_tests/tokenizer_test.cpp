@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "trainscope/engine/ByteTokenizer.h"
+#include "trainscope/engine/tokenizer/ByteTokenizer.h"
 
 using ts::engine::ByteTokenizer;
 

@@ -26,8 +26,8 @@
 #include <nlohmann/json.hpp>
 
 #include "../support/WaitUntil.h"
-#include "trainscope/core/RunStore.h"
-#include "trainscope/engine/Safetensors.h"
+#include "trainscope/core/store/RunStore.h"
+#include "trainscope/engine/io/Safetensors.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

@@ -6,7 +6,7 @@
 
 #include "../support/TestBackends.h"
 #include "RefGpt.h"
-#include "trainscope/engine/Gpt.h"
+#include "trainscope/engine/model/Gpt.h"
 
 namespace ts::engine::testutil {
 

@@ -2,7 +2,7 @@
 // import back into run-config fields.
 #include <gtest/gtest.h>
 
-#include "trainscope/core/ConfigExport.h"
+#include "trainscope/core/config/ConfigExport.h"
 
 using namespace ts::core;
 using nlohmann::json;

@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "trainscope/core/Estimator.h"
-#include "trainscope/core/ZeroLayout.h"
+#include "trainscope/core/plan/Estimator.h"
+#include "trainscope/core/plan/ZeroLayout.h"
 
 using namespace ts::core;
 

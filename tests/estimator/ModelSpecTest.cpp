@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "trainscope/core/Estimator.h"
-#include "trainscope/core/ModelSpec.h"
+#include "trainscope/core/plan/Estimator.h"
+#include "trainscope/core/model/ModelSpec.h"
 
 using namespace ts::core;
 

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "trainscope/core/Planner.h"
+#include "trainscope/core/plan/Planner.h"
 
 using namespace ts::core;
 

@@ -15,9 +15,9 @@
 #include <string>
 
 #include "FuzzSupport.h"
-#include "trainscope/engine/Checkpoint.h"
-#include "trainscope/engine/Gpt.h"
-#include "trainscope/engine/Safetensors.h"
+#include "trainscope/engine/io/Checkpoint.h"
+#include "trainscope/engine/model/Gpt.h"
+#include "trainscope/engine/io/Safetensors.h"
 
 using namespace ts::engine;
 namespace fs = std::filesystem;

@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "FuzzSupport.h"
-#include "trainscope/core/Config.h"
+#include "trainscope/core/config/Config.h"
 
 using namespace ts::core;
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "FuzzSupport.h"
-#include "trainscope/core/Config.h"
-#include "trainscope/engine/Dataset.h"
+#include "trainscope/core/config/Config.h"
+#include "trainscope/engine/data/Dataset.h"
 
 namespace ts::fuzz {
 

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "FuzzSupport.h"
-#include "trainscope/core/Config.h"
-#include "trainscope/core/ConfigExport.h"
+#include "trainscope/core/config/Config.h"
+#include "trainscope/core/config/ConfigExport.h"
 
 using namespace ts::core;
 

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "FuzzSupport.h"
-#include "trainscope/core/Config.h"
-#include "trainscope/core/HfConfig.h"
-#include "trainscope/core/ModelSpec.h"
+#include "trainscope/core/config/Config.h"
+#include "trainscope/core/model/HfConfig.h"
+#include "trainscope/core/model/ModelSpec.h"
 
 using namespace ts::core;
 

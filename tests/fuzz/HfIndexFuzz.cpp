@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "FuzzSupport.h"
-#include "trainscope/core/HfConfig.h"
-#include "trainscope/core/ModelSpec.h"
-#include "trainscope/engine/HfModel.h"
-#include "trainscope/engine/Safetensors.h"
+#include "trainscope/core/model/HfConfig.h"
+#include "trainscope/core/model/ModelSpec.h"
+#include "trainscope/engine/io/HfModel.h"
+#include "trainscope/engine/io/Safetensors.h"
 
 using namespace ts::engine;
 

@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "FuzzSupport.h"
-#include "trainscope/core/Protocol.h"
+#include "trainscope/core/protocol/Protocol.h"
 
 using namespace ts::core;
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "FuzzSupport.h"
-#include "trainscope/core/HfConfig.h"
-#include "trainscope/engine/Safetensors.h"
+#include "trainscope/core/model/HfConfig.h"
+#include "trainscope/engine/io/Safetensors.h"
 
 using namespace ts::engine;
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "FuzzSupport.h"
-#include "trainscope/engine/ByteTokenizer.h"
-#include "trainscope/engine/HfTokenizer.h"
+#include "trainscope/engine/tokenizer/ByteTokenizer.h"
+#include "trainscope/engine/tokenizer/HfTokenizer.h"
 
 using namespace ts::engine;
 

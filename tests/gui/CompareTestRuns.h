@@ -10,9 +10,9 @@
 #include <QFile>
 #include <QString>
 
-#include "trainscope/core/Config.h"
-#include "trainscope/core/MemoryTable.h"
-#include "trainscope/core/RunRecorder.h"
+#include "trainscope/core/config/Config.h"
+#include "trainscope/core/plan/MemoryTable.h"
+#include "trainscope/core/store/RunRecorder.h"
 #include "trainscope/profiler/Aggregation.h"
 
 namespace compare_test {

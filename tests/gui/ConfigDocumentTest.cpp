@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <QSignalSpy>
 
-#include "trainscope/core/Config.h"
+#include "trainscope/core/config/Config.h"
 #include "trainscope/gui/ConfigDocument.h"
 
 using namespace ts::gui;

@@ -13,7 +13,7 @@
 #include "GuiTestUtil.h"
 #include "MainWindow.h"
 #include "RunDashboard.h"
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/store/RunStore.h"
 #include "trainscope/gui/EngineClient.h"
 #include "trainscope/gui/PresetLibrary.h"
 

@@ -18,8 +18,8 @@
 #include <string>
 #include <thread>
 
-#include "trainscope/core/Protocol.h"
-#include "trainscope/engine/EventWriter.h"
+#include "trainscope/core/protocol/Protocol.h"
+#include "trainscope/engine/train/EventWriter.h"
 
 int main(int argc, char** argv) {
   if (argc < 3 || std::string(argv[1]) != "run") {

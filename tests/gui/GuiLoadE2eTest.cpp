@@ -18,7 +18,7 @@
 #include "MainWindow.h"
 #include "RunDashboard.h"
 #include "RunsPage.h"
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/store/RunStore.h"
 #include "trainscope/gui/LiveRun.h"
 #include "trainscope/gui/RunsTableModel.h"
 

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 #include <QCoreApplication>
 
-#include "trainscope/core/Protocol.h"
+#include "trainscope/core/protocol/Protocol.h"
 #include "trainscope/gui/EngineClient.h"
 #include "trainscope/gui/LiveRun.h"
 

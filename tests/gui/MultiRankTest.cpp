@@ -15,8 +15,8 @@
 #include "MemoryBars.h"
 #include "RunDashboard.h"
 #include "RunWizard.h"
-#include "trainscope/core/Config.h"
-#include "trainscope/core/Protocol.h"
+#include "trainscope/core/config/Config.h"
+#include "trainscope/core/protocol/Protocol.h"
 #include "trainscope/gui/EngineClient.h"
 #include "trainscope/gui/LiveRun.h"
 

@@ -14,8 +14,8 @@
 #include <QTest>
 
 #include "GuiTestUtil.h"
-#include "trainscope/core/RunRecorder.h"
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/store/RunRecorder.h"
+#include "trainscope/core/store/RunStore.h"
 #include "trainscope/gui/RunsTableModel.h"
 
 using namespace ts::gui;

@@ -21,10 +21,10 @@
 #include "RunWizard.h"
 #include "RunsPage.h"
 #include "ScreenshotCheck.h"
-#include "trainscope/core/Estimator.h"
-#include "trainscope/core/Protocol.h"
-#include "trainscope/core/RunRecorder.h"
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/plan/Estimator.h"
+#include "trainscope/core/protocol/Protocol.h"
+#include "trainscope/core/store/RunRecorder.h"
+#include "trainscope/core/store/RunStore.h"
 #include "trainscope/gui/EngineClient.h"
 
 using namespace ts::gui;

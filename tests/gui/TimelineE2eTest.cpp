@@ -20,7 +20,7 @@
 #include "GuiTestUtil.h"
 #include "TimelinePage.h"
 #include "TimelineView.h"
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/store/RunStore.h"
 #include "trainscope/gui/TimelineModel.h"
 
 using namespace ts::gui;

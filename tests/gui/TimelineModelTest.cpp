@@ -24,7 +24,7 @@
 #include "GuiTestUtil.h"
 #include "TimelinePage.h"
 #include "TimelineView.h"
-#include "trainscope/core/RunRecorder.h"
+#include "trainscope/core/store/RunRecorder.h"
 #include "trainscope/gui/TimelineModel.h"
 #include "trainscope/profiler/Aggregation.h"
 

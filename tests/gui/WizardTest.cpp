@@ -16,9 +16,9 @@
 
 #include "MainWindow.h"
 #include "RunWizard.h"
-#include "trainscope/core/Config.h"
-#include "trainscope/core/Estimator.h"
-#include "trainscope/core/HfConfig.h"
+#include "trainscope/core/config/Config.h"
+#include "trainscope/core/plan/Estimator.h"
+#include "trainscope/core/model/HfConfig.h"
 
 using namespace ts::gui;
 

@@ -1,7 +1,7 @@
 // NF4 dequantization (Nf4.h) on every instantiated backend (OnBackend.h) against the host rule:
 // a tensor quantized on the host, with a short last block, an all-zero block and more than one
 // second-level block, dequantized to fp32 and to bf16 into poisoned outputs; CUDA also against
-// its CPU twin. tests/engine/QloraTest.cpp checks the same ops against bitsandbytes' bytes.
+// its CPU twin. tests/engine/model/QloraTest.cpp checks the same ops against bitsandbytes' bytes.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -15,7 +15,7 @@
 #include <array>
 
 #include "../support/TrainerHarness.h"
-#include "trainscope/core/Config.h"
+#include "trainscope/core/config/Config.h"
 
 using ts::core::EventType;
 

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "trainscope/engine/LossScaler.h"
+#include "trainscope/engine/optim/LossScaler.h"
 
 namespace {
 

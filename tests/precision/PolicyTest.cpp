@@ -18,10 +18,10 @@
 #include "../support/TestBackends.h"
 #include "../support/TrainerHarness.h"
 #include "RefFormat.h"
-#include "trainscope/core/Estimator.h"
-#include "trainscope/engine/Dataset.h"
-#include "trainscope/engine/Gpt.h"
-#include "trainscope/engine/Trainer.h"
+#include "trainscope/core/plan/Estimator.h"
+#include "trainscope/engine/data/Dataset.h"
+#include "trainscope/engine/model/Gpt.h"
+#include "trainscope/engine/train/Trainer.h"
 #include "trainscope/kernels/CpuOps.h"
 #include "trainscope/kernels/Numeric.h"
 
@@ -45,7 +45,7 @@ ts::core::RunConfig smallConfig() {
   return c;
 }
 
-// The learning config of tests/engine/TrainerTest.cpp (LearnsAdditionToStatedAccuracy).
+// The learning config of tests/engine/train/TrainerTest.cpp (LearnsAdditionToStatedAccuracy).
 ts::core::RunConfig learnConfig(const std::string& policy) {
   auto c = smallConfig();
   c.model.heads = 4;

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "StoreTestUtil.h"
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/store/RunStore.h"
 
 using namespace ts::core;
 using namespace ts::test;

@@ -10,7 +10,7 @@
 
 #include "../support/WaitUntil.h"
 #include "StoreTestUtil.h"
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/store/RunStore.h"
 
 using namespace ts::core;
 using namespace ts::test;

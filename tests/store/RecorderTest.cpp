@@ -5,8 +5,8 @@
 #include <cstdlib>
 
 #include "StoreTestUtil.h"
-#include "trainscope/core/RunRecorder.h"
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/store/RunRecorder.h"
+#include "trainscope/core/store/RunStore.h"
 
 using namespace ts::core;
 using namespace ts::test;

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "StoreTestUtil.h"
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/store/RunStore.h"
 
 using namespace ts::core;
 using namespace ts::test;

@@ -5,7 +5,7 @@
 
 #include "Commands.h"
 #include "StoreTestUtil.h"
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/store/RunStore.h"
 
 using namespace ts::test;
 using nlohmann::json;

@@ -15,7 +15,7 @@
 #include <string>
 #include <thread>
 
-#include "trainscope/core/RunRecorder.h"
+#include "trainscope/core/store/RunRecorder.h"
 
 using nlohmann::json;
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "trainscope/engine/Tensor.h"
+#include "trainscope/engine/params/Tensor.h"
 #include "trainscope/kernels/Backend.h"
 #include "trainscope/kernels/GuardedCpuBackend.h"
 #ifdef TS_EMULATED_CUDA

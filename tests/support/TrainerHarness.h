@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "TestBackends.h"
-#include "trainscope/engine/Trainer.h"
+#include "trainscope/engine/train/Trainer.h"
 #include "trainscope/kernels/Backend.h"
 
 namespace ts::testsupport {

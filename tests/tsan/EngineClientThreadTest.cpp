@@ -10,7 +10,7 @@
 #include <QTemporaryDir>
 
 #include "../support/WaitUntil.h"
-#include "trainscope/core/Protocol.h"
+#include "trainscope/core/protocol/Protocol.h"
 #include "trainscope/gui/EngineClient.h"
 #include "trainscope/gui/LiveRun.h"
 

@@ -16,7 +16,7 @@
 #include <tuple>
 
 #include "Support.h"
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/store/RunStore.h"
 
 using namespace ts;
 using namespace ts::validation;

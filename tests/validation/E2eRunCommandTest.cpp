@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "Support.h"
-#include "trainscope/core/MemoryTable.h"
+#include "trainscope/core/plan/MemoryTable.h"
 
 using namespace ts;
 using namespace ts::validation;

@@ -8,7 +8,7 @@
 #include <regex>
 
 #include "Support.h"
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/store/RunStore.h"
 
 using namespace ts;
 using namespace ts::validation;

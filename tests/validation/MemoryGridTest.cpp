@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "Support.h"
-#include "trainscope/core/Estimator.h"
-#include "trainscope/engine/Dataset.h"
-#include "trainscope/engine/Gpt.h"
+#include "trainscope/core/plan/Estimator.h"
+#include "trainscope/engine/data/Dataset.h"
+#include "trainscope/engine/model/Gpt.h"
 
 using namespace ts;
 using namespace ts::validation;

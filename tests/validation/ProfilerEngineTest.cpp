@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "Support.h"
-#include "trainscope/core/Config.h"
+#include "trainscope/core/config/Config.h"
 #include "trainscope/profiler/Aggregation.h"
 #include "trainscope/profiler/ChromeTrace.h"
 

@@ -16,7 +16,7 @@
 
 #include "../support/TrainerHarness.h"
 #include "../support/WaitUntil.h"
-#include "trainscope/engine/Trainer.h"
+#include "trainscope/engine/train/Trainer.h"
 #include "trainscope/kernels/Backend.h"
 
 namespace ts::validation {

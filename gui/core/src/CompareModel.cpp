@@ -9,7 +9,7 @@
 #include <QLocale>
 #include <QtConcurrent/QtConcurrentRun>
 
-#include "trainscope/core/Estimator.h"
+#include "trainscope/core/plan/Estimator.h"
 
 namespace ts::gui {
 

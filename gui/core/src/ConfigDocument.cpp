@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "trainscope/core/Estimator.h"
+#include "trainscope/core/plan/Estimator.h"
 
 namespace ts::gui {
 

@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include "trainscope/core/model/ModelFamily.h"
+
 namespace ts::gui {
 
 namespace fs = std::filesystem;
@@ -50,8 +52,10 @@ QString HfFolderInfo::summary() const {
   QString s =
       QString::fromStdString(info.architecture) +
       QStringLiteral(": %1 layers, d_model %2, %3 heads").arg(m.layers).arg(m.d_model).arg(m.heads);
-  if (m.arch == "llama" && m.kv_heads != m.heads) s += QStringLiteral(" (%1 KV)").arg(m.kv_heads);
-  if (m.arch == "llama") s += QStringLiteral(", d_ff %1").arg(m.d_ff);
+  const core::ModelFamily& family = core::modelFamily(m.arch);
+  if (family.readsModelKey("kv_heads") && m.kv_heads != m.heads)
+    s += QStringLiteral(" (%1 KV)").arg(m.kv_heads);
+  if (family.readsModelKey("d_ff")) s += QStringLiteral(", d_ff %1").arg(m.d_ff);
   s += QStringLiteral(", %1 positions, vocab %2").arg(m.seq_len).arg(m.vocab);
   s += " · " + humanCount(static_cast<double>(storedParameters())) + " parameters";
   s += " · stored " + QString::fromStdString(stored.summary());
@@ -88,16 +92,16 @@ nlohmann::json applyHfFolder(nlohmann::json doc, const HfFolderInfo& folder) {
   model["d_model"] = m.d_model;
   model["seq_len"] = m.seq_len;
   model["vocab"] = m.vocab;
-  if (m.arch == "gpt2") {
-    model["activation"] = m.activation;
-    for (const char* k : {"kv_heads", "d_ff", "rope_theta", "mlp", "norm"}) model.erase(k);
-  } else {
-    model["kv_heads"] = m.kv_heads;
-    model["d_ff"] = m.d_ff;
-    model["rope_theta"] = m.rope_theta;
-    model["mlp"] = m.mlp;
-    model["norm"] = m.norm;
-    model.erase("activation");
+  // The keys the family's description reads come from config.json; the others go.
+  const nlohmann::json fromFolder = {{"activation", m.activation}, {"kv_heads", m.kv_heads},
+                                     {"d_ff", m.d_ff},             {"rope_theta", m.rope_theta},
+                                     {"mlp", m.mlp},               {"norm", m.norm}};
+  const core::ModelFamily& family = core::modelFamily(m.arch);
+  for (const auto& [key, value] : fromFolder.items()) {
+    if (family.readsModelKey(key))
+      model[key] = value;
+    else
+      model.erase(key);
   }
   doc["finetune"]["base_checkpoint"] = rc.finetune.base_checkpoint;
   return doc;

@@ -3,8 +3,8 @@
 #include <QFutureWatcher>
 #include <QtConcurrent/QtConcurrentRun>
 
-#include "trainscope/core/ConfigExport.h"
-#include "trainscope/core/HfConfig.h"
+#include "trainscope/core/config/ConfigExport.h"
+#include "trainscope/core/model/HfConfig.h"
 #include "trainscope/gui/Capabilities.h"
 #include "trainscope/gui/HfFolderInfo.h"
 #include "trainscope/gui/PresetLibrary.h"

@@ -10,7 +10,7 @@
 #include <QRegularExpression>
 #include <QtConcurrent/QtConcurrentRun>
 
-#include "trainscope/core/Estimator.h"
+#include "trainscope/core/plan/Estimator.h"
 #include "trainscope/profiler/ChromeTrace.h"
 
 namespace ts::gui {

@@ -9,7 +9,7 @@
 
 #include <QtConcurrent/QtConcurrentRun>
 
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/store/RunStore.h"
 #include "trainscope/profiler/Aggregation.h"
 
 namespace ts::gui {

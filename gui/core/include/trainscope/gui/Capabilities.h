@@ -8,7 +8,7 @@
 #include <QString>
 #include <nlohmann/json.hpp>
 
-#include "trainscope/core/Config.h"
+#include "trainscope/core/config/Config.h"
 
 namespace ts::gui {
 

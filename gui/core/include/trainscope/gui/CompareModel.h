@@ -17,8 +17,8 @@
 #include <QString>
 #include <QVector>
 
-#include "trainscope/core/MemoryTable.h"
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/plan/MemoryTable.h"
+#include "trainscope/core/store/RunStore.h"
 #include "trainscope/gui/RunRepository.h"
 
 namespace ts::gui {

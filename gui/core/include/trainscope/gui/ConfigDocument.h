@@ -11,8 +11,8 @@
 #include <QObject>
 #include <nlohmann/json.hpp>
 
-#include "trainscope/core/Config.h"
-#include "trainscope/core/Estimator.h"
+#include "trainscope/core/config/Config.h"
+#include "trainscope/core/plan/Estimator.h"
 
 namespace ts::gui {
 

@@ -12,7 +12,7 @@
 #include <QStringList>
 #include <nlohmann/json.hpp>
 
-#include "trainscope/core/Protocol.h"
+#include "trainscope/core/protocol/Protocol.h"
 #include "trainscope/gui/LiveRun.h"
 
 namespace ts::gui {

@@ -10,7 +10,7 @@
 #include <QString>
 #include <nlohmann/json.hpp>
 
-#include "trainscope/core/HfConfig.h"
+#include "trainscope/core/model/HfConfig.h"
 
 namespace ts::gui {
 

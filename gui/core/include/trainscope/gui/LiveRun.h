@@ -12,8 +12,8 @@
 #include <QString>
 #include <nlohmann/json.hpp>
 
-#include "trainscope/core/MemoryTable.h"
-#include "trainscope/core/Protocol.h"
+#include "trainscope/core/plan/MemoryTable.h"
+#include "trainscope/core/protocol/Protocol.h"
 #include "trainscope/gui/ChartReduction.h"
 #include "trainscope/gui/SeriesBuffer.h"
 

@@ -14,9 +14,9 @@
 #include <QStringList>
 #include <nlohmann/json.hpp>
 
-#include "trainscope/core/Config.h"
-#include "trainscope/core/Estimator.h"
-#include "trainscope/core/Planner.h"
+#include "trainscope/core/config/Config.h"
+#include "trainscope/core/plan/Estimator.h"
+#include "trainscope/core/plan/Planner.h"
 
 namespace ts::gui {
 

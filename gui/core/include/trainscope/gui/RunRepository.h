@@ -12,7 +12,7 @@
 #include <QTimer>
 #include <nlohmann/json.hpp>
 
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/store/RunStore.h"
 #include "trainscope/gui/LiveRun.h"
 #include "trainscope/profiler/Tracer.h"
 

@@ -19,7 +19,7 @@
 #include <QStringList>
 #include <nlohmann/json.hpp>
 
-#include "trainscope/core/RunStore.h"
+#include "trainscope/core/store/RunStore.h"
 #include "trainscope/gui/RunRepository.h"
 
 namespace ts::gui {

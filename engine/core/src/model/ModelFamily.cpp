@@ -1,0 +1,66 @@
+// The registry of model families: the one place that lists them. A new family is a folder
+// under families/ and one line here.
+#include "trainscope/core/model/ModelFamily.h"
+
+#include <algorithm>
+#include <cctype>
+#include <stdexcept>
+
+namespace ts::core {
+
+const ModelFamily& gpt2Family();   // families/gpt2/Gpt2Family.cpp
+const ModelFamily& llamaFamily();  // families/llama/LlamaFamily.cpp
+
+const std::vector<const ModelFamily*>& modelFamilies() {
+  static const std::vector<const ModelFamily*> all = {&gpt2Family(), &llamaFamily()};
+  return all;
+}
+
+std::vector<std::string> modelFamilyNames() {
+  std::vector<std::string> out;
+  for (const auto* f : modelFamilies()) out.push_back(f->name());
+  return out;
+}
+
+const ModelFamily* findModelFamily(std::string_view arch) {
+  for (const auto* f : modelFamilies())
+    if (f->name() == arch) return f;
+  return nullptr;
+}
+
+const ModelFamily& modelFamily(std::string_view arch) {
+  if (const auto* f = findModelFamily(arch)) return *f;
+  std::string allowed;
+  for (const auto& n : modelFamilyNames()) allowed += (allowed.empty() ? "" : " or ") + n;
+  throw std::invalid_argument("unknown architecture '" + std::string(arch) + "' (" + allowed +
+                              ")");
+}
+
+const ModelFamily* familyForHf(std::string_view name) {
+  for (const auto* f : modelFamilies()) {
+    const auto archs = f->hfArchitectures();
+    const auto types = f->hfModelTypes();
+    if (std::find(archs.begin(), archs.end(), name) != archs.end() ||
+        std::find(types.begin(), types.end(), name) != types.end())
+      return f;
+  }
+  return nullptr;
+}
+
+std::string lowerAscii(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::vector<std::string> allLoraModules() {
+  std::vector<std::string> out;
+  for (const auto* f : modelFamilies()) {
+    ModelConfig m;
+    m.arch = f->name();
+    for (const auto& p : f->projections(archSpecOf(m, 2)))
+      if (std::find(out.begin(), out.end(), p.module) == out.end()) out.push_back(p.module);
+  }
+  return out;
+}
+
+}  // namespace ts::core

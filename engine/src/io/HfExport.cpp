@@ -1,0 +1,221 @@
+#include "trainscope/engine/io/HfExport.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "trainscope/core/config/Config.h"
+#include "trainscope/core/model/ModelFamily.h"
+#include "trainscope/engine/io/Checkpoint.h"
+#include "trainscope/engine/model/Gpt.h"
+#include "trainscope/engine/io/HfModel.h"
+#include "trainscope/engine/tokenizer/HfTokenizer.h"
+#include "trainscope/engine/io/ModelSource.h"
+#include "trainscope/engine/io/Safetensors.h"
+#include "trainscope/kernels/Numeric.h"
+#include "trainscope/profiler/Tracer.h"
+
+namespace ts::engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void writeFile(const fs::path& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.flush();
+  if (!out) throw CheckpointError("cannot write " + p.string());
+}
+
+// config.json; `torchDtype` names the tensors' storage (transformers 4.x reads torch_dtype,
+// 5.x dtype).
+nlohmann::json hfConfig(const GptConfig& g, const core::RunConfig& c,
+                        const std::string& torchDtype) {
+  nlohmann::json j = core::modelFamily(g.architecture).writeHfConfig(g.arch(), c.model.dropout);
+  j["torch_dtype"] = torchDtype;
+  j["dtype"] = torchDtype;
+  return j;
+}
+
+// Tensor bytes in the export's dtype and its safetensors name.
+std::pair<std::string, std::string> encodeTensor(const std::vector<float>& v,
+                                                 const std::string& dtype) {
+  if (dtype == "fp32")
+    return {"F32", std::string(reinterpret_cast<const char*>(v.data()), 4 * v.size())};
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    h[i] = dtype == "bf16" ? kernels::floatToBf16(v[i]) : kernels::floatToFp16(v[i]);
+  return {dtype == "bf16" ? "BF16" : "F16",
+          std::string(reinterpret_cast<const char*>(h.data()), 2 * h.size())};
+}
+
+int dtypeBytes(const std::string& dtype) {
+  return dtype == "fp32" ? 4 : 2;
+}
+
+}  // namespace
+
+HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
+                        const HfExportOptions& options) {
+  profiler::ScopedRange range("export_hf", profiler::SpanCategory::IO);
+  std::error_code ec;
+  auto backend = kernels::makeCpuBackend();
+  if (options.dtype != "fp32" && options.dtype != "bf16" && options.dtype != "fp16")
+    throw std::invalid_argument("--dtype '" + options.dtype +
+                                "' is unknown: allowed fp32 | bf16 | fp16");
+  LoadedModel lm = loadModelFrom(checkpoint, backend.get(), nullptr);
+  checkpointAttachments(checkpoint);  // a damaged tokenizer file stops the export here
+  const std::string tokenizerFile = modelTokenizer(checkpoint);
+  if (lm.hfFolder) throw std::invalid_argument(checkpoint + " is already a Hugging Face folder");
+  Gpt& model = *lm.model;
+  const core::RunConfig& rc = lm.config;
+  const std::string& base = lm.base;
+  const GptConfig& g = model.config();
+  const bool lora = rc.finetune.lora.r > 0;
+
+  const fs::path target(out);
+  const fs::path tmp = target.string() + ".tmp." + std::to_string(::getpid());
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  if (ec) throw CheckpointError("cannot create " + tmp.string() + ": " + ec.message());
+  HfExportResult result;
+  try {
+    std::vector<float> host(static_cast<size_t>(model.arena().size()));
+    model.arena().valuesToHost(host.data());
+    const core::ModelFamily& family = core::modelFamily(g.architecture);
+    if (lora && !options.merge) {
+      // PEFT adapter files.
+      result.adapter = true;
+      SafetensorsWriter w;
+      w.setMetadata("format", "pt");
+      std::set<std::string> modules;
+      for (const auto& p : model.params()) {
+        if (p.spec.role != core::TensorRole::LoraA && p.spec.role != core::TensorRole::LoraB)
+          continue;
+        modules.insert(p.spec.module);
+        w.add(family.peftPrefix() + p.name,
+              "F32", p.shape, host.data() + p.offset, sizeof(float) * size_t(p.numel));
+        ++result.tensors;
+      }
+      writeFile(tmp / "adapter_model.safetensors", w.serialize());
+      const nlohmann::json ac = {{"peft_type", "LORA"},
+                                 {"task_type", "CAUSAL_LM"},
+                                 {"r", rc.finetune.lora.r},
+                                 {"lora_alpha", rc.finetune.lora.alpha},
+                                 {"lora_dropout", rc.finetune.lora.dropout},
+                                 {"use_rslora", rc.finetune.lora.use_rslora},
+                                 {"target_modules", modules},
+                                 {"fan_in_fan_out", family.peftFanInFanOut()},
+                                 {"bias", "none"},
+                                 {"inference_mode", true},
+                                 {"base_model_name_or_path", base}};
+      writeFile(tmp / "adapter_config.json", ac.dump(2));
+      result.files = {"adapter_config.json", "adapter_model.safetensors"};
+    } else {
+      // The full model (merged when it has adapters), Hugging Face names and layout.
+      const auto merged = model.mergedWeights();
+      struct Item {
+        std::string name;
+        std::vector<int64_t> shape;
+        std::vector<float> data;
+      };
+      std::vector<Item> items;
+      int64_t total = 0;
+      for (const auto& p : model.params()) {
+        if (p.spec.role == core::TensorRole::LoraA || p.spec.role == core::TensorRole::LoraB)
+          continue;
+        const std::string name = family.hfNames(p.spec, false).front();
+        const bool transpose = family.hfTransposed(p.spec);
+        Item it{name, p.shape, {}};
+        auto m = merged.find(p.name);
+        if (m != merged.end())
+          it.data = m->second;
+        else if (p.quantized())  // an NF4 base: its dequantized values, as PEFT merges them
+          it.data = model.arena().dequantizedToHost(p);
+        else
+          it.data.assign(host.data() + p.offset, host.data() + p.offset + p.numel);
+        if (transpose) {  // (out, in) -> Conv1D (in, out)
+          const int64_t o = p.shape[0], i = p.shape[1];
+          std::vector<float> t(it.data.size());
+          for (int64_t a = 0; a < o; ++a)
+            for (int64_t b = 0; b < i; ++b) t[size_t(b * o + a)] = it.data[size_t(a * i + b)];
+          it.data = std::move(t);
+          it.shape = {i, o};
+        }
+        total += dtypeBytes(options.dtype) * p.numel;
+        items.push_back(std::move(it));
+        ++result.tensors;
+      }
+      // Shards of at most shardBytes (a tensor larger than that is a shard of its own).
+      std::vector<std::vector<const Item*>> shards(1);
+      int64_t inShard = 0;
+      for (const auto& it : items) {
+        const int64_t b = dtypeBytes(options.dtype) * int64_t(it.data.size());
+        if (inShard > 0 && inShard + b > options.shardBytes) {
+          shards.emplace_back();
+          inShard = 0;
+        }
+        shards.back().push_back(&it);
+        inShard += b;
+      }
+      nlohmann::json weightMap = nlohmann::json::object();
+      for (size_t s = 0; s < shards.size(); ++s) {
+        char fn[64];
+        if (shards.size() == 1)
+          std::snprintf(fn, sizeof fn, "model.safetensors");
+        else
+          std::snprintf(fn, sizeof fn, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+        SafetensorsWriter w;
+        w.setMetadata("format", "pt");
+        for (const Item* it : shards[s]) {
+          const auto [dt, bytes] = encodeTensor(it->data, options.dtype);
+          w.add(it->name, dt, it->shape, bytes.data(), bytes.size());
+          weightMap[it->name] = fn;
+        }
+        writeFile(tmp / fn, w.serialize());
+        result.files.push_back(fn);
+      }
+      if (shards.size() > 1) {
+        writeFile(tmp / "model.safetensors.index.json",
+                  nlohmann::json({{"metadata", {{"total_size", total}}}, {"weight_map", weightMap}})
+                      .dump(2));
+        result.files.push_back("model.safetensors.index.json");
+      }
+      const char* torchDtype = options.dtype == "bf16"   ? "bfloat16"
+                               : options.dtype == "fp16" ? "float16"
+                                                         : "float32";
+      nlohmann::json cfg = hfConfig(g, rc, torchDtype);
+      // Special-token ids from the run's tokenizer (GPT2Config's default, 50256, would point
+      // outside a smaller vocabulary).
+      std::optional<HfTokenizer> tok;
+      if (!tokenizerFile.empty()) tok = HfTokenizer::load(tokenizerFile);
+      auto idOrNull = [](int32_t id) { return id >= 0 ? nlohmann::json(id) : nlohmann::json(); };
+      cfg["bos_token_id"] = tok ? idOrNull(tok->bosId()) : nlohmann::json();
+      cfg["eos_token_id"] = tok ? idOrNull(tok->eosId()) : nlohmann::json();
+      writeFile(tmp / "config.json", cfg.dump(2));
+      result.files.push_back("config.json");
+    }
+    // The run's tokenizer, so the folder is complete for transformers' AutoTokenizer.
+    for (const std::string& f : HfTokenizer::filesOf(tokenizerFile)) {
+      const fs::path name = fs::path(f).filename();
+      fs::copy_file(f, tmp / name, fs::copy_options::overwrite_existing, ec);
+      if (ec) throw CheckpointError("cannot copy " + f + ": " + ec.message());
+      result.files.push_back(name.string());
+    }
+    fs::remove_all(target, ec);
+    fs::rename(tmp, target, ec);
+    if (ec) throw CheckpointError("cannot rename into " + target.string() + ": " + ec.message());
+  } catch (...) {
+    std::error_code ec2;
+    fs::remove_all(tmp, ec2);
+    throw;
+  }
+  return result;
+}
+
+}  // namespace ts::engine
