@@ -14,8 +14,8 @@
 #include "trainscope/core/config/ConfigExport.h"
 #include "trainscope/core/plan/Estimator.h"
 #include "trainscope/core/plan/Planner.h"
-#include "trainscope/engine/model/Gpt.h"
 #include "trainscope/engine/io/ModelSource.h"
+#include "trainscope/engine/model/Gpt.h"
 #include "trainscope/kernels/Backend.h"
 
 namespace ts::app {
@@ -77,15 +77,99 @@ bool exportConfig(const core::RunConfig& config, const std::string& dsPath,
   return true;
 }
 
-}  // namespace
+struct EstimateCliOptions {
+  std::string config, deviceMemory, activationModel = "engine", dsOut, hfOut;
+  std::vector<std::string> overrides;
+  bool json = false, doubleQuant = false;
+};
 
-void addEstimateCommands(CLI::App& app, int& exitCode) {
-  struct EstimateOptions {
-    std::string config, deviceMemory, activationModel = "engine", dsOut, hfOut;
-    std::vector<std::string> overrides;
-    bool json = false, doubleQuant = false;
-  };
-  auto eo = std::make_shared<EstimateOptions>();
+struct PlanCliOptions {
+  std::string config, model, deviceMemory = "80GiB", hostMemory, goal = "fit",
+                             activationModel = "pytorch", dsOut, hfOut;
+  std::vector<std::string> overrides;
+  int ranks = 0, seqLen = 0, microBatch = 0, top = 10;
+  int64_t globalBatch = 0;
+  bool json = false, noAdapters = false, noOffload = false, allowNvme = false, allowFp8 = false;
+};
+
+int estimateMain(const EstimateCliOptions& eo) {
+  core::RunConfig config;
+  core::EstimateOptions options;
+  if (!loadConfig(eo.config, eo.overrides, config) ||
+      !parseSize("--device-memory", eo.deviceMemory, options.device_memory) ||
+      !parseActivationModel(eo.activationModel, options.activation_model)) {
+    return kExitBadInput;
+  }
+  options.nf4_double_quant = eo.doubleQuant;
+  if (!config.distill.teacher_checkpoint.empty()) {
+    try {
+      options.teacher_model = engine::modelConfigAt(config.distill.teacher_checkpoint);
+    } catch (const std::exception& e) {
+      std::cerr << "distill.teacher_checkpoint: " << e.what()
+                << " (the teacher is assumed to be the student's shape)\n";
+    }
+  }
+  // precision.gemm "auto" as `run` resolves it on this machine.
+  options.native_bf16_gemm = engine::autoPicksBf16Gemm(kernels::makeCpuBackend().get());
+  core::MemoryEstimate e = core::estimateMemory(config, options);
+  if (eo.json)
+    std::cout << core::toJson(e).dump() << std::endl;
+  else
+    std::cout << core::formatMemoryTable(e);
+  return exportConfig(config, eo.dsOut, eo.hfOut) ? kExitOk : kExitRunFailed;
+}
+
+int planMain(const PlanCliOptions& po) {
+  core::PlanRequest req;
+  if (!po.config.empty()) {
+    if (!loadConfig(po.config, po.overrides, req.base)) {
+      return kExitBadInput;
+    }
+  } else if (po.model.empty()) {
+    std::fprintf(stderr, "plan: give a CONFIG file or --model NAME\n");
+    return kExitBadInput;
+  } else {
+    req.base.train.micro_batch = 1;
+  }
+  if (!po.model.empty()) {
+    auto m = core::modelPreset(po.model);
+    if (!m) {
+      std::string names;
+      for (const auto& n : core::modelPresetNames()) names += " " + n;
+      std::fprintf(stderr, "--model: unknown preset '%s' (known:%s)\n", po.model.c_str(),
+                   names.c_str());
+      return kExitBadInput;
+    }
+    req.base.model = *m;
+  }
+  if (po.seqLen > 0) req.base.model.seq_len = po.seqLen;
+  if (po.microBatch > 0) req.base.train.micro_batch = po.microBatch;
+  req.ranks = po.ranks > 0 ? po.ranks : std::max(1, req.base.parallel.ranks);
+  req.goal = *core::planGoalFromString(po.goal);
+  req.global_batch = po.globalBatch;
+  req.allow_adapters = !po.noAdapters;
+  req.allow_offload = !po.noOffload;
+  req.allow_nvme = po.allowNvme;
+  req.allow_fp8 = po.allowFp8;
+  req.max_plans = static_cast<size_t>(po.top);
+  if (!parseSize("--device-memory", po.deviceMemory, req.device_memory) ||
+      !parseSize("--host-memory", po.hostMemory, req.host_memory) ||
+      !parseActivationModel(po.activationModel, req.activation_model)) {
+    return kExitBadInput;
+  }
+  core::PlanResult result = core::planTraining(req);
+  if (po.json)
+    std::cout << core::toJson(result).dump() << std::endl;
+  else
+    std::cout << core::formatPlans(result);
+  if (result.plans.empty()) {
+    return kExitRunFailed;
+  }
+  return exportConfig(result.plans.front().config, po.dsOut, po.hfOut) ? kExitOk : kExitRunFailed;
+}
+
+void addEstimateCommand(CLI::App& app, int& exitCode) {
+  auto eo = std::make_shared<EstimateCliOptions>();
   CLI::App* est = app.add_subcommand(
       "estimate",
       "Predict per-rank memory (parameters, gradients, optimizer state, activations, "
@@ -103,43 +187,11 @@ void addEstimateCommands(CLI::App& app, int& exitCode) {
   est->add_option("--set", eo->overrides, "Override a config field: key.path=value")
       ->take_all()
       ->allow_extra_args(false);
-  est->callback([eo, &exitCode] {
-    core::RunConfig config;
-    core::EstimateOptions options;
-    if (!loadConfig(eo->config, eo->overrides, config) ||
-        !parseSize("--device-memory", eo->deviceMemory, options.device_memory) ||
-        !parseActivationModel(eo->activationModel, options.activation_model)) {
-      exitCode = kExitBadInput;
-      return;
-    }
-    options.nf4_double_quant = eo->doubleQuant;
-    if (!config.distill.teacher_checkpoint.empty()) {
-      try {
-        options.teacher_model = engine::modelConfigAt(config.distill.teacher_checkpoint);
-      } catch (const std::exception& e) {
-        std::cerr << "distill.teacher_checkpoint: " << e.what()
-                  << " (the teacher is assumed to be the student's shape)\n";
-      }
-    }
-    // precision.gemm "auto" as `run` resolves it on this machine.
-    options.native_bf16_gemm = engine::autoPicksBf16Gemm(kernels::makeCpuBackend().get());
-    core::MemoryEstimate e = core::estimateMemory(config, options);
-    if (eo->json)
-      std::cout << core::toJson(e).dump() << std::endl;
-    else
-      std::cout << core::formatMemoryTable(e);
-    exitCode = exportConfig(config, eo->dsOut, eo->hfOut) ? kExitOk : kExitRunFailed;
-  });
+  est->callback([eo, &exitCode] { exitCode = estimateMain(*eo); });
+}
 
-  struct PlanOptions {
-    std::string config, model, deviceMemory = "80GiB", hostMemory, goal = "fit",
-                               activationModel = "pytorch", dsOut, hfOut;
-    std::vector<std::string> overrides;
-    int ranks = 0, seqLen = 0, microBatch = 0, top = 10;
-    int64_t globalBatch = 0;
-    bool json = false, noAdapters = false, noOffload = false, allowNvme = false, allowFp8 = false;
-  };
-  auto po = std::make_shared<PlanOptions>();
+void addPlanCommand(CLI::App& app, int& exitCode) {
+  auto po = std::make_shared<PlanCliOptions>();
   CLI::App* plan = app.add_subcommand(
       "plan",
       "Rank technique combinations that fit a model on given devices (fit, fastest, "
@@ -176,60 +228,14 @@ void addEstimateCommands(CLI::App& app, int& exitCode) {
   plan->add_option("--set", po->overrides, "Override a config field: key.path=value")
       ->take_all()
       ->allow_extra_args(false);
-  plan->callback([po, &exitCode] {
-    core::PlanRequest req;
-    if (!po->config.empty()) {
-      if (!loadConfig(po->config, po->overrides, req.base)) {
-        exitCode = kExitBadInput;
-        return;
-      }
-    } else if (po->model.empty()) {
-      std::fprintf(stderr, "plan: give a CONFIG file or --model NAME\n");
-      exitCode = kExitBadInput;
-      return;
-    } else {
-      req.base.train.micro_batch = 1;
-    }
-    if (!po->model.empty()) {
-      auto m = core::modelPreset(po->model);
-      if (!m) {
-        std::string names;
-        for (const auto& n : core::modelPresetNames()) names += " " + n;
-        std::fprintf(stderr, "--model: unknown preset '%s' (known:%s)\n", po->model.c_str(),
-                     names.c_str());
-        exitCode = kExitBadInput;
-        return;
-      }
-      req.base.model = *m;
-    }
-    if (po->seqLen > 0) req.base.model.seq_len = po->seqLen;
-    if (po->microBatch > 0) req.base.train.micro_batch = po->microBatch;
-    req.ranks = po->ranks > 0 ? po->ranks : std::max(1, req.base.parallel.ranks);
-    req.goal = *core::planGoalFromString(po->goal);
-    req.global_batch = po->globalBatch;
-    req.allow_adapters = !po->noAdapters;
-    req.allow_offload = !po->noOffload;
-    req.allow_nvme = po->allowNvme;
-    req.allow_fp8 = po->allowFp8;
-    req.max_plans = static_cast<size_t>(po->top);
-    if (!parseSize("--device-memory", po->deviceMemory, req.device_memory) ||
-        !parseSize("--host-memory", po->hostMemory, req.host_memory) ||
-        !parseActivationModel(po->activationModel, req.activation_model)) {
-      exitCode = kExitBadInput;
-      return;
-    }
-    core::PlanResult result = core::planTraining(req);
-    if (po->json)
-      std::cout << core::toJson(result).dump() << std::endl;
-    else
-      std::cout << core::formatPlans(result);
-    if (result.plans.empty()) {
-      exitCode = kExitRunFailed;
-      return;
-    }
-    exitCode =
-        exportConfig(result.plans.front().config, po->dsOut, po->hfOut) ? kExitOk : kExitRunFailed;
-  });
+  plan->callback([po, &exitCode] { exitCode = planMain(*po); });
+}
+
+}  // namespace
+
+void addEstimateCommands(CLI::App& app, int& exitCode) {
+  addEstimateCommand(app, exitCode);
+  addPlanCommand(app, exitCode);
 }
 
 }  // namespace ts::app

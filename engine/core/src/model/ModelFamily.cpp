@@ -32,8 +32,7 @@ const ModelFamily& modelFamily(std::string_view arch) {
   if (const auto* f = findModelFamily(arch)) return *f;
   std::string allowed;
   for (const auto& n : modelFamilyNames()) allowed += (allowed.empty() ? "" : " or ") + n;
-  throw std::invalid_argument("unknown architecture '" + std::string(arch) + "' (" + allowed +
-                              ")");
+  throw std::invalid_argument("unknown architecture '" + std::string(arch) + "' (" + allowed + ")");
 }
 
 const ModelFamily* familyForHf(std::string_view name) {

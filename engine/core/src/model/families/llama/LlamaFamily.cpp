@@ -36,13 +36,11 @@ class LlamaFamily final : public ModelFamily {
 
   std::vector<Projection> projections(const ArchSpec& a) const override {
     const int64_t C = a.dModel, F = a.dFf, KV = a.kvDim();
-    return {{{"q"}, "q_proj", C, C, "self_attn.q_proj"},
-            {{"k"}, "k_proj", C, KV, "self_attn.k_proj"},
-            {{"v"}, "v_proj", C, KV, "self_attn.v_proj"},
-            {{"o"}, "o_proj", C, C, "self_attn.o_proj"},
-            {{"fc"}, "gate_proj", C, F, "mlp.gate_proj"},
-            {{"fc"}, "up_proj", C, F, "mlp.up_proj"},
-            {{"proj"}, "down_proj", F, C, "mlp.down_proj"}};
+    return {
+        {{"q"}, "q_proj", C, C, "self_attn.q_proj"},   {{"k"}, "k_proj", C, KV, "self_attn.k_proj"},
+        {{"v"}, "v_proj", C, KV, "self_attn.v_proj"},  {{"o"}, "o_proj", C, C, "self_attn.o_proj"},
+        {{"fc"}, "gate_proj", C, F, "mlp.gate_proj"},  {{"fc"}, "up_proj", C, F, "mlp.up_proj"},
+        {{"proj"}, "down_proj", F, C, "mlp.down_proj"}};
   }
 
   void tensors(TensorListBuilder& b) const override {
@@ -59,8 +57,8 @@ class LlamaFamily final : public ModelFamily {
       auto slot = [&](std::initializer_list<int> which, S s, bool resid, const char* fused) {
         for (int i : which) {
           const auto& p = proj[size_t(i)];
-          TensorSpec& t = b.add(h + p.path + ".weight", {p.out, p.in}, R::LinearWeight, l,
-                                p.module, s, resid);
+          TensorSpec& t =
+              b.add(h + p.path + ".weight", {p.out, p.in}, R::LinearWeight, l, p.module, s, resid);
           if (fused) t.fusedName = h + fused;
         }
         for (int i : which) b.adapters(h, l, proj[size_t(i)]);
@@ -230,9 +228,8 @@ class LlamaFamily final : public ModelFamily {
             {"llama-70b", shape(80, 64, 8, 8192, 28672, 4096)}};
   }
   std::vector<std::pair<std::string, std::string>> presetAliases() const override {
-    return {{"llama2-7b", "llama-7b"},   {"llama2-13b", "llama-13b"},
-            {"llama2-70b", "llama-70b"}, {"llama-2-7b", "llama-7b"},
-            {"llama-2-13b", "llama-13b"}, {"llama-2-70b", "llama-70b"}};
+    return {{"llama2-7b", "llama-7b"},  {"llama2-13b", "llama-13b"},  {"llama2-70b", "llama-70b"},
+            {"llama-2-7b", "llama-7b"}, {"llama-2-13b", "llama-13b"}, {"llama-2-70b", "llama-70b"}};
   }
 };
 
