@@ -361,6 +361,157 @@ std::pair<std::vector<int64_t>, int64_t> gradLayout(const ParamArena& arena, int
 size_t stateElementBytes(const std::string& dtype) {
   return dtype == "F32" ? 4 : dtype == "BF16" || dtype == "F16" ? 2 : 0;
 }
+
+// Every model tensor's shape, checked before the model is touched. A checkpoint of the
+// trainable tensors only (a LoRA run) must hold exactly this model's trainable ones; the frozen
+// base stays as the caller built it.
+void checkModelShapes(const SafetensorsFile& mf, const ParamArena& model, bool trainableOnly,
+                      const fs::path& dir) {
+  for (const auto& p : model.params()) {
+    if (trainableOnly && !p.trainable()) {
+      if (mf.has(p.name))
+        throw CheckpointError((dir / "model.safetensors").string() + " has tensor '" + p.name +
+                              "', which this run keeps frozen (different finetune config?)");
+      continue;
+    }
+    if (!mf.has(p.name))
+      throw CheckpointError((dir / "model.safetensors").string() + " has no tensor '" + p.name +
+                            "' (different model shape?)");
+    const auto& e = mf.entry(p.name);
+    if (e.dtype != "F32" || e.shape != p.shape)
+      throw CheckpointError((dir / "model.safetensors").string() + ": tensor '" + p.name +
+                            "' has shape " + nlohmann::json(e.shape).dump() + ", the model needs " +
+                            nlohmann::json(p.shape).dump());
+  }
+}
+
+// Optimizer state in another layout (written by another number of ZeRO ranks), or read into a
+// rank's shard, is remapped tensor by tensor from the writer's gradient layout.
+struct StateLayout {
+  bool remap = false;
+  std::pair<std::vector<int64_t>, int64_t> src;  // the writer's offsets and buffer length
+};
+
+StateLayout stateLayoutOf(const nlohmann::json& s, const ParamArena& model, OptimizerShard shard) {
+  const nlohmann::json extra = s.value("extra", nlohmann::json::object());
+  const auto zl = extra.value("zero_layout", nlohmann::json::object());
+  const int64_t srcAlign = zl.value("align", int64_t(1)), srcPad = zl.value("pad_to", int64_t(1)),
+                srcTensorAlign = zl.value("tensor_align", int64_t(1));
+  StateLayout l;
+  l.remap = shard.sharded() || (zl.size() > 0 && (srcAlign != model.options().align ||
+                                                  srcPad != model.options().padTo ||
+                                                  srcTensorAlign != model.options().tensorAlign));
+  if (l.remap) l.src = gradLayout(model, srcAlign, srcPad, srcTensorAlign);
+  return l;
+}
+
+// The optimizer's type and every state tensor's size and dtype against the file.
+void checkOptimizerState(const SafetensorsFile& of, const nlohmann::json& s, Optimizer& optimizer,
+                         const StateLayout& layout, const fs::path& dir) {
+  const std::string type = s.at("optimizer").at("type").get<std::string>();
+  if (type != optimizer.name())
+    throw CheckpointError((dir / "state.json").string() + ": optimizer is " + type +
+                          ", the run uses " + optimizer.name());
+  const bool remap = layout.remap;
+  for (auto& [name, t] : optimizer.state()) {
+    // A master the writer did not keep (fp32 without ZeRO) starts from the weights.
+    if (remap && name == "master" && !of.has(name)) continue;
+    // Compact state: the whole state, whatever the writer's ranks. Remapped: the whole buffer
+    // in the writer's layout; else exactly this run's tensor.
+    const auto compact = optimizer.compactSlice(name);
+    const size_t eb = of.has(name) ? stateElementBytes(of.entry(name).dtype) : 0;
+    const size_t want = compact
+                            ? size_t(compact->total) * size_t(kernels::dtypeBits(t->dtype()) / 8)
+                        : remap ? size_t(layout.src.second) * eb
+                                : static_cast<size_t>(t->bytes());
+    if (!of.has(name) || (remap && !compact && eb == 0) ||
+        of.entry(name).end - of.entry(name).begin != want)
+      throw CheckpointError((dir / "optimizer.safetensors").string() + ": state '" + name +
+                            (remap ? "' is missing or does not match the layout in state.json"
+                                   : "' is missing or has the wrong size"));
+    if (of.entry(name).dtype != stateDtype(t->dtype()))
+      throw CheckpointError((dir / "optimizer.safetensors").string() + ": state '" + name +
+                            "' is " + of.entry(name).dtype + ", the run keeps it as " +
+                            stateDtype(t->dtype()) + " (different precision policy?)");
+  }
+}
+
+// The model's values, through host copies (the arena may live on a device); read first so
+// nothing outside the views (padding) changes. Returns the host copy the optimizer's master
+// may start from.
+std::vector<float> loadModelValues(const SafetensorsFile& mf, ParamArena& model,
+                                   bool trainableOnly) {
+  std::vector<float> params(static_cast<size_t>(model.size())), quant;
+  model.valuesToHost(params.data());
+  for (const auto& p : model.params()) {
+    if (trainableOnly && !p.trainable()) continue;
+    if (p.quantized()) {  // an NF4 model from a full checkpoint: quantized as it loads
+      quant.resize(size_t(p.numel));
+      mf.readF32(p.name, quant.data(), p.numel);
+      model.setQuantized(p, quant.data());
+    } else {
+      mf.readF32(p.name, params.data() + p.offset, p.numel);
+    }
+  }
+  model.setValuesFromHost(params.data());
+  return params;
+}
+
+// One state tensor in the writer's layout, or the master from the weights when the writer kept
+// none, into this rank's range [lo, hi) of the gradient space.
+void loadRemappedState(const SafetensorsFile& of, const std::string& name, Tensor* t,
+                       const ParamArena& model, const StateLayout& layout, int64_t lo, int64_t hi,
+                       const std::vector<float>& values) {
+  if (name == "master" && !of.has(name)) {
+    std::vector<float> m(size_t(t->numel()), 0.f);
+    for (const auto& p : model.params()) {
+      if (!p.trainable()) continue;
+      const int64_t a = std::max(p.gradOffset, lo), b = std::min(p.gradOffset + p.numel, hi);
+      for (int64_t i = a; i < b; ++i)
+        m[size_t(i - lo)] = values[size_t(p.offset + (i - p.gradOffset))];
+    }
+    t->copyFromHost(m.data());
+    return;
+  }
+  const size_t eb = stateElementBytes(of.entry(name).dtype);
+  const std::string_view from = of.bytes(name);
+  std::vector<char> host(size_t(t->bytes()), 0);
+  const auto& params = model.params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamInfo& p = params[i];
+    if (!p.trainable()) continue;
+    const int64_t a = std::max(p.gradOffset, lo), b = std::min(p.gradOffset + p.numel, hi);
+    if (b <= a) continue;
+    std::memcpy(host.data() + size_t(a - lo) * eb,
+                from.data() + size_t(layout.src.first[i] + (a - p.gradOffset)) * eb,
+                size_t(b - a) * eb);
+  }
+  t->copyFromHost(host.data());
+}
+
+void loadOptimizerState(const SafetensorsFile& of, const nlohmann::json& s, Optimizer& optimizer,
+                        const ParamArena& model, OptimizerShard shard, const StateLayout& layout,
+                        const std::vector<float>& values) {
+  // This rank's slice of a compact state (8-bit AdamW's) is one run of the whole.
+  auto loadCompact = [&](const std::string& name, Tensor* t) {
+    const auto c = optimizer.compactSlice(name);
+    if (!c) return false;
+    const size_t eb = size_t(kernels::dtypeBits(t->dtype()) / 8);
+    t->copyFromHost(of.bytes(name).data() + size_t(c->offset) * eb);
+    return true;
+  };
+  const int64_t lo = shard.sharded() ? shard.lo : 0;
+  const int64_t hi = shard.sharded() ? shard.hi : model.gradSize();
+  for (auto& [name, t] : optimizer.state()) {
+    if (loadCompact(name, t)) continue;
+    if (layout.remap)
+      loadRemappedState(of, name, t, model, layout, lo, hi, values);
+    else
+      t->copyFromHost(of.bytes(name).data());  // size and dtype checked before
+  }
+  optimizer.setStepCount(s.at("optimizer").at("step_count").get<int64_t>());
+  optimizer.stateLoaded();
+}
 }  // namespace
 
 LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Optimizer* optimizer,
@@ -379,128 +530,13 @@ LoadedCheckpoint loadCheckpoint(const std::string& path, ParamArena& model, Opti
     SafetensorsFile mf = readVerifiedFile(dir, s, "model.safetensors");
     SafetensorsFile of = readVerifiedFile(dir, s, "optimizer.safetensors");
 
-    // Check every shape before touching the model. A checkpoint of the trainable tensors only
-    // (a LoRA run) must hold exactly this model's trainable ones; the frozen base stays as the
-    // caller built it.
     const bool trainableOnly = s.value("weights", "all") == "trainable";
-    for (const auto& p : model.params()) {
-      if (trainableOnly && !p.trainable()) {
-        if (mf.has(p.name))
-          throw CheckpointError((dir / "model.safetensors").string() + " has tensor '" + p.name +
-                                "', which this run keeps frozen (different finetune config?)");
-        continue;
-      }
-      if (!mf.has(p.name))
-        throw CheckpointError((dir / "model.safetensors").string() + " has no tensor '" + p.name +
-                              "' (different model shape?)");
-      const auto& e = mf.entry(p.name);
-      if (e.dtype != "F32" || e.shape != p.shape)
-        throw CheckpointError((dir / "model.safetensors").string() + ": tensor '" + p.name +
-                              "' has shape " + nlohmann::json(e.shape).dump() +
-                              ", the model needs " + nlohmann::json(p.shape).dump());
-    }
-    // Optimizer state in another layout (written by another number of ZeRO ranks), or read
-    // into a rank's shard: remapped tensor by tensor.
-    const nlohmann::json extra = s.value("extra", nlohmann::json::object());
-    const auto zl = extra.value("zero_layout", nlohmann::json::object());
-    const int64_t srcAlign = zl.value("align", int64_t(1)), srcPad = zl.value("pad_to", int64_t(1)),
-                  srcTensorAlign = zl.value("tensor_align", int64_t(1));
-    const bool remap =
-        shard.sharded() ||
-        (zl.size() > 0 && (srcAlign != model.options().align || srcPad != model.options().padTo ||
-                           srcTensorAlign != model.options().tensorAlign));
-    std::pair<std::vector<int64_t>, int64_t> src;
-    if (remap) src = gradLayout(model, srcAlign, srcPad, srcTensorAlign);
-    if (optimizer) {
-      const std::string type = s.at("optimizer").at("type").get<std::string>();
-      if (type != optimizer->name())
-        throw CheckpointError(statePath.string() + ": optimizer is " + type + ", the run uses " +
-                              optimizer->name());
-      for (auto& [name, t] : optimizer->state()) {
-        // A master the writer did not keep (fp32 without ZeRO) starts from the weights.
-        if (remap && name == "master" && !of.has(name)) continue;
-        // Compact state: the whole state, whatever the writer's ranks. Remapped: the whole
-        // buffer in the writer's layout; else exactly this run's tensor.
-        const auto compact = optimizer->compactSlice(name);
-        const size_t eb = of.has(name) ? stateElementBytes(of.entry(name).dtype) : 0;
-        const size_t want =
-            compact ? size_t(compact->total) * size_t(kernels::dtypeBits(t->dtype()) / 8)
-            : remap ? size_t(src.second) * eb
-                    : static_cast<size_t>(t->bytes());
-        if (!of.has(name) || (remap && !compact && eb == 0) ||
-            of.entry(name).end - of.entry(name).begin != want)
-          throw CheckpointError((dir / "optimizer.safetensors").string() + ": state '" + name +
-                                (remap ? "' is missing or does not match the layout in state.json"
-                                       : "' is missing or has the wrong size"));
-        if (of.entry(name).dtype != stateDtype(t->dtype()))
-          throw CheckpointError((dir / "optimizer.safetensors").string() + ": state '" + name +
-                                "' is " + of.entry(name).dtype + ", the run keeps it as " +
-                                stateDtype(t->dtype()) + " (different precision policy?)");
-      }
-    }
-    // All verified: load (through host copies: the arena may live on a device). It is read
-    // first so nothing outside the views (padding) changes.
-    std::vector<float> params(static_cast<size_t>(model.size())), quant;
-    model.valuesToHost(params.data());
-    for (const auto& p : model.params()) {
-      if (trainableOnly && !p.trainable()) continue;
-      if (p.quantized()) {  // an NF4 model from a full checkpoint: quantized as it loads
-        quant.resize(size_t(p.numel));
-        mf.readF32(p.name, quant.data(), p.numel);
-        model.setQuantized(p, quant.data());
-      } else {
-        mf.readF32(p.name, params.data() + p.offset, p.numel);
-      }
-    }
-    model.setValuesFromHost(params.data());
-    // This rank's slice of a compact state (8-bit AdamW's) is one run of the whole.
-    auto loadCompact = [&](const std::string& name, Tensor* t) {
-      const auto c = optimizer->compactSlice(name);
-      if (!c) return false;
-      const size_t eb = size_t(kernels::dtypeBits(t->dtype()) / 8);
-      t->copyFromHost(of.bytes(name).data() + size_t(c->offset) * eb);
-      return true;
-    };
-    if (optimizer && remap) {
-      const int64_t lo = shard.sharded() ? shard.lo : 0;
-      const int64_t hi = shard.sharded() ? shard.hi : model.gradSize();
-      for (auto& [name, t] : optimizer->state()) {
-        if (loadCompact(name, t)) continue;
-        if (name == "master" && !of.has(name)) {
-          std::vector<float> m(size_t(t->numel()), 0.f);
-          for (const auto& p : model.params()) {
-            if (!p.trainable()) continue;
-            const int64_t a = std::max(p.gradOffset, lo), b = std::min(p.gradOffset + p.numel, hi);
-            for (int64_t i = a; i < b; ++i)
-              m[size_t(i - lo)] = params[size_t(p.offset + (i - p.gradOffset))];
-          }
-          t->copyFromHost(m.data());
-          continue;
-        }
-        const size_t eb = stateElementBytes(of.entry(name).dtype);
-        const std::string_view from = of.bytes(name);
-        std::vector<char> host(size_t(t->bytes()), 0);
-        const auto& params = model.params();
-        for (size_t i = 0; i < params.size(); ++i) {
-          const ParamInfo& p = params[i];
-          if (!p.trainable()) continue;
-          const int64_t a = std::max(p.gradOffset, lo), b = std::min(p.gradOffset + p.numel, hi);
-          if (b <= a) continue;
-          std::memcpy(host.data() + size_t(a - lo) * eb,
-                      from.data() + size_t(src.first[i] + (a - p.gradOffset)) * eb,
-                      size_t(b - a) * eb);
-        }
-        t->copyFromHost(host.data());
-      }
-      optimizer->setStepCount(s.at("optimizer").at("step_count").get<int64_t>());
-      optimizer->stateLoaded();
-    } else if (optimizer) {
-      for (auto& [name, t] : optimizer->state())
-        if (!loadCompact(name, t))
-          t->copyFromHost(of.bytes(name).data());  // size and dtype checked above
-      optimizer->setStepCount(s.at("optimizer").at("step_count").get<int64_t>());
-      optimizer->stateLoaded();
-    }
+    checkModelShapes(mf, model, trainableOnly, dir);
+    const StateLayout layout = stateLayoutOf(s, model, shard);
+    if (optimizer) checkOptimizerState(of, s, *optimizer, layout, dir);
+    // All verified: load.
+    const std::vector<float> values = loadModelValues(mf, model, trainableOnly);
+    if (optimizer) loadOptimizerState(of, s, *optimizer, model, shard, layout, values);
     LoadedCheckpoint out;
     out.state.step = s.at("step").get<int64_t>();
     out.state.tokens = s.at("tokens").get<int64_t>();

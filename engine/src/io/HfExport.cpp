@@ -11,11 +11,11 @@
 #include "trainscope/core/config/Config.h"
 #include "trainscope/core/model/ModelFamily.h"
 #include "trainscope/engine/io/Checkpoint.h"
-#include "trainscope/engine/model/Gpt.h"
 #include "trainscope/engine/io/HfModel.h"
-#include "trainscope/engine/tokenizer/HfTokenizer.h"
 #include "trainscope/engine/io/ModelSource.h"
 #include "trainscope/engine/io/Safetensors.h"
+#include "trainscope/engine/model/Gpt.h"
+#include "trainscope/engine/tokenizer/HfTokenizer.h"
 #include "trainscope/kernels/Numeric.h"
 #include "trainscope/profiler/Tracer.h"
 
@@ -58,6 +58,147 @@ int dtypeBytes(const std::string& dtype) {
   return dtype == "fp32" ? 4 : 2;
 }
 
+// What a model export reads: the model and its run, every value on the host, the family.
+struct ExportSource {
+  Gpt& model;
+  const core::RunConfig& rc;
+  const core::ModelFamily& family;
+  const std::vector<float>& host;
+};
+
+// PEFT adapter files: adapter_model.safetensors (the family's prefix on every name) and
+// adapter_config.json.
+void writeAdapter(const ExportSource& src, const std::string& base, const fs::path& tmp,
+                  HfExportResult& result) {
+  result.adapter = true;
+  SafetensorsWriter w;
+  w.setMetadata("format", "pt");
+  std::set<std::string> modules;
+  for (const auto& p : src.model.params()) {
+    if (p.spec.role != core::TensorRole::LoraA && p.spec.role != core::TensorRole::LoraB) continue;
+    modules.insert(p.spec.module);
+    w.add(src.family.peftPrefix() + p.name, "F32", p.shape, src.host.data() + p.offset,
+          sizeof(float) * size_t(p.numel));
+    ++result.tensors;
+  }
+  writeFile(tmp / "adapter_model.safetensors", w.serialize());
+  const auto& lora = src.rc.finetune.lora;
+  const nlohmann::json ac = {{"peft_type", "LORA"},
+                             {"task_type", "CAUSAL_LM"},
+                             {"r", lora.r},
+                             {"lora_alpha", lora.alpha},
+                             {"lora_dropout", lora.dropout},
+                             {"use_rslora", lora.use_rslora},
+                             {"target_modules", modules},
+                             {"fan_in_fan_out", src.family.peftFanInFanOut()},
+                             {"bias", "none"},
+                             {"inference_mode", true},
+                             {"base_model_name_or_path", base}};
+  writeFile(tmp / "adapter_config.json", ac.dump(2));
+  result.files = {"adapter_config.json", "adapter_model.safetensors"};
+}
+
+struct ExportTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+// The full model's tensors (merged when it has adapters) under Hugging Face names and layout.
+std::vector<ExportTensor> modelTensorsForExport(const ExportSource& src) {
+  const auto merged = src.model.mergedWeights();
+  std::vector<ExportTensor> items;
+  for (const auto& p : src.model.params()) {
+    if (p.spec.role == core::TensorRole::LoraA || p.spec.role == core::TensorRole::LoraB) continue;
+    ExportTensor it{src.family.hfNames(p.spec, false).front(), p.shape, {}};
+    auto m = merged.find(p.name);
+    if (m != merged.end())
+      it.data = m->second;
+    else if (p.quantized())  // an NF4 base: its dequantized values, as PEFT merges them
+      it.data = src.model.arena().dequantizedToHost(p);
+    else
+      it.data.assign(src.host.data() + p.offset, src.host.data() + p.offset + p.numel);
+    if (src.family.hfTransposed(p.spec)) {  // (out, in) -> Conv1D (in, out)
+      const int64_t o = p.shape[0], i = p.shape[1];
+      std::vector<float> t(it.data.size());
+      for (int64_t a = 0; a < o; ++a)
+        for (int64_t b = 0; b < i; ++b) t[size_t(b * o + a)] = it.data[size_t(a * i + b)];
+      it.data = std::move(t);
+      it.shape = {i, o};
+    }
+    items.push_back(std::move(it));
+  }
+  return items;
+}
+
+// Shards of at most shardBytes (a tensor larger than that is a shard of its own), with
+// model.safetensors.index.json when there are several.
+void writeShards(const std::vector<ExportTensor>& items, const HfExportOptions& options,
+                 const fs::path& tmp, HfExportResult& result) {
+  int64_t total = 0;
+  for (const auto& it : items) total += dtypeBytes(options.dtype) * int64_t(it.data.size());
+  std::vector<std::vector<const ExportTensor*>> shards(1);
+  int64_t inShard = 0;
+  for (const auto& it : items) {
+    const int64_t b = dtypeBytes(options.dtype) * int64_t(it.data.size());
+    if (inShard > 0 && inShard + b > options.shardBytes) {
+      shards.emplace_back();
+      inShard = 0;
+    }
+    shards.back().push_back(&it);
+    inShard += b;
+  }
+  nlohmann::json weightMap = nlohmann::json::object();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    char fn[64];
+    if (shards.size() == 1)
+      std::snprintf(fn, sizeof fn, "model.safetensors");
+    else
+      std::snprintf(fn, sizeof fn, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+    SafetensorsWriter w;
+    w.setMetadata("format", "pt");
+    for (const ExportTensor* it : shards[s]) {
+      const auto [dt, bytes] = encodeTensor(it->data, options.dtype);
+      w.add(it->name, dt, it->shape, bytes.data(), bytes.size());
+      weightMap[it->name] = fn;
+    }
+    writeFile(tmp / fn, w.serialize());
+    result.files.push_back(fn);
+  }
+  if (shards.size() > 1) {
+    writeFile(
+        tmp / "model.safetensors.index.json",
+        nlohmann::json({{"metadata", {{"total_size", total}}}, {"weight_map", weightMap}}).dump(2));
+    result.files.push_back("model.safetensors.index.json");
+  }
+}
+
+// config.json, with the special-token ids of the run's tokenizer (GPT2Config's default, 50256,
+// would point outside a smaller vocabulary).
+void writeModelConfig(const ExportSource& src, const std::string& tokenizerFile,
+                      const std::string& dtype, const fs::path& tmp, HfExportResult& result) {
+  const char* torchDtype = dtype == "bf16" ? "bfloat16" : dtype == "fp16" ? "float16" : "float32";
+  nlohmann::json cfg = hfConfig(src.model.config(), src.rc, torchDtype);
+  std::optional<HfTokenizer> tok;
+  if (!tokenizerFile.empty()) tok = HfTokenizer::load(tokenizerFile);
+  auto idOrNull = [](int32_t id) { return id >= 0 ? nlohmann::json(id) : nlohmann::json(); };
+  cfg["bos_token_id"] = tok ? idOrNull(tok->bosId()) : nlohmann::json();
+  cfg["eos_token_id"] = tok ? idOrNull(tok->eosId()) : nlohmann::json();
+  writeFile(tmp / "config.json", cfg.dump(2));
+  result.files.push_back("config.json");
+}
+
+// The run's tokenizer, so the folder is complete for transformers' AutoTokenizer.
+void copyTokenizer(const std::string& tokenizerFile, const fs::path& tmp, HfExportResult& result) {
+  std::error_code ec;
+  for (const std::string& f : HfTokenizer::filesOf(tokenizerFile)) {
+    const fs::path name = fs::path(f).filename();
+    fs::copy_file(f, tmp / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) throw CheckpointError("cannot copy " + f + ": " + ec.message());
+    result.files.push_back(name.string());
+  }
+}
+
 }  // namespace
 
 HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
@@ -87,126 +228,16 @@ HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
   try {
     std::vector<float> host(static_cast<size_t>(model.arena().size()));
     model.arena().valuesToHost(host.data());
-    const core::ModelFamily& family = core::modelFamily(g.architecture);
+    const ExportSource src{model, rc, core::modelFamily(g.architecture), host};
     if (lora && !options.merge) {
-      // PEFT adapter files.
-      result.adapter = true;
-      SafetensorsWriter w;
-      w.setMetadata("format", "pt");
-      std::set<std::string> modules;
-      for (const auto& p : model.params()) {
-        if (p.spec.role != core::TensorRole::LoraA && p.spec.role != core::TensorRole::LoraB)
-          continue;
-        modules.insert(p.spec.module);
-        w.add(family.peftPrefix() + p.name,
-              "F32", p.shape, host.data() + p.offset, sizeof(float) * size_t(p.numel));
-        ++result.tensors;
-      }
-      writeFile(tmp / "adapter_model.safetensors", w.serialize());
-      const nlohmann::json ac = {{"peft_type", "LORA"},
-                                 {"task_type", "CAUSAL_LM"},
-                                 {"r", rc.finetune.lora.r},
-                                 {"lora_alpha", rc.finetune.lora.alpha},
-                                 {"lora_dropout", rc.finetune.lora.dropout},
-                                 {"use_rslora", rc.finetune.lora.use_rslora},
-                                 {"target_modules", modules},
-                                 {"fan_in_fan_out", family.peftFanInFanOut()},
-                                 {"bias", "none"},
-                                 {"inference_mode", true},
-                                 {"base_model_name_or_path", base}};
-      writeFile(tmp / "adapter_config.json", ac.dump(2));
-      result.files = {"adapter_config.json", "adapter_model.safetensors"};
+      writeAdapter(src, base, tmp, result);
     } else {
-      // The full model (merged when it has adapters), Hugging Face names and layout.
-      const auto merged = model.mergedWeights();
-      struct Item {
-        std::string name;
-        std::vector<int64_t> shape;
-        std::vector<float> data;
-      };
-      std::vector<Item> items;
-      int64_t total = 0;
-      for (const auto& p : model.params()) {
-        if (p.spec.role == core::TensorRole::LoraA || p.spec.role == core::TensorRole::LoraB)
-          continue;
-        const std::string name = family.hfNames(p.spec, false).front();
-        const bool transpose = family.hfTransposed(p.spec);
-        Item it{name, p.shape, {}};
-        auto m = merged.find(p.name);
-        if (m != merged.end())
-          it.data = m->second;
-        else if (p.quantized())  // an NF4 base: its dequantized values, as PEFT merges them
-          it.data = model.arena().dequantizedToHost(p);
-        else
-          it.data.assign(host.data() + p.offset, host.data() + p.offset + p.numel);
-        if (transpose) {  // (out, in) -> Conv1D (in, out)
-          const int64_t o = p.shape[0], i = p.shape[1];
-          std::vector<float> t(it.data.size());
-          for (int64_t a = 0; a < o; ++a)
-            for (int64_t b = 0; b < i; ++b) t[size_t(b * o + a)] = it.data[size_t(a * i + b)];
-          it.data = std::move(t);
-          it.shape = {i, o};
-        }
-        total += dtypeBytes(options.dtype) * p.numel;
-        items.push_back(std::move(it));
-        ++result.tensors;
-      }
-      // Shards of at most shardBytes (a tensor larger than that is a shard of its own).
-      std::vector<std::vector<const Item*>> shards(1);
-      int64_t inShard = 0;
-      for (const auto& it : items) {
-        const int64_t b = dtypeBytes(options.dtype) * int64_t(it.data.size());
-        if (inShard > 0 && inShard + b > options.shardBytes) {
-          shards.emplace_back();
-          inShard = 0;
-        }
-        shards.back().push_back(&it);
-        inShard += b;
-      }
-      nlohmann::json weightMap = nlohmann::json::object();
-      for (size_t s = 0; s < shards.size(); ++s) {
-        char fn[64];
-        if (shards.size() == 1)
-          std::snprintf(fn, sizeof fn, "model.safetensors");
-        else
-          std::snprintf(fn, sizeof fn, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
-        SafetensorsWriter w;
-        w.setMetadata("format", "pt");
-        for (const Item* it : shards[s]) {
-          const auto [dt, bytes] = encodeTensor(it->data, options.dtype);
-          w.add(it->name, dt, it->shape, bytes.data(), bytes.size());
-          weightMap[it->name] = fn;
-        }
-        writeFile(tmp / fn, w.serialize());
-        result.files.push_back(fn);
-      }
-      if (shards.size() > 1) {
-        writeFile(tmp / "model.safetensors.index.json",
-                  nlohmann::json({{"metadata", {{"total_size", total}}}, {"weight_map", weightMap}})
-                      .dump(2));
-        result.files.push_back("model.safetensors.index.json");
-      }
-      const char* torchDtype = options.dtype == "bf16"   ? "bfloat16"
-                               : options.dtype == "fp16" ? "float16"
-                                                         : "float32";
-      nlohmann::json cfg = hfConfig(g, rc, torchDtype);
-      // Special-token ids from the run's tokenizer (GPT2Config's default, 50256, would point
-      // outside a smaller vocabulary).
-      std::optional<HfTokenizer> tok;
-      if (!tokenizerFile.empty()) tok = HfTokenizer::load(tokenizerFile);
-      auto idOrNull = [](int32_t id) { return id >= 0 ? nlohmann::json(id) : nlohmann::json(); };
-      cfg["bos_token_id"] = tok ? idOrNull(tok->bosId()) : nlohmann::json();
-      cfg["eos_token_id"] = tok ? idOrNull(tok->eosId()) : nlohmann::json();
-      writeFile(tmp / "config.json", cfg.dump(2));
-      result.files.push_back("config.json");
+      const auto items = modelTensorsForExport(src);
+      result.tensors += static_cast<int64_t>(items.size());
+      writeShards(items, options, tmp, result);
+      writeModelConfig(src, tokenizerFile, options.dtype, tmp, result);
     }
-    // The run's tokenizer, so the folder is complete for transformers' AutoTokenizer.
-    for (const std::string& f : HfTokenizer::filesOf(tokenizerFile)) {
-      const fs::path name = fs::path(f).filename();
-      fs::copy_file(f, tmp / name, fs::copy_options::overwrite_existing, ec);
-      if (ec) throw CheckpointError("cannot copy " + f + ": " + ec.message());
-      result.files.push_back(name.string());
-    }
+    copyTokenizer(tokenizerFile, tmp, result);
     fs::remove_all(target, ec);
     fs::rename(tmp, target, ec);
     if (ec) throw CheckpointError("cannot rename into " + target.string() + ": " + ec.message());
