@@ -187,153 +187,230 @@ int64_t kernelScratchPerThread(const ArchSpec& a, const SavedStateOptions& o) {
   return per;
 }
 
-std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o) {
-  const int64_t B = o.batch, T = a.seqLen, C = a.dModel, V = a.vocab, NH = a.heads;
-  const int64_t N = B * T;
-  const int64_t F = a.dFf, fcPre = a.swiglu ? 2 * F : F, qkv = a.qkvDim();
-  const bool int8 = o.compression == "int8" && !o.forwardOnly;
-  const bool sparse = o.compression == "sparse";
-  const int k = o.forwardOnly ? 0 : o.checkpointEvery;
-  // Stored (packed) saved activations: int8 rows, or the 16-bit working dtype.
-  const ElementType half = o.forwardOnly ? ElementType::F32 : o.saved;
-  const bool stored = int8 || half != ElementType::F32;
-  const auto sites = loraSites(a, o.lora);
+namespace {
+
+// The buffers savedState lists for one micro-batch, in the order the engine allocates them
+// (the order is part of the contract: it fixes their addresses and alignment).
+class SavedStateList {
+ public:
+  SavedStateList(const ArchSpec& a, const SavedStateOptions& o);
+
+  void inputs();
+  void blockSet(int s);
+  void checkpoints();
+  void outsideBlocks();
+  void forwardWorkspace();
+  void backwardWorkspace();
+  void kernelScratch();
+  int sets() const { return o_.forwardOnly ? 1 : k_ > 0 ? k_ : static_cast<int>(a_.layers); }
+  std::vector<BufferSpec> take() { return std::move(v_); }
+
+ private:
   using Cat = MemoryCategory;
-  std::vector<BufferSpec> v;
   using E = ElementType;
-  auto add = [&](std::string name, std::vector<int64_t> shape, E type = E::F32,
-                 Cat cat = Cat::Activations, int set = -1, int index = 0) {
-    v.push_back({std::move(name), std::move(shape), type, cat, set, index, false});
-  };
+
+  void add(std::string name, std::vector<int64_t> shape, E type = E::F32,
+           Cat cat = Cat::Activations, int set = -1, int index = 0) {
+    v_.push_back({std::move(name), std::move(shape), type, cat, set, index, false});
+  }
   // A saved activation backward can take approximately: int8 rows (last dim) with an fp32
   // scale per row, else fp32 or 16-bit. The norms' inputs (the residual stream, `residual`)
   // stay fp32 under the 16-bit policies, as under autocast, and are bf16 under int8: a row's
   // absmax is set by a few outlier channels, int8 would round the rest coarsely, and the
   // norm's backward scales that error by rstd (measured: docs/memory.md).
-  auto saved = [&](const std::string& name, std::vector<int64_t> shape, int set) {
-    if (int8) {
+  void saved(const std::string& name, std::vector<int64_t> shape, int set) {
+    if (int8_) {
       std::vector<int64_t> rows(shape.begin(), shape.end() - 1);
       add(name, std::move(shape), E::I8, Cat::Activations, set);
       add(name + "Scale", std::move(rows), E::F32, Cat::Activations, set);
     } else {
-      add(name, std::move(shape), half, Cat::Activations, set);
+      add(name, std::move(shape), half_, Cat::Activations, set);
     }
-  };
-  const bool packedResidual = int8;  // the blocks then run on an fp32 stream
+  }
+  void residual(const std::string& name, std::vector<int64_t> shape, int set) {
+    add(name, std::move(shape),
+        !packedResidual_  ? E::F32
+        : half_ == E::F16 ? E::F16
+                          : E::BF16,
+        Cat::Activations, set);
+  }
+  // The largest block weight (an NF4 or fp8 weight dequantized for its GEMM).
+  int64_t largestWeight() const { return std::max({qkv_ * C_, fcPre_ * C_, C_ * F_}); }
+
+  const ArchSpec& a_;
+  const SavedStateOptions& o_;
+  const int64_t B_, T_, C_, V_, NH_, N_, F_, fcPre_, qkv_;
+  const int64_t widest_;  // the widest GEMM operand row
+  const bool int8_, sparse_;
+  const int k_;  // checkpoint segment length; 0 none
+  // Stored (packed) saved activations: int8 rows, or the 16-bit working dtype.
+  const ElementType half_;
+  const bool stored_;
+  const bool packedResidual_;  // the blocks then run on an fp32 stream
+  const bool sixteenBit_;      // 16-bit storage (not int8)
   // 16-bit storage keeps the norms' inputs exact, so backward recomputes the norms' outputs
   // from them and their statistics (bit for bit what forward computed) instead of keeping a
   // rounded 16-bit copy: 2·N·C bytes per norm less, and the linears' weight gradients see the
   // exact values.
-  const bool sixteenBit = half != E::F32 && !int8;
-  const bool normOutKept = !sixteenBit;
+  const bool normOutKept_;
   // The same storage keeps no MLP activation output either: backward recomputes it from the
   // stored 16-bit pre-activation (one elementwise op; it then reads act(round(pre)) where a
   // stored copy would give round(act(pre)): the same order of rounding error, and 2·N·F bytes
   // less per block).
-  const bool actKept = !sixteenBit;
-  auto residual = [&](const std::string& name, std::vector<int64_t> shape, int set) {
-    add(name, std::move(shape),
-        !packedResidual  ? E::F32
-        : half == E::F16 ? E::F16
-                         : E::BF16,
-        Cat::Activations, set);
-  };
-  add("tokens", {B, T}, E::I32);
-  add("targets", {B, T}, E::I32);
-  // Plain: every layer keeps a full set. Checkpointing: k scratch sets + one input per segment.
-  const int sets = o.forwardOnly ? 1 : k > 0 ? k : static_cast<int>(a.layers);
-  for (int s = 0; s < sets; ++s) {
-    // A packed residual: set 0 keeps its input as well, so backward reads the same rounded
-    // values with checkpointing on or off.
-    if (k == 0 || s > 0 || packedResidual) residual("input", {B, T, C}, s);
-    if (!a.rmsNorm) add("ln1Mean", {B, T}, E::F32, Cat::Activations, s);
-    add("ln1Rstd", {B, T}, E::F32, Cat::Activations, s);
-    saved("qkv", {B, T, qkv}, s);
-    if (o.flash)
-      add("att", {B, NH, T}, E::F32, Cat::Activations, s);  // log-sum-exp: exact
-    else
-      saved("att", {B, NH, T, T}, s);
-    residual("resid2", {B, T, C}, s);
-    if (!a.rmsNorm) add("ln2Mean", {B, T}, E::F32, Cat::Activations, s);
-    add("ln2Rstd", {B, T}, E::F32, Cat::Activations, s);
-    // int8 with ReLU: backward's mask comes from the activation, packed so that no nonzero
-    // becomes zero (exact mask); the pre-activation is not kept.
-    if (!(int8 && a.relu && !a.swiglu)) saved("fcPre", {B, T, fcPre}, s);
-    // LoRA: each adapter keeps its down-projected input u = x A^T for dB.
-    for (size_t i = 0; i < sites.size(); ++i)
-      add("loraU", {B, T, o.lora.r}, E::F32, Cat::Activations, s, static_cast<int>(i));
-    if (normOutKept) saved("ln1", {B, T, C}, s);
-    saved("attOut", {B, T, C}, s);
-    if (normOutKept) saved("ln2", {B, T, C}, s);
-    if (sparse) {
-      // A bitmap of the ReLU output (1 bit per value) and its nonzeros, counted per forward.
-      add("fcMask", {ceilDiv(N * F, 8)}, E::I8, Cat::Activations, s);
-      v.push_back({"fcVals", {B, T, F}, E::F32, Cat::Activations, s, 0, true});
-    } else if (actKept) {
-      saved("fcAct", {B, T, F}, s);
-    }
+  const bool actKept_;
+  const std::vector<LoraSite> sites_;
+  std::vector<BufferSpec> v_;
+};
+
+SavedStateList::SavedStateList(const ArchSpec& a, const SavedStateOptions& o)
+    : a_(a),
+      o_(o),
+      B_(o.batch),
+      T_(a.seqLen),
+      C_(a.dModel),
+      V_(a.vocab),
+      NH_(a.heads),
+      N_(B_ * T_),
+      F_(a.dFf),
+      fcPre_(a.swiglu ? 2 * F_ : F_),
+      qkv_(a.qkvDim()),
+      widest_(std::max({fcPre_, qkv_, C_})),
+      int8_(o.compression == "int8" && !o.forwardOnly),
+      sparse_(o.compression == "sparse"),
+      k_(o.forwardOnly ? 0 : o.checkpointEvery),
+      half_(o.forwardOnly ? ElementType::F32 : o.saved),
+      stored_(int8_ || half_ != ElementType::F32),
+      packedResidual_(int8_),
+      sixteenBit_(half_ != E::F32 && !int8_),
+      normOutKept_(!sixteenBit_),
+      actKept_(!sixteenBit_),
+      sites_(loraSites(a, o.lora)) {}
+
+void SavedStateList::inputs() {
+  add("tokens", {B_, T_}, E::I32);
+  add("targets", {B_, T_}, E::I32);
+}
+
+// Set s of the blocks' saved activations. Plain: every layer keeps a full set. Checkpointing:
+// k scratch sets (+ one input per segment, checkpoints()).
+void SavedStateList::blockSet(int s) {
+  // A packed residual: set 0 keeps its input as well, so backward reads the same rounded
+  // values with checkpointing on or off.
+  if (k_ == 0 || s > 0 || packedResidual_) residual("input", {B_, T_, C_}, s);
+  if (!a_.rmsNorm) add("ln1Mean", {B_, T_}, E::F32, Cat::Activations, s);
+  add("ln1Rstd", {B_, T_}, E::F32, Cat::Activations, s);
+  saved("qkv", {B_, T_, qkv_}, s);
+  if (o_.flash)
+    add("att", {B_, NH_, T_}, E::F32, Cat::Activations, s);  // log-sum-exp: exact
+  else
+    saved("att", {B_, NH_, T_, T_}, s);
+  residual("resid2", {B_, T_, C_}, s);
+  if (!a_.rmsNorm) add("ln2Mean", {B_, T_}, E::F32, Cat::Activations, s);
+  add("ln2Rstd", {B_, T_}, E::F32, Cat::Activations, s);
+  // int8 with ReLU: backward's mask comes from the activation, packed so that no nonzero
+  // becomes zero (exact mask); the pre-activation is not kept.
+  if (!(int8_ && a_.relu && !a_.swiglu)) saved("fcPre", {B_, T_, fcPre_}, s);
+  // LoRA: each adapter keeps its down-projected input u = x A^T for dB.
+  for (size_t i = 0; i < sites_.size(); ++i)
+    add("loraU", {B_, T_, o_.lora.r}, E::F32, Cat::Activations, s, static_cast<int>(i));
+  if (normOutKept_) saved("ln1", {B_, T_, C_}, s);
+  saved("attOut", {B_, T_, C_}, s);
+  if (normOutKept_) saved("ln2", {B_, T_, C_}, s);
+  if (sparse_) {
+    // A bitmap of the ReLU output (1 bit per value) and its nonzeros, counted per forward.
+    add("fcMask", {ceilDiv(N_ * F_, 8)}, E::I8, Cat::Activations, s);
+    v_.push_back({"fcVals", {B_, T_, F_}, E::F32, Cat::Activations, s, 0, true});
+  } else if (actKept_) {
+    saved("fcAct", {B_, T_, F_}, s);
   }
-  if (k > 0)
-    for (int64_t seg = 0; seg < ceilDiv(a.layers, k); ++seg)
-      add("checkpoint", {B, T, C}, E::F32, Cat::Activations, -1, static_cast<int>(seg));
-  residual("residOut", {B, T, C}, -1);
-  if (normOutKept) saved("lnf", {B, T, C}, -1);
-  if (!a.rmsNorm) add("lnfMean", {B, T});
-  add("lnfRstd", {B, T});
-  add("logits", {B, T, V});
-  add("losses", {B, T});
-  // Backward scratch, reused by every block (forward uses ones and dtmp, and the bf16 operands).
+}
+
+// Checkpointing: each segment's input.
+void SavedStateList::checkpoints() {
+  if (k_ > 0)
+    for (int64_t seg = 0; seg < ceilDiv(a_.layers, k_); ++seg)
+      add("checkpoint", {B_, T_, C_}, E::F32, Cat::Activations, -1, static_cast<int>(seg));
+}
+
+// After the blocks: the residual stream's end, the final norm, logits and losses.
+void SavedStateList::outsideBlocks() {
+  residual("residOut", {B_, T_, C_}, -1);
+  if (normOutKept_) saved("lnf", {B_, T_, C_}, -1);
+  if (!a_.rmsNorm) add("lnfMean", {B_, T_});
+  add("lnfRstd", {B_, T_});
+  add("logits", {B_, T_, V_});
+  add("losses", {B_, T_});
+}
+
+// A forward-only model (a distillation teacher): a branch's output before its residual add
+// and the bf16 GEMMs' operands.
+void SavedStateList::forwardWorkspace() {
   const Cat ws = Cat::Workspace;
-  add("ones", {N}, E::F32, ws);
-  // Last, so that the other buffers keep the addresses (and alignment) they had without it.
-  auto kernelScratch = [&] {
-    if (o.kernelThreads > 0)
-      if (const int64_t per = kernelScratchPerThread(a, o); per > 0)
-        add("kernelScratch", {o.kernelThreads, per}, E::F32, ws);
-  };
-  if (o.forwardOnly) {
-    add("dtmp", {B, T, C}, E::F32, ws);  // a branch's output before its residual add
-    const int64_t widest = std::max({fcPre, qkv, C});
-    if (o.bf16Gemm || o.nf4) add("x16", {N * widest}, E::BF16, ws);
-    if (o.nf4) add("nf4W", {std::max({qkv * C, fcPre * C, C * F})}, E::BF16, ws);
-    kernelScratch();
-    return v;
-  }
-  add("dres", {B, T, C}, E::F32, ws);
-  add("dtmp", {B, T, C}, E::F32, ws);
-  add("dqkv", {B, T, qkv}, E::F32, ws);
-  if (!o.flash) add("datt", {B, NH, T, T}, E::F32, ws);
+  add("ones", {N_}, E::F32, ws);
+  add("dtmp", {B_, T_, C_}, E::F32, ws);
+  if (o_.bf16Gemm || o_.nf4) add("x16", {N_ * widest_}, E::BF16, ws);
+  if (o_.nf4) add("nf4W", {largestWeight()}, E::BF16, ws);
+}
+
+// Backward scratch, reused by every block (forward uses ones and dtmp, and the bf16 operands).
+void SavedStateList::backwardWorkspace() {
+  const Cat ws = Cat::Workspace;
+  add("ones", {N_}, E::F32, ws);
+  add("dres", {B_, T_, C_}, E::F32, ws);
+  add("dtmp", {B_, T_, C_}, E::F32, ws);
+  add("dqkv", {B_, T_, qkv_}, E::F32, ws);
+  if (!o_.flash) add("datt", {B_, NH_, T_, T_}, E::F32, ws);
   // Stored tensors are computed and expanded in dfc / dfc2: wide enough for qkv and C too.
-  const int64_t fcWide = stored ? std::max({fcPre, qkv, C}) : fcPre;
-  add("dfc", {B, T, fcWide}, E::F32, ws);
-  add("dfc2", {B, T, fcWide}, E::F32, ws);
-  if (packedResidual) add("stream", {B, T, C}, E::F32, ws);  // forward's fp32 residual stream
-  if (stored && !o.flash) add("attUnpack", {B, NH, T, T}, E::F32, ws);
-  if (o.dropout) add("ddrop", {B, T, C}, E::F32, ws);  // a branch's gradient through its mask
-  if (!sites.empty()) {
-    add("loraDU", {N, o.lora.r}, E::F32, ws);  // an adapter's gradient of u
+  const int64_t fcWide = stored_ ? widest_ : fcPre_;
+  add("dfc", {B_, T_, fcWide}, E::F32, ws);
+  add("dfc2", {B_, T_, fcWide}, E::F32, ws);
+  if (packedResidual_) add("stream", {B_, T_, C_}, E::F32, ws);  // forward's fp32 residual stream
+  if (stored_ && !o_.flash) add("attUnpack", {B_, NH_, T_, T_}, E::F32, ws);
+  if (o_.dropout) add("ddrop", {B_, T_, C_}, E::F32, ws);  // a branch's gradient through its mask
+  if (!sites_.empty()) {
+    add("loraDU", {N_, o_.lora.r}, E::F32, ws);  // an adapter's gradient of u
     int64_t in = 0;
-    for (const auto& st : sites) in = std::max(in, st.in);
-    if (o.lora.dropout > 0) add("loraX", {N, in}, E::F32, ws);  // the dropped adapter input
+    for (const auto& st : sites_) in = std::max(in, st.in);
+    if (o_.lora.dropout > 0) add("loraX", {N_, in}, E::F32, ws);  // the dropped adapter input
   }
-  const int64_t widest = std::max({fcPre, qkv, C});  // the widest GEMM operand row
-  if (o.bf16Gemm || o.nf4) {  // bf16 inputs / output gradients of the block GEMMs
-    add("x16", {N * widest}, E::BF16, ws);
+  if (o_.bf16Gemm || o_.nf4) {  // bf16 inputs / output gradients of the block GEMMs
+    add("x16", {N_ * widest_}, E::BF16, ws);
     // Also the LM head's logit gradient, a block of rows at a time: at least one row of V.
-    add("g16", {std::max(N * widest, V)}, E::BF16, ws);
+    add("g16", {std::max(N_ * widest_, V_)}, E::BF16, ws);
   }
-  if (o.nf4)  // an NF4 base weight dequantized for its GEMM (the largest one)
-    add("nf4W", {std::max({qkv * C, fcPre * C, C * F})}, E::BF16, ws);
-  if (!o.fp8.empty()) {  // the emulated fp8 GEMM's dequantized operands
-    add("fp8X", {N * widest}, E::F32, ws);
-    add("fp8G", {N * widest}, E::F32, ws);
-    add("fp8W", {std::max({qkv * C, fcPre * C, C * F})}, E::F32, ws);  // the largest weight
-    if (o.fp8 == "blockwise")  // per-tile scales of the operand with the most tiles
-      add("fp8TileScales", {std::max(N * ceilDiv(widest, 128), ceilDiv(N, 128) * widest)}, E::F32,
-          ws);
+  if (o_.nf4)  // an NF4 base weight dequantized for its GEMM (the largest one)
+    add("nf4W", {largestWeight()}, E::BF16, ws);
+  if (!o_.fp8.empty()) {  // the emulated fp8 GEMM's dequantized operands
+    add("fp8X", {N_ * widest_}, E::F32, ws);
+    add("fp8G", {N_ * widest_}, E::F32, ws);
+    add("fp8W", {largestWeight()}, E::F32, ws);  // the largest weight
+    if (o_.fp8 == "blockwise")  // per-tile scales of the operand with the most tiles
+      add("fp8TileScales", {std::max(N_ * ceilDiv(widest_, 128), ceilDiv(N_, 128) * widest_)},
+          E::F32, ws);
   }
-  kernelScratch();
-  return v;
+}
+
+// Last, so that the other buffers keep the addresses (and alignment) they had without it.
+void SavedStateList::kernelScratch() {
+  if (o_.kernelThreads > 0)
+    if (const int64_t per = kernelScratchPerThread(a_, o_); per > 0)
+      add("kernelScratch", {o_.kernelThreads, per}, E::F32, Cat::Workspace);
+}
+
+}  // namespace
+
+std::vector<BufferSpec> savedState(const ArchSpec& a, const SavedStateOptions& o) {
+  SavedStateList list(a, o);
+  list.inputs();
+  for (int s = 0; s < list.sets(); ++s) list.blockSet(s);
+  list.checkpoints();
+  list.outsideBlocks();
+  if (o.forwardOnly)
+    list.forwardWorkspace();
+  else
+    list.backwardWorkspace();
+  list.kernelScratch();
+  return list.take();
 }
 
 }  // namespace ts::core

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -151,6 +152,203 @@ long bucketOf(double s) {
   return s > 0 ? std::lround(std::log(s) / std::log(1.05)) : 0;
 }
 
+std::string joinTechniques(const std::vector<std::string>& t) {
+  std::ostringstream s;
+  for (size_t i = 0; i < t.size(); ++i) s << (i ? " + " : "") << t[i];
+  return s.str();
+}
+
+// The batch every plan trains: the global batch split over the ranks, and the micro-batch
+// sizes to try (those that divide a rank's share; accumulation makes up the rest).
+struct BatchShape {
+  int ranks = 1;
+  int64_t baseMicro = 1;
+  int64_t perRank = 1;
+  std::vector<int> micros;
+};
+
+BatchShape batchShapeOf(const PlanRequest& req) {
+  BatchShape b;
+  b.ranks = std::max(1, req.ranks);
+  b.baseMicro = std::max(1, req.base.train.micro_batch);
+  int64_t global = req.global_batch > 0
+                       ? req.global_batch
+                       : b.baseMicro * std::max(1, req.base.train.grad_accum) * b.ranks;
+  b.perRank = std::max<int64_t>(1, global / b.ranks);
+  if (req.goal == PlanGoal::Fit) {
+    b.micros.push_back(static_cast<int>(std::min(b.baseMicro, b.perRank)));
+  } else {
+    for (int64_t m = 1; m <= b.perRank && m <= 4096; ++m) {
+      if (b.perRank % m == 0) b.micros.push_back(static_cast<int>(m));
+    }
+  }
+  return b;
+}
+
+// Ideal: plain bf16 full training of the same tokens, compute only.
+double idealSeconds(const PlanRequest& req, const BatchShape& b, const EstimateOptions& fast) {
+  RunConfig plain = req.base;
+  plain.finetune = {};
+  plain.train.micro_batch = 1;
+  plain.train.grad_accum = static_cast<int>(b.perRank);
+  plain.parallel.ranks = b.ranks;
+  plain.memory.checkpointing = "none";
+  return estimateMemory(plain, fast).flops_per_step / b.ranks / req.hardware.device_flops;
+}
+
+// The basis of every relative step time: the setup as configured, at the request's ranks and
+// batch (a tiny model's step is all overhead, so "relative to the ideal" reads 2000x).
+void setBaseline(const PlanRequest& req, const BatchShape& b, const EstimateOptions& fast,
+                 double idealS, PlanResult& result) {
+  const Combo asIs = comboOf(req.base);
+  const int micro = static_cast<int>(std::min(b.baseMicro, b.perRank));
+  RunConfig cfg = req.base;
+  cfg.parallel.ranks = b.ranks;
+  cfg.train.micro_batch = micro;
+  cfg.train.grad_accum = static_cast<int>(std::max<int64_t>(1, b.perRank / micro));
+  result.baseline = costOf(req, asIs, cfg, estimateMemory(cfg, fast), idealS);
+  std::ostringstream s;
+  s << joinTechniques(techniquesOf(asIs, cfg, b.ranks)) << " | micro-batch "
+    << cfg.train.micro_batch << " x " << cfg.train.grad_accum;
+  result.baseline_summary = s.str();
+  result.baseline.relative = 1.0;
+}
+
+// Every combination the request allows, in the order they are tried (precision outermost, the
+// adapters innermost; the order decides among equal plans).
+std::vector<Combo> combinationsOf(const PlanRequest& req, int ranks) {
+  std::vector<std::string> precisions = {"bf16", "fp16", "pure_bf16", "fp32"};
+  if (req.allow_fp8) precisions.push_back("fp8");
+  std::vector<std::pair<std::string, std::string>> offloads = {{"none", "none"}};
+  if (req.allow_offload) {
+    offloads.push_back({"cpu", "none"});
+    offloads.push_back({"cpu", "cpu"});
+    if (req.allow_nvme) {
+      offloads.push_back({"nvme", "none"});
+      offloads.push_back({"nvme", "nvme"});
+    }
+  }
+  std::vector<int> stages = {0};
+  if (ranks > 1)
+    stages = {0, 1, 2, 3};
+  else if (req.allow_offload)
+    stages = {0, 3};  // stage 3 on one rank: parameter offload
+  const int maxAdapters = req.allow_adapters ? 2 : 0;
+
+  std::vector<Combo> combos;
+  for (const auto& prec : precisions)
+    for (const std::string ck : {"none", "every_k", "all"})
+      for (const std::string comp : {"none", "int8"})
+        for (const std::string att : {"flash", "naive"})
+          for (int zero : stages)
+            for (const auto& [oo, op] : offloads) {
+              if (op != "none" && zero != 3) continue;
+              if (zero == 3 && ranks == 1 && op == "none") continue;
+              for (int bits : {32, 8})
+                for (int ad = 0; ad <= maxAdapters; ++ad)
+                  combos.push_back(Combo{prec, ck, comp, att, zero, oo, op, bits, ad});
+            }
+  return combos;
+}
+
+// A combination at its largest fitting micro-batch (memory grows with it: binary search), or
+// nothing when even the smallest does not fit.
+std::optional<Candidate> bestFit(const PlanRequest& req, const Combo& c, const BatchShape& b,
+                                 const EstimateOptions& fast, double idealS, int64_t& evaluated) {
+  const double budget = static_cast<double>(req.device_memory) * req.usable_fraction;
+  const auto& micros = b.micros;
+  int lo = 0, hi = static_cast<int>(micros.size()) - 1, best = -1;
+  MemoryEstimate bestEst;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    RunConfig cfg = applyCombo(req, c, micros[mid], static_cast<int>(b.perRank / micros[mid]));
+    MemoryEstimate e = estimateMemory(cfg, fast);
+    ++evaluated;
+    const bool hostOk = req.host_memory <= 0 || e.peak_host <= req.host_memory;
+    if (static_cast<double>(e.peak_device) <= budget && hostOk) {
+      best = mid;
+      bestEst = std::move(e);
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  if (best < 0) return std::nullopt;
+  Candidate cand;
+  Plan& p = cand.plan;
+  p.config = applyCombo(req, c, micros[best], static_cast<int>(b.perRank / micros[best]));
+  p.estimate = std::move(bestEst);
+  p.cost = costOf(req, c, p.config, p.estimate, idealS);
+  cand.cls = classOf(c);
+  cand.bucket = bucketOf(p.cost.total_s);
+  p.plan_class = classNames[cand.cls];
+  p.compromises = compromisesOf(c);
+  p.techniques = techniquesOf(c, p.config, b.ranks);
+  return cand;
+}
+
+// Best first for the goal: the class (no adapters, no offload first), then the goal's order.
+void sortForGoal(std::vector<Candidate>& fits, PlanGoal goal) {
+  auto key = [&](const Candidate& c) {
+    const auto& p = c.plan;
+    const double peak = static_cast<double>(p.estimate.peak_device);
+    switch (goal) {
+      case PlanGoal::Fastest:
+        return std::make_tuple(c.cls, c.bucket, static_cast<long>(p.compromises), 0L, peak);
+      case PlanGoal::LargestBatch:
+        return std::make_tuple(c.cls, -static_cast<long>(p.config.train.micro_batch), c.bucket,
+                               static_cast<long>(p.compromises), peak);
+      default:
+        return std::make_tuple(c.cls, static_cast<long>(p.compromises), c.bucket, 0L, peak);
+    }
+  };
+  std::stable_sort(fits.begin(), fits.end(),
+                   [&](const Candidate& a, const Candidate& b) { return key(a) < key(b); });
+}
+
+// The first max_plans (runnable ones, when asked) with their summary and full per-rank report.
+void takePlans(const PlanRequest& req, std::vector<Candidate>& fits, PlanResult& result) {
+  const double basisS = result.baseline.total_s;
+  for (auto& c : fits) {
+    if (result.plans.size() >= req.max_plans) break;
+    Plan& p = c.plan;
+    p.cost.relative = basisS > 0 ? p.cost.total_s / basisS : 0;
+    if (req.limitations) p.limitations = req.limitations(p.config);
+    if (req.runnable_only && !p.limitations.empty()) {
+      ++result.not_runnable;
+      continue;
+    }
+    p.summary = joinTechniques(p.techniques) + " | micro-batch " +
+                std::to_string(p.config.train.micro_batch);
+    EstimateOptions full;
+    full.activation_model = req.activation_model;
+    full.device_memory = req.device_memory;
+    p.estimate = estimateMemory(p.config, full);
+    result.plans.push_back(std::move(p));
+  }
+}
+
+// Why no plan came back: none fit, or none this engine can run.
+std::string noPlanMessage(const PlanRequest& req, const std::vector<Candidate>& fits,
+                          const PlanResult& result) {
+  if (result.not_runnable > 0) {
+    std::string why;
+    for (const auto& c : fits)
+      if (!c.plan.limitations.empty()) {
+        why = c.plan.limitations.front();
+        break;
+      }
+    return std::to_string(result.not_runnable) + " setup(s) fit, but this engine cannot run them" +
+           (why.empty() ? std::string() : " (" + why + ")") + "; show all that fit to see them";
+  }
+  const double budget = static_cast<double>(req.device_memory) * req.usable_fraction;
+  return "no combination fits in " + formatBytes(budget) + " per device" +
+         (req.host_memory > 0
+              ? " and " + formatBytes(static_cast<double>(req.host_memory)) + " host"
+              : std::string()) +
+         "; add ranks, allow offload/adapters, or shorten the sequence";
+}
+
 }  // namespace
 
 std::string_view toString(PlanGoal g) {
@@ -177,179 +375,20 @@ PlanResult planTraining(const PlanRequest& req) {
     result.message = "device memory must be given (> 0 bytes)";
     return result;
   }
-  const int ranks = std::max(1, req.ranks);
-  const int64_t baseMicro = std::max(1, req.base.train.micro_batch);
-  int64_t global = req.global_batch > 0
-                       ? req.global_batch
-                       : baseMicro * std::max(1, req.base.train.grad_accum) * ranks;
-  const int64_t perRank = std::max<int64_t>(1, global / ranks);
-  global = perRank * ranks;
-  const double budget = static_cast<double>(req.device_memory) * req.usable_fraction;
-
-  // Micro-batch candidates: sizes that divide the per-rank batch (accumulation makes up the rest).
-  std::vector<int> micros;
-  if (req.goal == PlanGoal::Fit) {
-    micros.push_back(static_cast<int>(std::min(baseMicro, perRank)));
-  } else {
-    for (int64_t m = 1; m <= perRank && m <= 4096; ++m) {
-      if (perRank % m == 0) micros.push_back(static_cast<int>(m));
-    }
-  }
-
-  // Ideal: plain bf16 full training of the same tokens, compute only.
-  RunConfig plain = req.base;
-  plain.finetune = {};
-  plain.train.micro_batch = 1;
-  plain.train.grad_accum = static_cast<int>(perRank);
-  plain.parallel.ranks = ranks;
-  plain.memory.checkpointing = "none";
+  const BatchShape batch = batchShapeOf(req);
   EstimateOptions fast;
   fast.activation_model = req.activation_model;
   fast.rank0_only = true;
-  const double idealS =
-      estimateMemory(plain, fast).flops_per_step / ranks / req.hardware.device_flops;
-
-  // The basis of every relative step time: the setup as configured, at the request's ranks and
-  // batch (a tiny model's step is all overhead, so "relative to the ideal" reads 2000x).
-  {
-    const Combo asIs = comboOf(req.base);
-    const int micro = static_cast<int>(std::min(baseMicro, perRank));
-    RunConfig cfg = req.base;
-    cfg.parallel.ranks = ranks;
-    cfg.train.micro_batch = micro;
-    cfg.train.grad_accum = static_cast<int>(std::max<int64_t>(1, perRank / micro));
-    result.baseline = costOf(req, asIs, cfg, estimateMemory(cfg, fast), idealS);
-    std::ostringstream s;
-    const auto t = techniquesOf(asIs, cfg, ranks);
-    for (size_t i = 0; i < t.size(); ++i) s << (i ? " + " : "") << t[i];
-    s << " | micro-batch " << cfg.train.micro_batch << " x " << cfg.train.grad_accum;
-    result.baseline_summary = s.str();
-    result.baseline.relative = 1.0;
-  }
-  const double basisS = result.baseline.total_s;
-
-  std::vector<std::string> precisions = {"bf16", "fp16", "pure_bf16", "fp32"};
-  if (req.allow_fp8) precisions.push_back("fp8");
-  std::vector<std::pair<std::string, std::string>> offloads = {{"none", "none"}};
-  if (req.allow_offload) {
-    offloads.push_back({"cpu", "none"});
-    offloads.push_back({"cpu", "cpu"});
-    if (req.allow_nvme) {
-      offloads.push_back({"nvme", "none"});
-      offloads.push_back({"nvme", "nvme"});
-    }
-  }
-  std::vector<int> stages = {0};
-  if (ranks > 1)
-    stages = {0, 1, 2, 3};
-  else if (req.allow_offload)
-    stages = {0, 3};  // stage 3 on one rank: parameter offload
-  const int maxAdapters = req.allow_adapters ? 2 : 0;
+  const double idealS = idealSeconds(req, batch, fast);
+  setBaseline(req, batch, fast, idealS, result);
 
   std::vector<Candidate> fits;
-  for (const auto& prec : precisions) {
-    for (const std::string ck : {"none", "every_k", "all"}) {
-      for (const std::string comp : {"none", "int8"}) {
-        for (const std::string att : {"flash", "naive"}) {
-          for (int zero : stages) {
-            for (const auto& [oo, op] : offloads) {
-              if (op != "none" && zero != 3) continue;
-              if (zero == 3 && ranks == 1 && op == "none") continue;
-              for (int bits : {32, 8}) {
-                for (int ad = 0; ad <= maxAdapters; ++ad) {
-                  Combo c{prec, ck, comp, att, zero, oo, op, bits, ad};
-                  // Largest fitting micro-batch (memory grows with it): binary search.
-                  int lo = 0, hi = static_cast<int>(micros.size()) - 1, best = -1;
-                  MemoryEstimate bestEst;
-                  while (lo <= hi) {
-                    int mid = (lo + hi) / 2;
-                    RunConfig cfg =
-                        applyCombo(req, c, micros[mid], static_cast<int>(perRank / micros[mid]));
-                    MemoryEstimate e = estimateMemory(cfg, fast);
-                    ++result.evaluated;
-                    const bool hostOk = req.host_memory <= 0 || e.peak_host <= req.host_memory;
-                    if (static_cast<double>(e.peak_device) <= budget && hostOk) {
-                      best = mid;
-                      bestEst = std::move(e);
-                      lo = mid + 1;
-                    } else {
-                      hi = mid - 1;
-                    }
-                  }
-                  if (best < 0) continue;
-                  Candidate cand;
-                  Plan& p = cand.plan;
-                  p.config =
-                      applyCombo(req, c, micros[best], static_cast<int>(perRank / micros[best]));
-                  p.estimate = std::move(bestEst);
-                  p.cost = costOf(req, c, p.config, p.estimate, idealS);
-                  cand.cls = classOf(c);
-                  cand.bucket = bucketOf(p.cost.total_s);
-                  p.plan_class = classNames[cand.cls];
-                  p.compromises = compromisesOf(c);
-                  p.techniques = techniquesOf(c, p.config, ranks);
-                  fits.push_back(std::move(cand));
-                }
-              }
-            }
-          }
-        }
-      }
-    }
-  }
-
-  auto key = [&](const Candidate& c) {
-    const auto& p = c.plan;
-    const double peak = static_cast<double>(p.estimate.peak_device);
-    switch (req.goal) {
-      case PlanGoal::Fastest:
-        return std::make_tuple(c.cls, c.bucket, static_cast<long>(p.compromises), 0L, peak);
-      case PlanGoal::LargestBatch:
-        return std::make_tuple(c.cls, -static_cast<long>(p.config.train.micro_batch), c.bucket,
-                               static_cast<long>(p.compromises), peak);
-      default:
-        return std::make_tuple(c.cls, static_cast<long>(p.compromises), c.bucket, 0L, peak);
-    }
-  };
-  std::stable_sort(fits.begin(), fits.end(),
-                   [&](const Candidate& a, const Candidate& b) { return key(a) < key(b); });
-  for (auto& c : fits) {
-    if (result.plans.size() >= req.max_plans) break;
-    Plan& p = c.plan;
-    p.cost.relative = basisS > 0 ? p.cost.total_s / basisS : 0;
-    if (req.limitations) p.limitations = req.limitations(p.config);
-    if (req.runnable_only && !p.limitations.empty()) {
-      ++result.not_runnable;
-      continue;
-    }
-    std::ostringstream s;
-    for (size_t i = 0; i < p.techniques.size(); ++i) s << (i ? " + " : "") << p.techniques[i];
-    s << " | micro-batch " << p.config.train.micro_batch;
-    p.summary = s.str();
-    // Full per-rank report for the plans we return.
-    EstimateOptions full;
-    full.activation_model = req.activation_model;
-    full.device_memory = req.device_memory;
-    p.estimate = estimateMemory(p.config, full);
-    result.plans.push_back(std::move(p));
-  }
-  if (result.plans.empty() && result.not_runnable > 0) {
-    std::string why;
-    for (const auto& c : fits)
-      if (!c.plan.limitations.empty()) {
-        why = c.plan.limitations.front();
-        break;
-      }
-    result.message =
-        std::to_string(result.not_runnable) + " setup(s) fit, but this engine cannot run them" +
-        (why.empty() ? std::string() : " (" + why + ")") + "; show all that fit to see them";
-  } else if (result.plans.empty()) {
-    result.message =
-        "no combination fits in " + formatBytes(budget) + " per device" +
-        (req.host_memory > 0 ? " and " + formatBytes(static_cast<double>(req.host_memory)) + " host"
-                             : std::string()) +
-        "; add ranks, allow offload/adapters, or shorten the sequence";
-  }
+  for (const Combo& c : combinationsOf(req, batch.ranks))
+    if (auto cand = bestFit(req, c, batch, fast, idealS, result.evaluated))
+      fits.push_back(std::move(*cand));
+  sortForGoal(fits, req.goal);
+  takePlans(req, fits, result);
+  if (result.plans.empty()) result.message = noPlanMessage(req, fits, result);
   return result;
 }
 
