@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "trainscope/core/store/RunRecorder.h"
-#include "trainscope/engine/platform/Capabilities.h"
+#include "trainscope/engine/platform/CpuFeatures.h"
 #include "trainscope/kernels/CpuOps.h"
 
 namespace ts::engine {

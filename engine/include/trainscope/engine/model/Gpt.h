@@ -271,6 +271,22 @@ class Gpt {
   double flopsPerToken(int T) const;
 
  private:
+  // Construction (GptBuild.cpp), in this order: the config's checks, the arena from the
+  // description, the block linears, their fp8 copies (GptFp8.cpp), LoRA adapters on them, the
+  // blocks, the layers around them, and the context the layers share.
+  void validateConfig() const;
+  void validatePrecision() const;
+  std::vector<core::TensorSpec> parameterTensors() const;  // the description, freezes applied
+  void buildArena(std::vector<core::TensorSpec> tensors);
+  // A projection slot's weight: the tensor, or a view over adjacent parts one GEMM multiplies.
+  const ParamInfo* projectionWeight(int block, core::BlockSlot slot);
+  void buildLinears();
+  void buildFp8Weights();
+  void attachAdapters();
+  void buildBlocks();
+  void buildOuterLayers();  // embedding, final norm, head
+  void buildContext();
+
   void quantizeFp8Weights();
   // Points the backend's kernels at this model's scratch region (a teacher's forward may have
   // bound its own in between).

@@ -3,18 +3,11 @@
 // per dtype (fp32 values and gradients; the stored 16-bit weights and gradients under a 16-bit
 // policy). Built from the model description (core/ModelSpec.h), in its storage order.
 //
-// - Gradient storage only for trainable tensors: the gradient buffer holds the trainable views
-//   back to back (frozen tensors have no gradient, no optimizer state and no master copy), so
-//   the optimizer, clipping and checkpoints work in "gradient space" (ParamInfo::gradOffset).
-// - Grouped by block: the tensors of the embeddings, each block and the head form groups
-//   (ParamGroup), each one contiguous slice of both buffers. With `align` > 1 every group starts
-//   at a multiple of `align` elements (zero padding between groups), so a block or a rank's
-//   shard is one aligned slice.
-//
-// - NF4 (QLoRA, ArenaOptions::nf4FrozenLinears): frozen block linear weights are stored only as
-//   NF4 with double quantization (kernels/Nf4.h), in three byte/scale buffers of their own
-//   (category parameters); they have no fp32 or 16-bit value (ParamInfo::offset -1) and the
-//   linears dequantize them on the fly. Loaders hand their fp32 values to setQuantized().
+// Its parts, each in a file of its own:
+// - the layout (ArenaLayout.h): offsets, groups by block, padding, gradient space;
+// - the NF4 storage of a QLoRA base (Nf4Store.h);
+// - the fp32 windows over 16-bit storage (Fp32Window.h; the arena's open*/close* below,
+//   ArenaWindows.cpp) and host I/O (valuesToHost, setValuesFromHost ...; ArenaHostIo.cpp).
 //
 // Values and gradients live in the backend's memory: host code reaches them only through the
 // backend (kernels, copies).
@@ -25,78 +18,15 @@
 #include <vector>
 
 #include "trainscope/core/model/ModelSpec.h"
+#include "trainscope/engine/params/ArenaLayout.h"
+#include "trainscope/engine/params/ArenaOptions.h"
+#include "trainscope/engine/params/Fp32Window.h"
 #include "trainscope/engine/params/MemoryTracker.h"
+#include "trainscope/engine/params/Nf4Store.h"
 #include "trainscope/engine/params/Tensor.h"
 #include "trainscope/kernels/Backend.h"
 
 namespace ts::engine {
-
-struct ParamInfo {
-  std::string name;            // "wte", "h.0.attn.c_attn.weight", ...
-  std::vector<int64_t> shape;  // (out, in) for linear weights
-  int64_t offset = 0;          // in elements, into the value buffers
-  int64_t numel = 0;
-  int64_t gradOffset = -1;  // into the gradient buffers; -1: frozen (no gradient)
-  bool decay = false;       // weight decay applies (2-D weights incl. embeddings, as nanoGPT)
-  core::TensorSpec spec;    // its entry in the model description (role, block, module)
-  // NF4-stored (frozen base linear under QLoRA): byte offsets of its packed codes and absmax
-  // codes and the float offset of its scales in the arena's NF4 buffers; offset is then -1.
-  struct Nf4View {
-    int64_t packed = -1, codes = 0, scales = 0;
-  } nf4;
-  bool trainable() const { return gradOffset >= 0; }
-  bool quantized() const { return nf4.packed >= 0; }
-};
-
-// A contiguous slice of the arena: the tensors of one block (block >= 0), or those before the
-// first block (embeddings) or after the last (final norm, head), block -1.
-struct ParamGroup {
-  int block = -1;
-  size_t firstParam = 0, paramCount = 0;  // into params()
-  int64_t offset = 0, numel = 0;          // value elements incl. trailing padding
-  int64_t gradOffset = 0, gradNumel = 0;  // gradient elements incl. trailing padding
-};
-
-struct ArenaOptions {
-  // Working dtype: F32, or BF16/F16 (then the stored weights and gradients are 16-bit and the
-  // fp32 buffers are compute copies, category workspace).
-  DType working = DType::F32;
-  int64_t align = 1;  // each group starts at a multiple of this many elements
-  // Each trainable tensor starts at a multiple of this many elements (core::ZeroLayout's
-  // tensorAlign: 8-bit AdamW's blocks under ZeRO).
-  int64_t tensorAlign = 1;
-  // ZeRO partitioned from construction (ZeRO-3: the weights; stages >= 2: the gradients): rank
-  // partitionRank of partitionRanks counts only its shard (core::zeroShard of the padded
-  // buffer); the rest holds no page until DataParallel gathers a group, so a model larger than
-  // one device initializes. The buffers start zero without being touched.
-  int partitionRanks = 1, partitionRank = 0;
-  bool partitionValues = false, partitionGrads = false;
-  // The value and gradient buffers' lengths are padded (in the last group) to a multiple of
-  // this: ZeRO splits them into equal, aligned rank shards.
-  int64_t padTo = 1;
-  // An fp32 master copy of the trainable weights is kept by the optimizer (16-bit policies
-  // except pure_bf16, whose optimizer updates the 16-bit weights and keeps bf16 state).
-  bool masterWeights = true;
-  bool pureBf16() const { return working != DType::F32 && !masterWeights; }
-  // finetune.base_quant nf4: frozen linear weights of the blocks stored as NF4.
-  bool nf4FrozenLinears = false;
-  // 16-bit gradients without a resident fp32 copy (mixed only; the backend must give pages
-  // back): the fp32 gradient buffer keeps its layout, but a group's pages hold memory only
-  // while it is open (openGrads .. closeGrads): the model accumulates one block at a time into
-  // them and rounds the result into the 16-bit gradients, and the clipping, the loss scaler
-  // and the optimizer read the groups one at a time. A block's linear weights have windows of
-  // their own (openWeightGrads), open only around the GEMM that writes them. Model states are
-  // then 2 + 2 + 12 bytes per parameter, as the ZeRO paper counts mixed precision.
-  bool gradWindow = false;
-  // The fp32 compute copy of each block's tensors without resident pages between uses (mixed,
-  // one rank): a block's group is upcast from its 16-bit weights when its forward,
-  // recomputation or backward starts (openBlockValues) and its pages go back when it ends, and
-  // each linear weight only around the GEMMs that read it (openWeightValues; never under bf16
-  // GEMMs, which read the 16-bit weights); the 16-bit weights are the only lasting copy. The
-  // groups outside the blocks (embeddings, final norm, head) are open only around the ops that
-  // read them (openValues).
-  bool valueWindow = false;
-};
 
 class ParamArena {
  public:
@@ -106,17 +36,17 @@ class ParamArena {
   ParamArena(ParamArena&&) = default;
   ParamArena& operator=(ParamArena&&) = default;
 
-  const std::vector<ParamInfo>& params() const { return params_; }
-  const std::vector<ParamGroup>& groups() const { return groups_; }
-  const ParamInfo* find(const std::string& name) const;
+  const std::vector<ParamInfo>& params() const { return layout_.params(); }
+  const std::vector<ParamGroup>& groups() const { return layout_.groups(); }
+  const ParamInfo* find(const std::string& name) const { return layout_.find(name); }
   const ArenaOptions& options() const { return options_; }
 
-  int64_t numParams() const { return numParams_; }        // elements of all tensors
-  int64_t trainableParams() const { return trainable_; }  // elements of trainable tensors
-  int64_t size() const { return size_; }  // value buffer length (padding incl.; not NF4 tensors)
-  int64_t gradSize() const { return gradSize_; }  // gradient buffer length
+  int64_t numParams() const { return layout_.numParams(); }        // elements of all tensors
+  int64_t trainableParams() const { return layout_.trainable(); }  // of trainable tensors
+  int64_t size() const { return layout_.size(); }          // value buffer length (padding; not NF4)
+  int64_t gradSize() const { return layout_.gradSize(); }  // gradient buffer length
   // Every tensor trainable: gradient space equals value space, one copy moves the whole arena.
-  bool allTrainable() const { return trainable_ == numParams_; }
+  bool allTrainable() const { return layout_.trainable() == layout_.numParams(); }
 
   bool mixed() const { return options_.working != DType::F32; }
   DType working() const { return options_.working; }
@@ -138,10 +68,10 @@ class ParamArena {
   // NF4 tensors: quantizes fp32 host values (p.numel) into p's storage (bit for bit as
   // bitsandbytes); host values of p dequantized (fp32); p dequantized into backend memory as bf16
   // (a GEMM operand).
-  void setQuantized(const ParamInfo& p, const float* host);
-  std::vector<float> dequantizedToHost(const ParamInfo& p) const;
-  void dequantizeBf16(const ParamInfo& p, uint16_t* dst) const;
-  int64_t nf4Bytes() const;  // all three NF4 buffers
+  void setQuantized(const ParamInfo& p, const float* host) { nf4_.quantize(p, host); }
+  std::vector<float> dequantizedToHost(const ParamInfo& p) const { return nf4_.toHost(p); }
+  void dequantizeBf16(const ParamInfo& p, uint16_t* dst) const { nf4_.dequantizeBf16(p, dst); }
+  int64_t nf4Bytes() const { return nf4_.bytes(); }  // all three NF4 buffers
   // Host copy of any tensor's fp32 values (dequantized when NF4).
   std::vector<float> hostValues(const ParamInfo& p) const;
 
@@ -207,8 +137,8 @@ class ParamArena {
   void openWeightGrads(const ParamInfo& w, float scale = 1.f);
   void closeWeightGrads(const ParamInfo& w, bool store);
   // The groups of the tensors before and after the blocks (block -1), and that of block l.
-  std::vector<size_t> outerGroups() const;
-  int groupOfBlock(int l) const;
+  std::vector<size_t> outerGroups() const { return layout_.outerGroups(); }
+  int groupOfBlock(int l) const { return layout_.groupOfBlock(l); }
   // The gradients (gradient space, fp32, scaled as the optimizer would read them) on the host.
   std::vector<float> gradsToHost();
 
@@ -255,34 +185,32 @@ class ParamArena {
   std::function<void()> onWeightsChanged;
 
  private:
-  kernels::Backend* backend_ = nullptr;
-  ArenaOptions options_;
-  std::vector<ParamInfo> params_;
-  std::vector<ParamGroup> groups_;
-  int64_t numParams_ = 0, trainable_ = 0, size_ = 0, gradSize_ = 0;
-  Tensor values_, grads_, values16_, grads16_;
-  std::vector<char> gradOpen_;          // gradWindow: which groups' fp32 pages are resident
-  std::vector<int64_t> gradOpenElems_;  // and the elements each holds
-  TrackedBytes gradTracked_;            // gradWindow: the resident groups' bytes
-  // valueWindow: per group 0 closed, 1 open for compute, 2 open whole; the bytes resident.
-  std::vector<char> valueOpen_;
-  std::vector<int64_t> openElems_;
-  TrackedBytes valueTracked_;
-  // Partitioned buffers: the owned shards' bytes, counted for as long as the arena lives.
-  std::pair<int64_t, int64_t> ownedValues_{0, -1};
-  std::vector<TrackedBytes> ownedTracked_;
+  // Construction: the options' checks, then the buffers in the order they are counted.
+  void checkOptions() const;
+  void allocateValues(MemoryTracker* tracker, core::MemoryCategory category);
+  void allocateGrads(MemoryTracker* tracker, core::MemoryCategory category);
+  void allocate16Bit(MemoryTracker* tracker);
+  // A ZeRO-partitioned buffer: no resident page (zero when read) but this rank's shard, whose
+  // bytes are counted for as long as the arena lives. A windowed fp32 buffer: untracked (its
+  // resident groups are counted as they open), with no resident page yet.
+  Tensor partitionedBuffer(MemoryTracker* tracker, core::MemoryCategory category, DType dtype,
+                           int64_t n, const char* what);
+  Tensor windowBuffer(core::MemoryCategory category, int64_t n, const char* what);
+
   // Runs f(p) for every trainable tensor, its fp32 gradients open (under gradWindow read from
   // the 16-bit ones times `scale`, closed again without storing); updatesValues: see
   // forEachGradTensor.
   template <class F>
   void visitGradTensors(float scale, F f, bool updatesValues = false) {
-    for (size_t g = 0; g < groups_.size(); ++g) {
-      const ParamGroup& pg = groups_[g];
+    const auto& groups = layout_.groups();
+    const auto& params = layout_.params();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const ParamGroup& pg = groups[g];
       if (pg.gradNumel == 0) continue;
       openGrads(g, scale);
       if (updatesValues) openValues(g, true);
       for (size_t i = pg.firstParam; i < pg.firstParam + pg.paramCount; ++i) {
-        const ParamInfo& p = params_[i];
+        const ParamInfo& p = params[i];
         if (!p.trainable()) continue;  // frozen: no gradient
         const bool own = weightWindowed(p);
         if (own) {
@@ -299,7 +227,6 @@ class ParamArena {
       closeGrads(g, false);
     }
   }
-  size_t groupOf(const ParamInfo& p) const;
   // A block's linear weight, or an untied LM head: windows of their own (when gradWindow /
   // valueWindow are on).
   static bool ownWindow(const ParamInfo& p) {
@@ -311,21 +238,22 @@ class ParamArena {
     return (options_.gradWindow || options_.valueWindow) && ownWindow(p);
   }
   void storeWeightValues(const ParamInfo& w);  // rounds an open weight window, then closes it
-  // Open weight windows (offset, elements): values, and gradients (gradient offsets).
-  std::vector<std::pair<int64_t, int64_t>> openWeightValues_, openWeightGrads_;
-  // Gives back the whole pages inside [p, p + n) only: the partial ones at the edges belong to
-  // neighbouring tensors that may be open (they are released with their group).
-  void discardInner(float* p, int64_t n);
   // p's fp32 compute copy holds its values now (not a closed block under valueWindow).
   bool f32Valid(const ParamInfo& p) const;
-  // Working 16-bit <-> fp32, on the backend (toF32, fromF32) or on host memory.
-  void toF32(const uint16_t* h, float* f, int64_t n) const;
-  void fromF32(const float* f, uint16_t* h, int64_t n) const;
-  void hostToF32(const uint16_t* h, float* f, int64_t n) const;
-  void hostFromF32(const float* f, uint16_t* h, int64_t n) const;
-  void roundTripRange(int64_t lo, int64_t n);
+  // setWeightsFrom under valueWindow: the master rounded straight into the 16-bit weights.
+  void setWindowedWeightsFrom(const float* master);
+
+  kernels::Backend* backend_ = nullptr;
+  ArenaOptions options_;
+  ArenaLayout layout_;
+  Tensor values_, grads_, values16_, grads16_;
+  Fp32Window gradWindow_;   // gradWindow: the fp32 gradients' resident groups and weights
+  Fp32Window valueWindow_;  // valueWindow: the fp32 values' (groups open 1 for compute, 2 whole)
+  // Partitioned buffers: the owned shards' bytes, counted for as long as the arena lives.
+  std::pair<int64_t, int64_t> ownedValues_{0, -1};
+  std::vector<TrackedBytes> ownedTracked_;
   float gradScale_ = 1.f;  // gradWindow: the pending factor of scaleGrads
-  Tensor nf4Packed_, nf4Codes_, nf4Scales_, nf4Map_;
+  Nf4Store nf4_;
 };
 
 // A weight's own window around one GEMM (no-ops where it has none): its fp32 values for a read,
