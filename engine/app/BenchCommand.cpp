@@ -3,8 +3,8 @@
 #include <sstream>
 
 #include "Commands.h"
-#include "trainscope/engine/platform/Bench.h"
-#include "trainscope/engine/platform/Capabilities.h"
+#include "trainscope/engine/train/Bench.h"
+#include "trainscope/engine/train/Capabilities.h"
 #include "trainscope/engine/optim/OffloadStore.h"
 
 namespace ts::app {

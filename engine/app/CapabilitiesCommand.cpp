@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "Commands.h"
-#include "trainscope/engine/platform/Capabilities.h"
+#include "trainscope/engine/train/Capabilities.h"
 
 namespace ts::app {
 

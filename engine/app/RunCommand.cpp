@@ -25,7 +25,7 @@
 #include "trainscope/engine/io/ModelSource.h"
 #include "trainscope/engine/model/Gpt.h"
 #include "trainscope/engine/parallel/Communicator.h"
-#include "trainscope/engine/platform/Capabilities.h"
+#include "trainscope/engine/train/Capabilities.h"
 #include "trainscope/engine/train/EventWriter.h"
 #include "trainscope/engine/train/Trainer.h"
 #include "trainscope/kernels/Backend.h"

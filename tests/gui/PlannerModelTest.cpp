@@ -251,7 +251,7 @@ TEST(PlannerPageTest, SelectingASuggestionExportsIt) {
 }
 
 namespace {
-// What this engine says of itself today (engine/src/platform/Capabilities.cpp): LoRA, QLoRA, 8-bit state,
+// What this engine says of itself today (engine/src/train/Capabilities.cpp): LoRA, QLoRA, 8-bit state,
 // ZeRO and offload not implemented; 16-bit and fp8 policies on the cpu backend only.
 nlohmann::json engineLikeCaps(bool gpu) {
   auto no = [](const char* why) { return nlohmann::json{{"supported", false}, {"why", why}}; };

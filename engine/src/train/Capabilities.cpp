@@ -1,4 +1,4 @@
-#include "trainscope/engine/platform/Capabilities.h"
+#include "trainscope/engine/train/Capabilities.h"
 
 #include <memory>
 #include <string>

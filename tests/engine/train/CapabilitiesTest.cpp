@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "trainscope/engine/platform/Capabilities.h"
+#include "trainscope/engine/train/Capabilities.h"
 #include "trainscope/engine/train/Trainer.h"
 
 using namespace ts;

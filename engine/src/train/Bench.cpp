@@ -1,4 +1,4 @@
-#include "trainscope/engine/platform/Bench.h"
+#include "trainscope/engine/train/Bench.h"
 
 #include <algorithm>
 #include <chrono>
