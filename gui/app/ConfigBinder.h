@@ -18,6 +18,7 @@ class ConfigBinder : public QObject {
   Q_OBJECT
  public:
   explicit ConfigBinder(ConfigDocument* doc, QObject* parent = nullptr);
+  ConfigDocument* document() const { return doc_; }
 
   QSpinBox* intSpin(const char* path, int min, int max, const QString& tip, int step = 1);
   QDoubleSpinBox* doubleSpin(const char* path, double min, double max, int decimals,

@@ -43,8 +43,41 @@ MainWindow::MainWindow(Options options, QWidget* parent)
   setWindowTitle("Trainscope");
   setWindowIcon(QIcon(":/icons/trainscope.png"));
   resize(1440, 900);
+  loadStartingPreset();
 
-  // Start from the preset given on the command line, else the built-in default.
+  wizard_ = new RunWizard(doc_, &repo_);
+  QWidget* livePage = buildLivePage();
+  pages_ = new QStackedWidget;
+  pages_->addWidget(wizard_);
+  pages_->addWidget(livePage);
+  pages_->addWidget(buildRunsPage());
+  planner_ = new PlannerPage;
+  pages_->addWidget(planner_);
+  compare_ = new ComparePage(repo_);
+  pages_->addWidget(compare_);
+  timeline_ = new TimelinePage(repo_);
+  pages_->addWidget(timeline_);
+  connect(compare_, &ComparePage::message, this, &MainWindow::showStatusMessage);
+  connect(timeline_, &TimelinePage::message, this, &MainWindow::showStatusMessage);
+
+  buildSideBar();
+  auto* central = new QWidget;
+  auto* h = new QHBoxLayout(central);
+  h->setContentsMargins(0, 0, 0, 0);
+  h->setSpacing(0);
+  h->addWidget(side_);
+  h->addWidget(pages_, 1);
+  setCentralWidget(central);
+  side_->setCurrentRow(0);
+  buildStatusBar();
+
+  connect(wizard_, &RunWizard::launchRequested, this, [this] { launch(); });
+  startCapabilityProbe();
+  if (options_.reattach) reattachRunning();
+}
+
+// Start from the preset given on the command line, else the built-in default.
+void MainWindow::loadStartingPreset() {
   bool loaded = false;
   if (!options_.presetFile.isEmpty()) {
     QString err;
@@ -59,26 +92,14 @@ MainWindow::MainWindow(Options options, QWidget* parent)
     auto presets = PresetLibrary::builtIn();
     if (!presets.empty()) doc_->reset(presets.front().doc);
   }
+}
 
-  wizard_ = new RunWizard(doc_, &repo_);
+// The dashboards' tabs, with a note in their place while none is open.
+QWidget* MainWindow::buildLivePage() {
   live_ = new QTabWidget;
   live_->setTabsClosable(true);
   live_->setDocumentMode(true);
-  connect(live_, &QTabWidget::tabCloseRequested, this, [this](int i) {
-    auto* d = dashboard(i);
-    if (d && d->run()->isActive() && d->client() && d->client()->isRunning()) {
-      const auto b = QMessageBox::question(
-          this, "Close the dashboard",
-          "This run is still training. Close its tab and let it finish in the background?\n\n"
-          "It keeps recording to the database and can be followed again from Runs.",
-          QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel);
-      if (b != QMessageBox::Yes) return;
-      d->client()->detach();
-    }
-    QWidget* w = live_->widget(i);
-    live_->removeTab(i);
-    w->deleteLater();
-  });
+  connect(live_, &QTabWidget::tabCloseRequested, this, &MainWindow::closeDashboard);
   auto* liveEmpty = new QLabel("No run is live. Start one from New run.");
   liveEmpty->setAlignment(Qt::AlignCenter);
   liveEmpty->setObjectName("Muted");
@@ -87,20 +108,27 @@ MainWindow::MainWindow(Options options, QWidget* parent)
   livePage->addWidget(live_);
   connect(live_, &QTabWidget::currentChanged, livePage,
           [this, livePage] { livePage->setCurrentIndex(live_->count() > 0 ? 1 : 0); });
+  return livePage;
+}
 
-  pages_ = new QStackedWidget;
-  pages_->addWidget(wizard_);
-  pages_->addWidget(livePage);
-  pages_->addWidget(buildRunsPage());
-  planner_ = new PlannerPage;
-  pages_->addWidget(planner_);
-  compare_ = new ComparePage(repo_);
-  pages_->addWidget(compare_);
-  timeline_ = new TimelinePage(repo_);
-  pages_->addWidget(timeline_);
-  connect(compare_, &ComparePage::message, this, &MainWindow::showStatusMessage);
-  connect(timeline_, &TimelinePage::message, this, &MainWindow::showStatusMessage);
+// Closing a training run's tab asks first; the run then finishes in the background.
+void MainWindow::closeDashboard(int i) {
+  auto* d = dashboard(i);
+  if (d && d->run()->isActive() && d->client() && d->client()->isRunning()) {
+    const auto b = QMessageBox::question(
+        this, "Close the dashboard",
+        "This run is still training. Close its tab and let it finish in the background?\n\n"
+        "It keeps recording to the database and can be followed again from Runs.",
+        QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel);
+    if (b != QMessageBox::Yes) return;
+    d->client()->detach();
+  }
+  QWidget* w = live_->widget(i);
+  live_->removeTab(i);
+  w->deleteLater();
+}
 
+void MainWindow::buildSideBar() {
   side_ = new QListWidget;
   side_->setObjectName("SideBar");
   side_->setFixedWidth(150);
@@ -121,25 +149,19 @@ MainWindow::MainWindow(Options options, QWidget* parent)
     if (r == Runs) refreshRuns();
     if (r == Timeline) timeline_->reloadRuns();
   });
+}
 
-  auto* central = new QWidget;
-  auto* h = new QHBoxLayout(central);
-  h->setContentsMargins(0, 0, 0, 0);
-  h->setSpacing(0);
-  h->addWidget(side_);
-  h->addWidget(pages_, 1);
-  setCentralWidget(central);
-  side_->setCurrentRow(0);
-
+void MainWindow::buildStatusBar() {
   dbLabel_ = new QLabel("Database: " + QDir::toNativeSeparators(dbPath_));
   dbLabel_->setToolTip("Set $TRAINSCOPE_DB to use another file");
   dbLabel_->setMinimumWidth(120);  // the path may shrink; the backends line stays whole
   capsLabel_ = new QLabel("Backends: probing…");
   statusBar()->addWidget(dbLabel_, 1);
   statusBar()->addPermanentWidget(capsLabel_);
+}
 
-  connect(wizard_, &RunWizard::launchRequested, this, [this] { launch(); });
-
+// What the engine can do, asked once in the background; the wizard and planner follow.
+void MainWindow::startCapabilityProbe() {
   probe_ = new CapabilityProbe(this);
   connect(probe_, &CapabilityProbe::ready, this, [this](const CapabilitySummary& s) {
     caps_ = s;
@@ -148,8 +170,6 @@ MainWindow::MainWindow(Options options, QWidget* parent)
     planner_->setCapabilities(s.raw);
   });
   probe_->start(options_.enginePath.isEmpty() ? EngineLocator::findEngine() : options_.enginePath);
-
-  if (options_.reattach) reattachRunning();
 }
 
 MainWindow::~MainWindow() = default;

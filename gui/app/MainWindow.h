@@ -68,6 +68,12 @@ class MainWindow : public QMainWindow {
   void closeEvent(QCloseEvent* e) override;
 
  private:
+  void loadStartingPreset();
+  QWidget* buildLivePage();
+  void closeDashboard(int index);
+  void buildSideBar();
+  void buildStatusBar();
+  void startCapabilityProbe();
   QWidget* buildRunsPage();
   void refreshRuns();
   void reattachRunning();

@@ -87,14 +87,200 @@ QSize MemoryBars::minimumSizeHint() const {
   return {220, 96 + rowsNeeded() * 76 + extraTierRows() * 26};
 }
 
+namespace {
+
+// What every part of one frame shares: fonts, the bar geometry and the scales.
+struct BarFrame {
+  QFont base, small;
+  QFontMetrics fm, sfm;
+  int left, right, barW;
+  double scale;     // bytes at the device bars' full width
+  double maxOther;  // the largest host or NVMe peak (their bars' own scale)
+  bool capScale;    // the device bars are drawn against the capacity
+  int64_t capacity;
+  bool predicted;  // the bars are an estimate
+  bool hasMarks;   // a prediction is ticked over the bars
+};
+
+// Scale: device capacity or the largest bar, whichever is bigger.
+void setScales(BarFrame& f, const core::MemoryReport& bars,
+               const std::optional<core::MemoryReport>& marks) {
+  double maxDevice = 0, maxOther = 0;
+  for (const auto& r : bars.ranks) {
+    maxDevice = std::max<double>(maxDevice, r.totalPeak(core::MemoryTier::Device));
+    maxOther = std::max<double>(maxOther, std::max(r.totalPeak(core::MemoryTier::Host),
+                                                   r.totalPeak(core::MemoryTier::Nvme)));
+  }
+  if (marks) {
+    for (const auto& r : marks->ranks)
+      maxDevice = std::max<double>(maxDevice, r.totalPeak(core::MemoryTier::Device));
+  }
+  // Against the capacity when that shows something; a run using a sliver of a big device is
+  // drawn to its own scale (the text still says how much of the device it uses).
+  f.capScale = f.capacity > 0 && maxDevice >= 0.25 * static_cast<double>(f.capacity);
+  f.scale = f.capScale ? std::max<double>({maxDevice, static_cast<double>(f.capacity), 1.0}) * 1.02
+                       : std::max(maxDevice, 1.0) * 1.04;
+  f.maxOther = maxOther;
+}
+
+// "Rank 0 · device" and its figure (of the capacity, when known); returns the bar's top.
+int paintRankHeading(QPainter& p, const BarFrame& f, const core::RankMemory& r, int y) {
+  const int64_t capacity = f.capacity;
+  const double total = r.totalPeak(core::MemoryTier::Device);
+  p.setFont(f.base);
+  p.setPen(QColor("#323f4b"));
+  QString head = QStringLiteral("Rank %1 · device").arg(r.rank);
+  QString val = formatBytes(total);
+  if (capacity > 0) {
+    const double pct = 100.0 * total / static_cast<double>(capacity);
+    val += QStringLiteral(" of %1 (%2%)")
+               .arg(formatBytes(static_cast<double>(capacity)))
+               .arg(pct < 1 ? QString::number(pct, 'f', 2) : QString::number(pct, 'f', 0));
+  }
+  p.drawText(QRect(f.left, y, f.barW, f.fm.height()), Qt::AlignLeft | Qt::AlignVCenter, head);
+  // The figure goes on its own line when both do not fit side by side.
+  if (f.fm.horizontalAdvance(head) + f.fm.horizontalAdvance(val) + 12 > f.barW) y += f.fm.height();
+  p.setPen(capacity > 0 && total > capacity ? QColor("#b42318") : QColor("#52606d"));
+  p.drawText(QRect(f.left, y, f.barW, f.fm.height()), Qt::AlignRight | Qt::AlignVCenter, val);
+  return y + f.fm.height() + (f.hasMarks ? 10 : 2);  // room for the prediction ticks
+}
+
+constexpr int kBarHeight = 16;
+
+// The device tier stacked by category over a grey track, with the capacity line.
+void paintDeviceBar(QPainter& p, const BarFrame& f, const core::RankMemory& r, int y) {
+  QRectF track(f.left, y, f.barW, kBarHeight);
+  p.setPen(Qt::NoPen);
+  p.setBrush(QColor("#eef0f3"));
+  p.drawRoundedRect(track, 4, 4);
+  double x = f.left;
+  for (int c = 0; c < core::kMemoryCategoryCount; ++c) {
+    const double v = r.tiers[0][c].peak;
+    const double w = v / f.scale * f.barW;
+    if (w <= 0) continue;
+    QColor col = categoryColor(c);
+    if (f.predicted) col.setAlpha(200);
+    p.setBrush(col);
+    p.drawRect(QRectF(x, y, std::max(w, 1.0), kBarHeight));
+    x += w;
+  }
+  if (f.capScale) {  // capacity line
+    const double cx = f.left + f.capacity / f.scale * f.barW;
+    p.setPen(QPen(QColor("#b42318"), 1.5, Qt::DashLine));
+    p.drawLine(QPointF(cx, y - 3), QPointF(cx, y + kBarHeight + 3));
+  }
+}
+
+// The predicted peak per category: a tick above the bar where each category ends.
+void paintPredictionTicks(QPainter& p, const BarFrame& f, const core::RankMemory& m, int y) {
+  double mx = f.left;
+  p.setPen(Qt::NoPen);
+  for (int c = 0; c < core::kMemoryCategoryCount; ++c) {
+    mx += m.tiers[0][c].peak / f.scale * f.barW;
+    if (m.tiers[0][c].peak <= 0) continue;
+    QPainterPath tri;
+    tri.moveTo(mx, y - 1);
+    tri.lineTo(mx - 4, y - 7);
+    tri.lineTo(mx + 4, y - 7);
+    tri.closeSubpath();
+    p.setBrush(categoryColor(c).darker(140));
+    p.drawPath(tri);
+  }
+}
+
+// Host / NVMe tiers: thin bars on their own scale, only when used. Returns the y below them.
+int paintOtherTiers(QPainter& p, const BarFrame& f, const core::RankMemory& r, int y) {
+  for (auto tier : {core::MemoryTier::Host, core::MemoryTier::Nvme}) {
+    const double t = r.totalPeak(tier);
+    if (t <= 0) continue;
+    p.setFont(f.small);
+    p.setPen(QColor("#52606d"));
+    const QString label = QStringLiteral("%1: %2").arg(
+        tier == core::MemoryTier::Host ? "host RAM" : "NVMe", formatBytes(t));
+    p.drawText(QRect(f.left, y, f.barW, f.sfm.height()), Qt::AlignLeft | Qt::AlignVCenter, label);
+    y += f.sfm.height();
+    double hx = f.left;
+    p.setPen(Qt::NoPen);
+    for (int c = 0; c < core::kMemoryCategoryCount; ++c) {
+      const double v = r.tiers[static_cast<int>(tier)][c].peak;
+      const double w = v / std::max(f.maxOther, 1.0) * f.barW * 0.98;
+      if (w <= 0) continue;
+      p.setBrush(categoryColor(c).lighter(115));
+      p.drawRect(QRectF(hx, y, std::max(w, 1.0), 7));
+      hx += w;
+    }
+    y += 10;
+  }
+  return y;
+}
+
+// The categories' colours, wrapped over as many lines as they need. Returns the y below.
+int paintLegend(QPainter& p, const BarFrame& f, int y) {
+  p.setFont(f.small);
+  int lx = f.left;
+  for (int c = 0; c < core::kMemoryCategoryCount; ++c) {
+    const QString t = categoryLabel(c);
+    const int w = 14 + f.sfm.horizontalAdvance(t) + 12;
+    if (lx + w > f.right) {
+      lx = f.left;
+      y += f.sfm.height() + 4;
+    }
+    p.setPen(Qt::NoPen);
+    p.setBrush(categoryColor(c));
+    p.drawRoundedRect(QRectF(lx, y + (f.sfm.height() - 10) / 2.0, 10, 10), 2, 2);
+    p.setPen(QColor("#323f4b"));
+    p.drawText(QPoint(lx + 14, y + f.sfm.ascent()), t);
+    lx += w;
+  }
+  return y + f.sfm.height() + 4;
+}
+
+// What the bars are (estimate or measurement) and what they are drawn against.
+void paintFooter(QPainter& p, const BarFrame& f, int y) {
+  p.setPen(QColor("#7b8794"));
+  QString foot = f.predicted ? "Estimated peak per rank" : "Measured peak per rank";
+  if (f.hasMarks) foot += " · ▼ predicted";
+  if (f.capScale)
+    foot += " · dashed line: device capacity";
+  else if (f.capacity > 0)
+    foot += " · drawn to scale of the largest rank";
+  p.drawText(QRect(f.left, y, f.barW, f.sfm.height() * 2), Qt::AlignLeft | Qt::TextWordWrap, foot);
+}
+
+// One rank: heading, device bar (with its prediction ticks), host and NVMe bars. Returns the y
+// below it.
+int paintRank(QPainter& p, const BarFrame& f, const core::RankMemory& r,
+              const core::RankMemory* mark, int y) {
+  y = paintRankHeading(p, f, r, y);
+  paintDeviceBar(p, f, r, y);
+  if (mark) paintPredictionTicks(p, f, *mark, y);
+  y += kBarHeight + 4;
+  y = paintOtherTiers(p, f, r, y);
+  return y + 8;
+}
+
+}  // namespace
+
 void MemoryBars::paintEvent(QPaintEvent*) {
   QPainter p(this);
   p.setRenderHint(QPainter::Antialiasing);
   const QFont base = font();
   QFont small = base;
   small.setPointSizeF(std::max(7.5, base.pointSizeF() - 1.5));
-  const QFontMetrics fm(base), sfm(small);
   const int left = 8, right = width() - 8;
+  BarFrame f{base,
+             small,
+             QFontMetrics(base),
+             QFontMetrics(small),
+             left,
+             right,
+             right - left,
+             0.0,
+             0.0,
+             false,
+             capacity_,
+             predicted_,
+             marks_.has_value()};
   int y = 4;
 
   if (!bars_ || bars_->ranks.empty()) {
@@ -104,140 +290,21 @@ void MemoryBars::paintEvent(QPaintEvent*) {
                "(estimate) or the run reports a measurement.");
     return;
   }
-  // Scale: device capacity or the largest bar, whichever is bigger.
-  double maxDevice = 0, maxOther = 0;
-  for (const auto& r : bars_->ranks) {
-    maxDevice = std::max<double>(maxDevice, r.totalPeak(core::MemoryTier::Device));
-    maxOther = std::max<double>(maxOther, std::max(r.totalPeak(core::MemoryTier::Host),
-                                                   r.totalPeak(core::MemoryTier::Nvme)));
-  }
-  if (marks_) {
-    for (const auto& r : marks_->ranks)
-      maxDevice = std::max<double>(maxDevice, r.totalPeak(core::MemoryTier::Device));
-  }
-  // Against the capacity when that shows something; a run using a sliver of a big device is
-  // drawn to its own scale (the text still says how much of the device it uses).
-  const bool capScale = capacity_ > 0 && maxDevice >= 0.25 * static_cast<double>(capacity_);
-  const double scale =
-      capScale ? std::max<double>({maxDevice, static_cast<double>(capacity_), 1.0}) * 1.02
-               : std::max(maxDevice, 1.0) * 1.04;
-  const int barW = right - left;
-
+  setScales(f, *bars_, marks_);
   const int rows = rowsNeeded();
   for (int i = 0; i < rows; ++i) {
     const auto& r = bars_->ranks[i];
-    const double total = r.totalPeak(core::MemoryTier::Device);
-    p.setFont(base);
-    p.setPen(QColor("#323f4b"));
-    QString head = QStringLiteral("Rank %1 · device").arg(r.rank);
-    QString val = formatBytes(total);
-    if (capacity_ > 0) {
-      const double pct = 100.0 * total / static_cast<double>(capacity_);
-      val += QStringLiteral(" of %1 (%2%)")
-                 .arg(formatBytes(static_cast<double>(capacity_)))
-                 .arg(pct < 1 ? QString::number(pct, 'f', 2) : QString::number(pct, 'f', 0));
-    }
-    p.drawText(QRect(left, y, barW, fm.height()), Qt::AlignLeft | Qt::AlignVCenter, head);
-    // The figure goes on its own line when both do not fit side by side.
-    if (fm.horizontalAdvance(head) + fm.horizontalAdvance(val) + 12 > barW) y += fm.height();
-    p.setPen(capacity_ > 0 && total > capacity_ ? QColor("#b42318") : QColor("#52606d"));
-    p.drawText(QRect(left, y, barW, fm.height()), Qt::AlignRight | Qt::AlignVCenter, val);
-    y += fm.height() + (marks_ ? 10 : 2);  // room for the prediction ticks
-    const int barH = 16;
-    QRectF track(left, y, barW, barH);
-    p.setPen(Qt::NoPen);
-    p.setBrush(QColor("#eef0f3"));
-    p.drawRoundedRect(track, 4, 4);
-    double x = left;
-    for (int c = 0; c < core::kMemoryCategoryCount; ++c) {
-      const double v = r.tiers[0][c].peak;
-      const double w = v / scale * barW;
-      if (w <= 0) continue;
-      QColor col = categoryColor(c);
-      if (predicted_) col.setAlpha(200);
-      p.setBrush(col);
-      p.drawRect(QRectF(x, y, std::max(w, 1.0), barH));
-      x += w;
-    }
-    if (capScale) {  // capacity line
-      const double cx = left + capacity_ / scale * barW;
-      p.setPen(QPen(QColor("#b42318"), 1.5, Qt::DashLine));
-      p.drawLine(QPointF(cx, y - 3), QPointF(cx, y + barH + 3));
-    }
-    if (const auto* mark = markFor(r)) {  // predicted peak per category
-      const auto& m = *mark;
-      double mx = left;
-      p.setPen(Qt::NoPen);
-      for (int c = 0; c < core::kMemoryCategoryCount; ++c) {
-        mx += m.tiers[0][c].peak / scale * barW;
-        if (m.tiers[0][c].peak <= 0) continue;
-        QPainterPath tri;
-        tri.moveTo(mx, y - 1);
-        tri.lineTo(mx - 4, y - 7);
-        tri.lineTo(mx + 4, y - 7);
-        tri.closeSubpath();
-        p.setBrush(categoryColor(c).darker(140));
-        p.drawPath(tri);
-      }
-    }
-    y += barH + 4;
-    // Host / NVMe tiers: thin bars on their own scale, only when used.
-    for (auto tier : {core::MemoryTier::Host, core::MemoryTier::Nvme}) {
-      const double t = r.totalPeak(tier);
-      if (t <= 0) continue;
-      p.setFont(small);
-      p.setPen(QColor("#52606d"));
-      const QString label = QStringLiteral("%1: %2").arg(
-          tier == core::MemoryTier::Host ? "host RAM" : "NVMe", formatBytes(t));
-      p.drawText(QRect(left, y, barW, sfm.height()), Qt::AlignLeft | Qt::AlignVCenter, label);
-      y += sfm.height();
-      double hx = left;
-      p.setPen(Qt::NoPen);
-      for (int c = 0; c < core::kMemoryCategoryCount; ++c) {
-        const double v = r.tiers[static_cast<int>(tier)][c].peak;
-        const double w = v / std::max(maxOther, 1.0) * barW * 0.98;
-        if (w <= 0) continue;
-        p.setBrush(categoryColor(c).lighter(115));
-        p.drawRect(QRectF(hx, y, std::max(w, 1.0), 7));
-        hx += w;
-      }
-      y += 10;
-    }
-    y += 8;
+    y = paintRank(p, f, r, markFor(r), y);
   }
   if (static_cast<int>(bars_->ranks.size()) > rows) {
     p.setFont(small);
     p.setPen(QColor("#7b8794"));
-    p.drawText(QRect(left, y, barW, sfm.height()), Qt::AlignLeft,
+    p.drawText(QRect(left, y, f.barW, f.sfm.height()), Qt::AlignLeft,
                QStringLiteral("… and %1 more ranks").arg(bars_->ranks.size() - rows));
-    y += sfm.height() + 4;
+    y += f.sfm.height() + 4;
   }
-  // Legend, wrapped.
-  p.setFont(small);
-  int lx = left;
-  for (int c = 0; c < core::kMemoryCategoryCount; ++c) {
-    const QString t = categoryLabel(c);
-    const int w = 14 + sfm.horizontalAdvance(t) + 12;
-    if (lx + w > right) {
-      lx = left;
-      y += sfm.height() + 4;
-    }
-    p.setPen(Qt::NoPen);
-    p.setBrush(categoryColor(c));
-    p.drawRoundedRect(QRectF(lx, y + (sfm.height() - 10) / 2.0, 10, 10), 2, 2);
-    p.setPen(QColor("#323f4b"));
-    p.drawText(QPoint(lx + 14, y + sfm.ascent()), t);
-    lx += w;
-  }
-  y += sfm.height() + 4;
-  p.setPen(QColor("#7b8794"));
-  QString foot = predicted_ ? "Estimated peak per rank" : "Measured peak per rank";
-  if (marks_) foot += " · ▼ predicted";
-  if (capScale)
-    foot += " · dashed line: device capacity";
-  else if (capacity_ > 0)
-    foot += " · drawn to scale of the largest rank";
-  p.drawText(QRect(left, y, barW, sfm.height() * 2), Qt::AlignLeft | Qt::TextWordWrap, foot);
+  y = paintLegend(p, f, y);
+  paintFooter(p, f, y);
 }
 
 }  // namespace ts::gui

@@ -66,9 +66,28 @@ PlannerPage::PlannerPage(QWidget* parent)
 
   auto* body = new QHBoxLayout;
   outer->addLayout(body, 1);
+  body->addWidget(buildSetupForm());
+  body->addLayout(buildResults(), 1);
+  connectForm();
 
-  // ---- left: the setup form
+  loadChoice(model_->currentIndex());
+  updateExportLabel();
+}
+
+// ---- left: the setup form
+QWidget* PlannerPage::buildSetupForm() {
   auto* left = new QVBoxLayout;
+  left->addWidget(buildMachineBox());
+  left->addWidget(buildTechniquesBox());
+  left->addStretch(1);
+  auto* leftW = new QWidget;
+  leftW->setLayout(left);
+  leftW->setFixedWidth(340);
+  left->setContentsMargins(0, 0, 0, 0);
+  return leftW;
+}
+
+QGroupBox* PlannerPage::buildMachineBox() {
   auto* machineBox = new QGroupBox("Model and machine");
   auto* mf = new QFormLayout(machineBox);
   model_ = new QComboBox;
@@ -111,8 +130,10 @@ PlannerPage::PlannerPage(QWidget* parent)
   mf->addRow("Ranks (GPUs)", ranks_);
   mf->addRow("Backend", backend_);
   mf->addRow("Planner goal", goal_);
-  left->addWidget(machineBox);
+  return machineBox;
+}
 
+QGroupBox* PlannerPage::buildTechniquesBox() {
   auto* techBox = new QGroupBox("Techniques");
   auto* tf = new QFormLayout(techBox);
   precision_ = combo({"fp32", "bf16", "fp16", "fp8", "pure_bf16"});
@@ -139,16 +160,19 @@ PlannerPage::PlannerPage(QWidget* parent)
   tf->addRow("", nf4_);
   tf->addRow("", adam8_);
   tf->addRow("Micro-batch", micro_);
-  left->addWidget(techBox);
-  left->addStretch(1);
-  auto* leftW = new QWidget;
-  leftW->setLayout(left);
-  leftW->setFixedWidth(340);
-  left->setContentsMargins(0, 0, 0, 0);
-  body->addWidget(leftW);
+  return techBox;
+}
 
-  // ---- right: the breakdown, the suggestions, the exports
+// ---- right: the breakdown, the suggestions, the exports
+QLayout* PlannerPage::buildResults() {
   auto* right = new QVBoxLayout;
+  right->addWidget(buildMemoryBox());
+  right->addWidget(buildPlanBox(), 1);
+  right->addLayout(buildExportRow());
+  return right;
+}
+
+QGroupBox* PlannerPage::buildMemoryBox() {
   auto* memBox = new QGroupBox("Memory per rank (this setup)");
   auto* mv = new QVBoxLayout(memBox);
   verdict_ = new QLabel;
@@ -161,8 +185,10 @@ PlannerPage::PlannerPage(QWidget* parent)
   mv->addWidget(details_);
   mv->addWidget(bars_);
   memBox->setSizePolicy(QSizePolicy::Preferred, QSizePolicy::Maximum);
-  right->addWidget(memBox);
+  return memBox;
+}
 
+QGroupBox* PlannerPage::buildPlanBox() {
   auto* planBox = new QGroupBox("Suggestions that fit (best first)");
   auto* pv = new QVBoxLayout(planBox);
   planMessage_ = new QLabel;
@@ -176,6 +202,13 @@ PlannerPage::PlannerPage(QWidget* parent)
   planBar->addWidget(planMessage_, 1);
   planBar->addWidget(new QLabel("Show"));
   planBar->addWidget(filter_);
+  buildPlanTable();
+  pv->addLayout(planBar);
+  pv->addWidget(table_, 1);
+  return planBox;
+}
+
+void PlannerPage::buildPlanTable() {
   table_ = new QTableView;
   table_->setModel(plans_);
   table_->setSelectionBehavior(QAbstractItemView::SelectRows);
@@ -191,12 +224,11 @@ PlannerPage::PlannerPage(QWidget* parent)
                                                    QHeaderView::Interactive);
   table_->setColumnWidth(PlanTableModel::RunsHere, 170);
   table_->setTextElideMode(Qt::ElideRight);
-  pv->addLayout(planBar);
-  pv->addWidget(table_, 1);
-  right->addWidget(planBox, 1);
+}
+
+QLayout* PlannerPage::buildExportRow() {
   connect(table_->selectionModel(), &QItemSelectionModel::selectionChanged, this,
           &PlannerPage::updateExportLabel);
-
   auto* exportRow = new QHBoxLayout;
   exportLabel_ = new QLabel;
   exportLabel_->setObjectName("Muted");
@@ -210,13 +242,15 @@ PlannerPage::PlannerPage(QWidget* parent)
   exportRow->addWidget(runCfg);
   exportRow->addWidget(ds);
   exportRow->addWidget(hf);
-  right->addLayout(exportRow);
-  body->addLayout(right, 1);
   connect(applyPlan_, &QPushButton::clicked, this, &PlannerPage::applySelectedPlan);
   connect(runCfg, &QPushButton::clicked, this, [this] { exportDialog(PlannerExport::RunConfig); });
   connect(ds, &QPushButton::clicked, this, [this] { exportDialog(PlannerExport::DeepSpeed); });
   connect(hf, &QPushButton::clicked, this, [this] { exportDialog(PlannerExport::HuggingFace); });
+  return exportRow;
+}
 
+// Every form change recomputes (debounced); a new model loads its defaults first.
+void PlannerPage::connectForm() {
   connect(model_, &QComboBox::currentIndexChanged, this, &PlannerPage::loadChoice);
   for (auto* c :
        {goal_, backend_, filter_, precision_, checkpointing_, zero_, offloadOpt_, offloadParams_})
@@ -227,9 +261,6 @@ PlannerPage::PlannerPage(QWidget* parent)
   for (auto* b : {flash_, nf4_, adam8_})
     connect(b, &QCheckBox::toggled, this, &PlannerPage::scheduleUpdate);
   connect(lora_, &QSpinBox::valueChanged, this, [this](int r) { nf4_->setEnabled(r > 0); });
-
-  loadChoice(model_->currentIndex());
-  updateExportLabel();
 }
 
 bool PlannerPage::pendingTimer() const {

@@ -12,7 +12,9 @@
 class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
+class QGroupBox;
 class QLabel;
+class QLayout;
 class QPushButton;
 class QSpinBox;
 class QTableView;
@@ -55,6 +57,15 @@ class PlannerPage : public QWidget {
   void updated();
 
  private:
+  QWidget* buildSetupForm();
+  QGroupBox* buildMachineBox();
+  QGroupBox* buildTechniquesBox();
+  QLayout* buildResults();
+  QGroupBox* buildMemoryBox();
+  QGroupBox* buildPlanBox();
+  void buildPlanTable();
+  QLayout* buildExportRow();
+  void connectForm();
   bool pendingTimer() const;
   void scheduleUpdate();
   void loadChoice(int index);

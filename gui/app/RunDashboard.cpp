@@ -36,11 +36,58 @@ QString rate(double v) {
   return QString::number(v, 'f', 0) + " tokens/s";
 }
 
+// "parameters: 1.2M trainable (10.00%) · 11M frozen (NF4, 5.2 MiB) · teacher 124M"
+QString paramCounts(const nlohmann::json& pc) {
+  auto count = [](double n) {
+    return n >= 1e9   ? QString::number(n / 1e9, 'f', 2) + "B"
+           : n >= 1e6 ? QString::number(n / 1e6, 'f', 2) + "M"
+           : n >= 1e3 ? QString::number(n / 1e3, 'f', 1) + "K"
+                      : QString::number(n, 'f', 0);
+  };
+  const double total = pc.value("total", 0.0), trainable = pc.value("trainable", 0.0);
+  QString t = QStringLiteral("parameters: %1 trainable (%2%) · %3 frozen")
+                  .arg(count(trainable))
+                  .arg(total > 0 ? 100.0 * trainable / total : 0.0, 0, 'f', 2)
+                  .arg(count(pc.value("frozen", 0.0)));
+  if (const double b = pc.value("nf4_bytes", 0.0); b > 0)
+    t += b >= 1048576.0 ? QStringLiteral(" (NF4, %1 MiB)").arg(b / 1048576.0, 0, 'f', 1)
+                        : QStringLiteral(" (NF4, %1 KiB)").arg(b / 1024.0, 0, 'f', 1);
+  if (pc.value("teacher", 0.0) > 0)
+    t += QStringLiteral(" · teacher %1").arg(count(pc.value("teacher", 0.0)));
+  return t;
+}
+
 }  // namespace
 
 RunDashboard::RunDashboard(LiveRun* run, EngineClient* client, QWidget* parent)
     : QWidget(parent), run_(run), client_(client) {
-  // Header: state, progress, ETA and controls.
+  QLayout* head = buildHeader();
+  buildCharts();
+  QWidget* lossBox = buildLossBox();
+  QWidget* memBox = buildMemoryBox();
+  log_ = new QPlainTextEdit;
+  log_->setObjectName("Log");
+  log_->setReadOnly(true);
+  log_->setMaximumBlockCount(2000);
+  log_->setMinimumHeight(90);
+  QLayout* grid = buildGrid(lossBox, memBox);
+
+  auto* lay = new QVBoxLayout(this);
+  lay->setContentsMargins(12, 12, 12, 12);
+  lay->addLayout(head);
+  lay->addLayout(grid, 1);
+  connectControls();
+
+  timer_ = new QTimer(this);
+  timer_->setInterval(100);  // 10 Hz: smooth to the eye, bounded cost whatever the event rate
+  connect(timer_, &QTimer::timeout, this, &RunDashboard::refresh);
+  timer_->start();
+  updateControls();
+  refresh();
+}
+
+// Header: state, progress, ETA and controls.
+QLayout* RunDashboard::buildHeader() {
   state_ = new QLabel;
   state_->setObjectName("SectionTitle");
   stats_ = new QLabel;
@@ -92,8 +139,10 @@ RunDashboard::RunDashboard(LiveRun* run, EngineClient* client, QWidget* parent)
   head->addWidget(params_);
   head->addWidget(progress_);
   head->addLayout(controls);
+  return head;
+}
 
-  // Charts.
+void RunDashboard::buildCharts() {
   loss_ = new ChartView("Loss");
   loss_->setAxisTitles("step", "loss");
   lossRaw_ = loss_->addSeries("train (raw)", QColor("#2563eb"), ChartView::Style::FaintLine);
@@ -112,20 +161,7 @@ RunDashboard::RunDashboard(LiveRun* run, EngineClient* client, QWidget* parent)
   tps_->setYFloor(0);
   tpsS_ = tps_->addSeries("tokens/s", QColor("#7c3aed"));
   tps_->setToolTip("Click a profiled step to open its kernel timeline");
-  connect(tps_, &ChartView::clicked, this, [this](double x) {
-    const auto step = static_cast<int64_t>(std::llround(x));
-    // A few pixels of slack: profiled windows are short and hard to hit exactly.
-    const auto slack =
-        std::max<int64_t>(1, static_cast<int64_t>(std::max<int64_t>(run_->lastStep(), 1) * 4 /
-                                                  std::max(1, tps_->plotPixels())));
-    if (auto s = run_->profiledStepNear(step, slack); s && run_->runId() > 0) {
-      emit timelineRequested(run_->runId(), *s);
-    } else {
-      emit message(QStringLiteral("Step %1 was not profiled: use Profile now, or a profiling "
-                                  "schedule in the config, to record a kernel timeline")
-                       .arg(step));
-    }
-  });
+  connect(tps_, &ChartView::clicked, this, [this](double x) { openProfiledStep(x); });
   scale_ = new ChartView("Loss scale (fp16)");
   scale_->setAxisTitles("step", "scale");
   scale_->setYLabelFormat("%.0f");
@@ -136,7 +172,26 @@ RunDashboard::RunDashboard(LiveRun* run, EngineClient* client, QWidget* parent)
   memTime_->setAxisTitles("step", "MiB");
   memTime_->setYLabelFormat("%.1f");
   memTime_->setYFloor(0);
+}
 
+// A click on the throughput chart at step x: that step's timeline when it was profiled.
+void RunDashboard::openProfiledStep(double x) {
+  const auto step = static_cast<int64_t>(std::llround(x));
+  // A few pixels of slack: profiled windows are short and hard to hit exactly.
+  const auto slack =
+      std::max<int64_t>(1, static_cast<int64_t>(std::max<int64_t>(run_->lastStep(), 1) * 4 /
+                                                std::max(1, tps_->plotPixels())));
+  if (auto s = run_->profiledStepNear(step, slack); s && run_->runId() > 0) {
+    emit timelineRequested(run_->runId(), *s);
+  } else {
+    emit message(QStringLiteral("Step %1 was not profiled: use Profile now, or a profiling "
+                                "schedule in the config, to record a kernel timeline")
+                     .arg(step));
+  }
+}
+
+// The loss chart with its smoothing slider under it.
+QWidget* RunDashboard::buildLossBox() {
   smoothing_ = new QSlider(Qt::Horizontal);
   smoothing_->setRange(0, 99);
   smoothing_->setValue(static_cast<int>(run_->smoothing() * 100 + 0.5));
@@ -160,7 +215,10 @@ RunDashboard::RunDashboard(LiveRun* run, EngineClient* client, QWidget* parent)
   sm->addWidget(smoothing_, 1);
   sm->addWidget(smoothingValue_);
   lb->addLayout(sm);
+  return lossBox;
+}
 
+QWidget* RunDashboard::buildMemoryBox() {
   bars_ = new MemoryBars;
   auto* memBox = new QFrame;
   memBox->setObjectName("Card");
@@ -169,13 +227,10 @@ RunDashboard::RunDashboard(LiveRun* run, EngineClient* client, QWidget* parent)
   mt->setObjectName("SectionTitle");
   mb->addWidget(mt);
   mb->addWidget(bars_, 1);
+  return memBox;
+}
 
-  log_ = new QPlainTextEdit;
-  log_->setObjectName("Log");
-  log_->setReadOnly(true);
-  log_->setMaximumBlockCount(2000);
-  log_->setMinimumHeight(90);
-
+QLayout* RunDashboard::buildGrid(QWidget* lossBox, QWidget* memBox) {
   auto* grid = new QGridLayout;
   grid->setSpacing(10);
   grid->addWidget(lossBox, 0, 0);
@@ -193,12 +248,10 @@ RunDashboard::RunDashboard(LiveRun* run, EngineClient* client, QWidget* parent)
   grid->setRowStretch(0, 3);
   grid->setRowStretch(1, 3);
   grid->setRowStretch(2, 2);
+  return grid;
+}
 
-  auto* lay = new QVBoxLayout(this);
-  lay->setContentsMargins(12, 12, 12, 12);
-  lay->addLayout(head);
-  lay->addLayout(grid, 1);
-
+void RunDashboard::connectControls() {
   auto send = [this](core::CommandType t, int steps = 0) {
     if (client_) client_->send(t, steps);
     updateControls();
@@ -219,13 +272,6 @@ RunDashboard::RunDashboard(LiveRun* run, EngineClient* client, QWidget* parent)
                  QStringLiteral("profiling of %1 steps requested").arg(profileSteps_->value()));
   });
   connect(run_, &LiveRun::stateChanged, this, [this] { updateControls(); });
-
-  timer_ = new QTimer(this);
-  timer_->setInterval(100);  // 10 Hz: smooth to the eye, bounded cost whatever the event rate
-  connect(timer_, &QTimer::timeout, this, &RunDashboard::refresh);
-  timer_->start();
-  updateControls();
-  refresh();
 }
 
 void RunDashboard::updateControls() {
@@ -251,7 +297,22 @@ void RunDashboard::refresh() {
   run_->clearDirty();
   force_ = false;
   ++redraws_;
-  // Header.
+  refreshHeader();
+  // Charts: x spans the whole run when known, so the curve grows into its frame.
+  const double x0 = 0;
+  const double x1 = std::max<double>(
+      {1.0, static_cast<double>(run_->totalSteps()), static_cast<double>(run_->lastStep())});
+  for (ChartView* c : {loss_, lr_, tps_, scale_, memTime_}) c->setXRange(x0, x1);
+  refreshLossChart(x0, x1);
+  if (const auto& pc = run_->parameterCounts(); pc.is_object()) params_->setText(paramCounts(pc));
+  refreshRateCharts(x0, x1);
+  refreshMemory(x0, x1);
+  appendNewLog();
+  updateControls();
+}
+
+// Title, figures line, progress and ETA.
+void RunDashboard::refreshHeader() {
   const RunState s = run_->state();
   QString st = QStringLiteral("%1 — %2").arg(run_->name(), toString(s));
   if (!run_->finishReason().isEmpty() && !run_->isActive())
@@ -285,12 +346,10 @@ void RunDashboard::refresh() {
   } else {
     eta_->setText(toString(s));
   }
+}
 
-  // Charts: x spans the whole run when known, so the curve grows into its frame.
-  const double x0 = 0;
-  const double x1 = std::max<double>(
-      {1.0, static_cast<double>(run_->totalSteps()), static_cast<double>(run_->lastStep())});
-  for (ChartView* c : {loss_, lr_, tps_, scale_, memTime_}) c->setXRange(x0, x1);
+// Raw, smoothed and eval loss; a distillation run's two terms once it reports them.
+void RunDashboard::refreshLossChart(double x0, double x1) {
   const int px = loss_->plotPixels();
   loss_->setPoints(lossRaw_, minMaxEnvelope(run_->loss(), x0, x1, px));
   loss_->setPoints(lossSmooth_, minMaxEnvelope(run_->lossSmoothed(), x0, x1, px));
@@ -303,31 +362,21 @@ void RunDashboard::refresh() {
     loss_->setPoints(distillCeS_, minMaxEnvelope(run_->distillCe(), x0, x1, px));
     loss_->setPoints(distillKlS_, minMaxEnvelope(run_->distillKl(), x0, x1, px));
   }
-  if (const auto& pc = run_->parameterCounts(); pc.is_object()) {
-    auto count = [](double n) {
-      return n >= 1e9   ? QString::number(n / 1e9, 'f', 2) + "B"
-             : n >= 1e6 ? QString::number(n / 1e6, 'f', 2) + "M"
-             : n >= 1e3 ? QString::number(n / 1e3, 'f', 1) + "K"
-                        : QString::number(n, 'f', 0);
-    };
-    const double total = pc.value("total", 0.0), trainable = pc.value("trainable", 0.0);
-    QString t = QStringLiteral("parameters: %1 trainable (%2%) · %3 frozen")
-                    .arg(count(trainable))
-                    .arg(total > 0 ? 100.0 * trainable / total : 0.0, 0, 'f', 2)
-                    .arg(count(pc.value("frozen", 0.0)));
-    if (const double b = pc.value("nf4_bytes", 0.0); b > 0)
-      t += b >= 1048576.0 ? QStringLiteral(" (NF4, %1 MiB)").arg(b / 1048576.0, 0, 'f', 1)
-                          : QStringLiteral(" (NF4, %1 KiB)").arg(b / 1024.0, 0, 'f', 1);
-    if (pc.value("teacher", 0.0) > 0)
-      t += QStringLiteral(" · teacher %1").arg(count(pc.value("teacher", 0.0)));
-    params_->setText(t);
-  }
+}
+
+// Learning rate, throughput and (fp16) the loss scale.
+void RunDashboard::refreshRateCharts(double x0, double x1) {
   lr_->setPoints(lrS_, minMaxEnvelope(run_->lr(), x0, x1, lr_->plotPixels()));
   tps_->setPoints(tpsS_, minMaxEnvelope(run_->tokensPerS(), x0, x1, tps_->plotPixels()));
   if (run_->usesLossScale()) {
     scale_->setVisible(true);
     scale_->setPoints(scaleS_, minMaxEnvelope(run_->lossScale(), x0, x1, scale_->plotPixels()));
   }
+}
+
+// Device memory over time (a series per rank) and the bars: measured when there is a
+// measurement (each rank's prediction marked), else the plan.
+void RunDashboard::refreshMemory(double x0, double x1) {
   const auto& mem = run_->memoryOverTime();
   while (memTimeS_.size() < mem.size()) {
     const int r = static_cast<int>(memTimeS_.size());
@@ -340,14 +389,14 @@ void RunDashboard::refresh() {
     for (auto& p : pts) p.setY(p.y() / (1024.0 * 1024.0));
     memTime_->setPoints(memTimeS_[r], pts);
   }
-  // Memory bars: measured when there is a measurement (each rank's prediction marked), else
-  // the plan.
   if (run_->measured())
     bars_->setReports(run_->measured(), run_->predictedPerRank(), capacity_, false);
   else
     bars_->setReports(run_->predicted(), std::nullopt, capacity_, true);
+}
 
-  // Log: only lines not shown yet.
+// Log: only lines not shown yet.
+void RunDashboard::appendNewLog() {
   const auto& log = run_->log();
   const uint64_t total = run_->logAppended();
   uint64_t fresh = total - logShown_;
@@ -361,7 +410,6 @@ void RunDashboard::refresh() {
         QStringLiteral("<span style='color:%1'>%2</span>").arg(color, l.text.toHtmlEscaped()));
   }
   logShown_ = total;
-  updateControls();
 }
 
 }  // namespace ts::gui

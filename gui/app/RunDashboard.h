@@ -7,6 +7,7 @@
 #include "trainscope/gui/LiveRun.h"
 
 class QLabel;
+class QLayout;
 class QPlainTextEdit;
 class QProgressBar;
 class QPushButton;
@@ -52,7 +53,19 @@ class RunDashboard : public QWidget {
   void message(const QString& text);
 
  private:
+  QLayout* buildHeader();
+  void buildCharts();
+  QWidget* buildLossBox();
+  QWidget* buildMemoryBox();
+  QLayout* buildGrid(QWidget* lossBox, QWidget* memBox);
+  void connectControls();
+  void openProfiledStep(double x);
   void updateControls();
+  void refreshHeader();
+  void refreshLossChart(double x0, double x1);
+  void refreshRateCharts(double x0, double x1);
+  void refreshMemory(double x0, double x1);
+  void appendNewLog();
 
   LiveRun* run_;
   EngineClient* client_;

@@ -1,30 +1,30 @@
 #pragma once
-// The run wizard: pages of options over one ConfigDocument, a memory side panel that follows
-// every change, inline validation from the engine's validator, and Launch.
-#include <functional>
+// The run wizard: pages of options over one ConfigDocument (one widget per page, in wizard/),
+// a memory side panel that follows every change, inline validation from the engine's
+// validator, and Launch. This class holds the navigation, the side panel and the wiring.
 #include <vector>
 
 #include <QWidget>
 
 #include "trainscope/gui/Capabilities.h"
 #include "trainscope/gui/ConfigDocument.h"
-#include "trainscope/gui/HfFolderInfo.h"
-#include "trainscope/gui/PresetLibrary.h"
 
+class QComboBox;
 class QLabel;
 class QListWidget;
 class QPushButton;
 class QStackedWidget;
-class QPlainTextEdit;
-class QComboBox;
-class QVBoxLayout;
 
 namespace ts::gui {
 
-class ChartView;
 class ConfigBinder;
+class FinetunePage;
 class MemoryBars;
+class ModelPage;
+class ReviewPage;
 class RunRepository;
+class StartPage;
+class WizardPage;
 
 class RunWizard : public QWidget {
   Q_OBJECT
@@ -39,8 +39,8 @@ class RunWizard : public QWidget {
   QPushButton* nextButton() const { return next_; }
   QPushButton* backButton() const { return back_; }
   QPushButton* launchButton() const { return launch_; }
-  QListWidget* presetList() const { return presets_; }
-  QListWidget* pastRunList() const { return pastRuns_; }
+  QListWidget* presetList() const;
+  QListWidget* pastRunList() const;
   // Reasons Launch is disabled (empty when it is enabled).
   QStringList launchBlockers() const;
   // Validation issues plus what the engine says it cannot do yet.
@@ -50,6 +50,7 @@ class RunWizard : public QWidget {
   void applyPreset(int index);
   // Loads a config or DeepSpeed file; returns the error text (empty on success).
   QString importFile(const QString& path);
+  // The start page's past runs and the fine-tuning page's teachers (their checkpoints).
   void refreshPastRuns();
   // The model page's "Hugging Face folder…": model.* from the folder's config.json and
   // finetune.base_checkpoint = the folder. Returns the error text (empty on success; the
@@ -60,54 +61,31 @@ class RunWizard : public QWidget {
   void launchRequested();
 
  private:
-  QWidget* page(const QString& title, const QString& hint, QVBoxLayout** body);
-  QWidget* buildStartPage();
-  QWidget* buildModelPage();
-  QWidget* buildPrecisionPage();
-  QWidget* buildMemoryPage();
-  QWidget* buildParallelPage();
-  QWidget* buildOptimizerPage();
-  QWidget* buildFinetunePage();
-  QWidget* buildProfilingPage();
-  QWidget* buildReviewPage();
+  void addPages();
+  void addPage(const QString& nav, WizardPage* page);
+  QLayout* buildButtons();
   QWidget* buildSidePanel();
-  void addPage(const QString& nav, QWidget* w, QStringList sections);
-  QLabel* issueLabel(QStringList sections);
   void onDocumentChanged();
-  void updateDataPreview();
-  void updateSchedulePreview();
+  void updateLaunch(const QStringList& blockers);
+  void updateMemoryPanel(int64_t capacity);
   int64_t capacity() const;
 
   ConfigDocument* doc_;
   const RunRepository* repo_;
   ConfigBinder* binder_;
   CapabilitySummary caps_;
-  std::vector<Preset> presetData_;
   QListWidget* nav_;
   QStackedWidget* stack_;
   QPushButton *back_, *next_, *launch_;
   QLabel* blockers_;
-  QListWidget* presets_ = nullptr;
-  QListWidget* pastRuns_ = nullptr;
-  QLabel* startStatus_ = nullptr;
-  QLabel* paramCount_ = nullptr;
-  QLabel* hfInfo_ = nullptr;
-  HfFolderCache hfFolders_;
-  QPlainTextEdit* dataPreview_ = nullptr;
-  QLabel* effBatch_ = nullptr;
-  ChartView* lrChart_ = nullptr;
-  int lrSeries_ = -1, curriculumSeries_ = -1;
-  ChartView* curriculumChart_ = nullptr;
-  QPlainTextEdit* reviewJson_ = nullptr;
-  QLabel* reviewIssues_ = nullptr;
-  QLabel* reviewWarnings_ = nullptr;
-  QLabel* reviewEstimate_ = nullptr;
-  QComboBox* teacherPick_ = nullptr;
+  std::vector<WizardPage*> pages_;
+  StartPage* start_ = nullptr;
+  ModelPage* model_ = nullptr;
+  FinetunePage* finetune_ = nullptr;
+  ReviewPage* review_ = nullptr;
   MemoryBars* bars_ = nullptr;
   QLabel* memSummary_ = nullptr;
   QComboBox* capacityPick_ = nullptr;
-  std::vector<std::pair<QLabel*, QStringList>> issueLabels_;
-  std::vector<std::function<void()>> onChange_;
 };
 
 }  // namespace ts::gui

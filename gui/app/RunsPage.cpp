@@ -108,7 +108,17 @@ RunsPage::RunsPage(RunRepository repo, QWidget* parent)
   hint->setObjectName("PageHint");
   hint->setWordWrap(true);
   v->addWidget(hint);
+  v->addLayout(buildFilters());
+  buildTable();
+  v->addWidget(view_, 1);
+  v->addLayout(buildActions());
+  connectModel();
+  connectActions();
+  updateButtons();
+}
 
+// Search, status filter, the count and Refresh.
+QLayout* RunsPage::buildFilters() {
   auto* filters = new QHBoxLayout;
   search_ = new QLineEdit;
   search_->setPlaceholderText("Search names, notes, tags, techniques and config values");
@@ -119,13 +129,15 @@ RunsPage::RunsPage(RunRepository repo, QWidget* parent)
     status_->addItem(s, QString(s));
   count_ = new QLabel;
   count_->setObjectName("Muted");
-  auto* refresh = new QPushButton("Refresh");
+  refresh_ = new QPushButton("Refresh");
   filters->addWidget(search_, 1);
   filters->addWidget(status_);
   filters->addWidget(count_);
-  filters->addWidget(refresh);
-  v->addLayout(filters);
+  filters->addWidget(refresh_);
+  return filters;
+}
 
+void RunsPage::buildTable() {
   view_ = new QTableView;
   view_->setModel(model_);
   view_->setSortingEnabled(true);
@@ -144,8 +156,10 @@ RunsPage::RunsPage(RunRepository repo, QWidget* parent)
   view_->setSelectionMode(QAbstractItemView::ExtendedSelection);
   view_->setAlternatingRowColors(true);
   view_->setWordWrap(false);
-  v->addWidget(view_, 1);
+}
 
+// The actions on the selected run(s).
+QLayout* RunsPage::buildActions() {
   auto* row = new QHBoxLayout;
   edit_ = new QPushButton("Edit…");
   edit_->setToolTip("Rename, tag or annotate the selected run");
@@ -165,9 +179,12 @@ RunsPage::RunsPage(RunRepository repo, QWidget* parent)
   row->addWidget(resume_);
   row->addWidget(clone_);
   row->addWidget(compare_);
-  v->addLayout(row);
+  return row;
+}
 
-  connect(refresh, &QPushButton::clicked, this, &RunsPage::reload);
+// Filters, the selection across model resets, the count, column widths, browser messages.
+void RunsPage::connectModel() {
+  connect(refresh_, &QPushButton::clicked, this, &RunsPage::reload);
   connect(search_, &QLineEdit::textChanged, model_, &RunsTableModel::setSearchText);
   connect(status_, &QComboBox::currentIndexChanged, this,
           [this] { model_->setStatusFilter(status_->currentData().toString()); });
@@ -195,6 +212,9 @@ RunsPage::RunsPage(RunRepository repo, QWidget* parent)
     emit message(m);
     if (!ok && showDialogs_) QMessageBox::warning(this, "Runs", m);
   });
+}
+
+void RunsPage::connectActions() {
   connect(edit_, &QPushButton::clicked, this, &RunsPage::editSelected);
   connect(delete_, &QPushButton::clicked, this, &RunsPage::deleteSelected);
   connect(csv_, &QPushButton::clicked, this,
@@ -224,7 +244,6 @@ RunsPage::RunsPage(RunRepository repo, QWidget* parent)
   connect(browser_, &RunsBrowser::extrasReady, this, [this](qint64 id) {
     if (id == selectedRunId()) updateButtons();
   });
-  updateButtons();
 }
 
 int64_t RunsPage::selectedRunId() const {

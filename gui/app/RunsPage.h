@@ -13,6 +13,7 @@
 
 class QComboBox;
 class QLabel;
+class QLayout;
 class QLineEdit;
 class QPushButton;
 class QTableView;
@@ -50,6 +51,11 @@ class RunsPage : public QWidget {
   void compareRequested(const QList<qint64>& ids);
 
  private:
+  QLayout* buildFilters();
+  void buildTable();
+  QLayout* buildActions();
+  void connectModel();
+  void connectActions();
   void editSelected();
   void exportSelected(RunsBrowser::ExportFormat format);
   void exportTraceSelected();
@@ -61,6 +67,7 @@ class RunsPage : public QWidget {
   QLineEdit* search_;
   QComboBox* status_;
   QLabel* count_;
+  QPushButton* refresh_;
   QList<qint64> keptSelection_;  // across model resets (filtering, reloads)
   QPushButton *edit_, *delete_, *csv_, *json_, *trace_, *clone_, *follow_, *resume_, *compare_;
   bool showDialogs_ = true;

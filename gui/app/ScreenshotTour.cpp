@@ -39,75 +39,108 @@ void settle(int ms = 400) {
   spinUntil([] { return false; }, ms);
 }
 
-}  // namespace
+// One tour: the window, its options, the shots so far and the runs the later shots show. Each
+// step that later steps need returns false when it failed (its failure is recorded).
+class Tour {
+ public:
+  Tour(MainWindow& win, const TourOptions& o, QStringList* log) : win_(win), o_(o), log_(log) {}
+  std::vector<TourShot> run();
 
-std::vector<TourShot> runScreenshotTour(MainWindow& win, const TourOptions& o, QStringList* log) {
-  std::vector<TourShot> shots;
-  auto say = [&](const QString& s) {
-    if (log) *log << s;
-  };
-  QDir().mkpath(o.outDir);
-  win.setShowDialogs(false);
-  win.resize(1440, 900);
-  win.show();
-  spinUntil([&] { return win.isVisible(); }, 5000);
-  // What the engine can do decides the planner's verdicts and the wizard's launch.
-  spinUntil([&] { return win.capabilities().known; }, 20000);
-  say(win.capabilities().known ? "engine: " + win.capabilities().text
-                               : "engine capabilities not known (engine not found?)");
+ private:
+  void say(const QString& s) {
+    if (log_) *log_ << s;
+  }
+  void shoot(const QString& name, const std::function<void(ScreenshotCheck&)>& checks,
+             bool settleFirst = true);
+  void fail(const QString& name, const QString& why);
+  QStringList runArgs(const QStringList& extra) const;
+  void showWindow();
+  bool liveDashboard();
+  void pauseForTheShot(RunDashboard* dashboard);
+  bool secondRun();
+  void runsBrowser();
+  void compare();
+  void timeline();
+  void planner();
 
-  auto shoot = [&](const QString& name, const std::function<void(ScreenshotCheck&)>& checks,
-                   bool settleFirst = true) {
-    if (settleFirst) settle();
-    TourShot shot;
-    shot.name = name;
-    shot.path = QDir(o.outDir).filePath(name + ".png");
-    const QImage img = grabShot(&win);
-    ScreenshotCheck check(&win, img);
-    check.noText("engine not found");
-    checks(check);
-    shot.problems = check.problems();
-    if (!img.save(shot.path)) shot.problems << "could not write " + shot.path;
-    say(QStringLiteral("%1: %2").arg(
-        name, shot.problems.isEmpty() ? QStringLiteral("ok") : shot.problems.join("; ")));
-    shots.push_back(shot);
-  };
-  auto fail = [&](const QString& name, const QString& why) {
-    shots.push_back({name, QString(), {why}});
-    say(name + ": " + why);
-  };
+  MainWindow& win_;
+  const TourOptions& o_;
+  QStringList* log_;
+  std::vector<TourShot> shots_;
+  LiveRun* run1_ = nullptr;
+  RunDashboard* second_ = nullptr;
+  qint64 id1_ = 0, id2_ = 0;
+};
 
-  // 1. Live: the default preset, profiled, launched from the app; shot half way.
+std::vector<TourShot> Tour::run() {
+  QDir().mkpath(o_.outDir);
+  showWindow();
+  if (!liveDashboard() || !secondRun()) return shots_;
+  runsBrowser();
+  compare();
+  timeline();
+  planner();
+  return shots_;
+}
+
+void Tour::shoot(const QString& name, const std::function<void(ScreenshotCheck&)>& checks,
+                 bool settleFirst) {
+  if (settleFirst) settle();
+  TourShot shot;
+  shot.name = name;
+  shot.path = QDir(o_.outDir).filePath(name + ".png");
+  const QImage img = grabShot(&win_);
+  ScreenshotCheck check(&win_, img);
+  check.noText("engine not found");
+  checks(check);
+  shot.problems = check.problems();
+  if (!img.save(shot.path)) shot.problems << "could not write " + shot.path;
+  say(QStringLiteral("%1: %2").arg(
+      name, shot.problems.isEmpty() ? QStringLiteral("ok") : shot.problems.join("; ")));
+  shots_.push_back(shot);
+}
+
+void Tour::fail(const QString& name, const QString& why) {
+  shots_.push_back({name, QString(), {why}});
+  say(name + ": " + why);
+}
+
+// Both runs: the tour's length, evaluated a dozen times, profiled in two short windows.
+QStringList Tour::runArgs(const QStringList& extra) const {
   const QStringList profiled = {"--set", "profile.enabled=true", "--set", "profile.wait=40",
                                 "--set", "profile.warmup=2",     "--set", "profile.active=3",
                                 "--set", "profile.repeat=2"};
-  const QString steps = QStringLiteral("train.steps=%1").arg(o.steps);
-  const QString evalEvery = QStringLiteral("train.eval_every=%1").arg(std::max(1, o.steps / 12));
-  RunDashboard* first = win.launch(QStringList{"--set", steps, "--set", evalEvery} + profiled);
+  const QString steps = QStringLiteral("train.steps=%1").arg(o_.steps);
+  const QString evalEvery = QStringLiteral("train.eval_every=%1").arg(std::max(1, o_.steps / 12));
+  return QStringList{"--set", steps, "--set", evalEvery} + extra + profiled;
+}
+
+void Tour::showWindow() {
+  win_.setShowDialogs(false);
+  win_.resize(1440, 900);
+  win_.show();
+  spinUntil([&] { return win_.isVisible(); }, 5000);
+  // What the engine can do decides the planner's verdicts and the wizard's launch.
+  spinUntil([&] { return win_.capabilities().known; }, 20000);
+  say(win_.capabilities().known ? "engine: " + win_.capabilities().text
+                                : "engine capabilities not known (engine not found?)");
+}
+
+// 1. Live: the default preset, profiled, launched from the app; shot half way.
+bool Tour::liveDashboard() {
+  RunDashboard* first = win_.launch(runArgs({}));
   if (!first) {
-    fail("live-dashboard", "launch failed: " + win.lastError());
-    return shots;
-  }
-  win.showSection(MainWindow::Live);
-  LiveRun* run1 = first->run();
-  // The engine is paused a quarter of the way in and resumed just before the grab, so the shot
-  // shows a running run however fast this machine trains or however starved the GUI is: a
-  // shot taken while stepping on gave a fast run time to finish first.
-  if (!spinUntil([&] { return run1->lastStep() >= o.steps / 4 || !run1->isActive(); },
-                 o.timeoutMs)) {
-    fail("live-dashboard", "the run made no progress");
-    return shots;
-  }
-  auto enginePaused = [&] {
-    for (const auto& l : run1->log())
-      if (l.text.startsWith("paused at step")) return true;
+    fail("live-dashboard", "launch failed: " + win_.lastError());
     return false;
-  };
-  first->client()->send(core::CommandType::Pause);
-  spinUntil([&] { return enginePaused() || !run1->isActive(); }, o.timeoutMs);
-  settle();  // the charts draw every step up to the pause
-  first->client()->send(core::CommandType::Resume);
-  first->refresh();
+  }
+  win_.showSection(MainWindow::Live);
+  run1_ = first->run();
+  if (!spinUntil([&] { return run1_->lastStep() >= o_.steps / 4 || !run1_->isActive(); },
+                 o_.timeoutMs)) {
+    fail("live-dashboard", "the run made no progress");
+    return false;
+  }
+  pauseForTheShot(first);
   shoot(
       "live-dashboard",
       [&](ScreenshotCheck& c) {
@@ -117,30 +150,50 @@ std::vector<TourShot> runScreenshotTour(MainWindow& win, const TourOptions& o, Q
             .text("running");
       },
       /*settleFirst=*/false);
-  if (!spinUntil([&] { return !run1->isActive(); }, o.timeoutMs)) {
+  if (!spinUntil([&] { return !run1_->isActive(); }, o_.timeoutMs)) {
     fail("runs", "the first run did not finish");
-    return shots;
+    return false;
   }
-  say(QStringLiteral("run 1 (#%1) finished at step %2").arg(run1->runId()).arg(run1->lastStep()));
+  say(QStringLiteral("run 1 (#%1) finished at step %2").arg(run1_->runId()).arg(run1_->lastStep()));
+  return true;
+}
 
-  // 2. A second run to compare: bf16 instead of fp32, the same data and seed.
-  RunDashboard* second =
-      win.launch(QStringList{"--set", steps, "--set", evalEvery, "--set", "precision.policy=bf16",
-                             "--set", "name=default-bf16"} +
-                 profiled);
-  if (!second || !spinUntil([&] { return !second->run()->isActive(); }, o.timeoutMs)) {
-    fail("compare", "the second run did not run to its end: " + win.lastError());
-    return shots;
+// The engine is paused a quarter of the way in and resumed just before the grab, so the shot
+// shows a running run however fast this machine trains or however starved the GUI is: a
+// shot taken while stepping on gave a fast run time to finish first.
+void Tour::pauseForTheShot(RunDashboard* first) {
+  auto enginePaused = [&] {
+    for (const auto& l : run1_->log())
+      if (l.text.startsWith("paused at step")) return true;
+    return false;
+  };
+  first->client()->send(core::CommandType::Pause);
+  spinUntil([&] { return enginePaused() || !run1_->isActive(); }, o_.timeoutMs);
+  settle();  // the charts draw every step up to the pause
+  first->client()->send(core::CommandType::Resume);
+  first->refresh();
+}
+
+// 2. A second run to compare: bf16 instead of fp32, the same data and seed.
+bool Tour::secondRun() {
+  second_ = win_.launch(runArgs({"--set", "precision.policy=bf16", "--set", "name=default-bf16"}));
+  if (!second_ || !spinUntil([&] { return !second_->run()->isActive(); }, o_.timeoutMs)) {
+    fail("compare", "the second run did not run to its end: " + win_.lastError());
+    return false;
   }
-  const qint64 id1 = run1->runId(), id2 = second->run()->runId();
-  say(QStringLiteral("run 2 (#%1) finished at step %2").arg(id2).arg(second->run()->lastStep()));
+  id1_ = run1_->runId();
+  id2_ = second_->run()->runId();
+  say(QStringLiteral("run 2 (#%1) finished at step %2").arg(id2_).arg(second_->run()->lastStep()));
+  return true;
+}
 
-  // 3. Runs browser: both runs with their best eval loss.
-  RunsPage* runs = win.runsPage();
-  win.showSection(MainWindow::Runs);
+// 3. Runs browser: both runs with their best eval loss.
+void Tour::runsBrowser() {
+  RunsPage* runs = win_.runsPage();
+  win_.showSection(MainWindow::Runs);
   runs->reload();
   spinUntil([&] { return runs->model()->rowCount() >= 2; }, 20000);
-  runs->selectRuns({id1, id2});
+  runs->selectRuns({id1_, id2_});
   shoot("runs", [&](ScreenshotCheck& c) {
     c.widget(runs->view(), "runs table").text("default-bf16").text("Best eval loss");
     for (int r = 0; r < runs->model()->rowCount(); ++r) {
@@ -149,11 +202,13 @@ std::vector<TourShot> runScreenshotTour(MainWindow& win, const TourOptions& o, Q
         c.text(QStringLiteral("best eval loss of row %1 (reads \"%2\")").arg(r + 1).arg(best));
     }
   });
+}
 
-  // 4. Compare the two.
-  ComparePage* compare = win.comparePage();
-  compare->compareRuns({id1, id2});
-  win.showSection(MainWindow::Compare);
+// 4. Compare the two.
+void Tour::compare() {
+  ComparePage* compare = win_.comparePage();
+  compare->compareRuns({id1_, id2_});
+  win_.showSection(MainWindow::Compare);
   spinUntil([&] { return !compare->model()->loading() && compare->model()->runCount() == 2; },
             30000);
   shoot("compare", [&](ScreenshotCheck& c) {
@@ -162,30 +217,34 @@ std::vector<TourShot> runScreenshotTour(MainWindow& win, const TourOptions& o, Q
         .widget(compare->memoryView(), "memory table")
         .text("precision.policy");
   });
+}
 
-  // 5. Timeline: opening the page shows the newest run's profile, zoomed to a profiled step.
-  TimelinePage* timeline = win.timelinePage();
-  win.showSection(MainWindow::Timeline);
+// 5. Timeline: opening the page shows the newest run's profile, zoomed to a profiled step.
+void Tour::timeline() {
+  TimelinePage* timeline = win_.timelinePage();
+  win_.showSection(MainWindow::Timeline);
   spinUntil(
       [&] {
-        return timeline->model()->runId() == id2 && !timeline->model()->loading() &&
+        return timeline->model()->runId() == id2_ && !timeline->model()->loading() &&
                timeline->model()->data();
       },
       30000);
-  if (!second->run()->profiledWindows().empty()) {
-    timeline->showRun(id2, second->run()->profiledWindows().front().first + 1);
+  if (!second_->run()->profiledWindows().empty()) {
+    timeline->showRun(id2_, second_->run()->profiledWindows().front().first + 1);
     spinUntil([&] { return !timeline->model()->loading(); }, 30000);
   }
   shoot("timeline", [&](ScreenshotCheck& c) {
-    c.widget(timeline->view(), "timeline").text(QStringLiteral("Run %1:").arg(id2));
+    c.widget(timeline->view(), "timeline").text(QStringLiteral("Run %1:").arg(id2_));
     if (!timeline->model()->data() || timeline->model()->data()->spanCount() == 0)
       c.text("a loaded profile (status: " + timeline->statusText() + ")");
   });
+}
 
-  // 6. Planner: LLaMA-7B on one 24 GB GPU, everything that fits, each saying whether this
-  // engine runs it there.
-  PlannerPage* planner = win.planner();
-  win.showSection(MainWindow::Planner);
+// 6. Planner: LLaMA-7B on one 24 GB GPU, everything that fits, each saying whether this
+// engine runs it there.
+void Tour::planner() {
+  PlannerPage* planner = win_.planner();
+  win_.showSection(MainWindow::Planner);
   planner->selectModel("shape:llama-7b");
   planner->setDeviceMemoryGiB(24);
   planner->setRanks(1);
@@ -202,7 +261,12 @@ std::vector<TourShot> runScreenshotTour(MainWindow& win, const TourOptions& o, Q
         .text("Suggestions that fit");
     if (planner->planModel()->rowCount() == 0) c.text("a suggestion row");
   });
-  return shots;
+}
+
+}  // namespace
+
+std::vector<TourShot> runScreenshotTour(MainWindow& win, const TourOptions& o, QStringList* log) {
+  return Tour(win, o, log).run();
 }
 
 }  // namespace ts::gui

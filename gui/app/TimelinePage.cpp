@@ -64,8 +64,34 @@ TimelinePage::TimelinePage(RunRepository repo, QWidget* parent)
   hint->setObjectName("PageHint");
   hint->setWordWrap(true);
   outer->addWidget(hint);
+  outer->addLayout(buildToolbar());
+  status_ = new QLabel;
+  status_->setObjectName("Muted");
+  status_->setWordWrap(true);
+  outer->addWidget(status_);
 
-  // ---- toolbar
+  // ---- the timeline over the range table and the details
+  auto* split = new QSplitter(Qt::Vertical);
+  split->setChildrenCollapsible(false);
+  split->addWidget(view_);
+  auto* bottom = new QSplitter(Qt::Horizontal);
+  bottom->setChildrenCollapsible(false);
+  bottom->addWidget(buildRangeBox());
+  bottom->addWidget(buildDetailBox());
+  bottom->setStretchFactor(0, 3);
+  bottom->setStretchFactor(1, 2);
+  split->addWidget(bottom);
+  split->setStretchFactor(0, 3);
+  split->setStretchFactor(1, 2);
+  outer->addWidget(split, 1);
+
+  connectViews();
+  export_->setEnabled(false);
+  reloadRuns();
+}
+
+// ---- toolbar: run, window, fit, export
+QLayout* TimelinePage::buildToolbar() {
   auto* bar = new QHBoxLayout;
   bar->addWidget(new QLabel("Run"));
   runs_ = new QComboBox;
@@ -84,19 +110,11 @@ TimelinePage::TimelinePage(RunRepository repo, QWidget* parent)
   export_ = new QPushButton("Export Chrome trace…");
   export_->setToolTip("Write the profile as Chrome trace JSON (Perfetto, chrome://tracing)");
   bar->addWidget(export_);
-  outer->addLayout(bar);
-  status_ = new QLabel;
-  status_->setObjectName("Muted");
-  status_->setWordWrap(true);
-  outer->addWidget(status_);
+  return bar;
+}
 
-  // ---- the timeline over the range table and the details
-  auto* split = new QSplitter(Qt::Vertical);
-  split->setChildrenCollapsible(false);
-  split->addWidget(view_);
-
-  auto* bottom = new QSplitter(Qt::Horizontal);
-  bottom->setChildrenCollapsible(false);
+// The selected range aggregated per span name, over the chosen lanes.
+QGroupBox* TimelinePage::buildRangeBox() {
   auto* rangeBox = new QGroupBox("Selected range");
   auto* rv = new QVBoxLayout(rangeBox);
   auto* rangeBar = new QHBoxLayout;
@@ -120,8 +138,11 @@ TimelinePage::TimelinePage(RunRepository repo, QWidget* parent)
   for (int c = TimelineRangeModel::Category; c < TimelineRangeModel::ColumnCount; ++c)
     table_->horizontalHeader()->setSectionResizeMode(c, QHeaderView::ResizeToContents);
   rv->addWidget(table_);
-  bottom->addWidget(rangeBox);
+  return rangeBox;
+}
 
+// The clicked span's details, with a way to its launching host range.
+QGroupBox* TimelinePage::buildDetailBox() {
   auto* detailBox = new QGroupBox("Span");
   auto* dv = new QVBoxLayout(detailBox);
   details_ = new QLabel("Click a span on the timeline.");
@@ -135,14 +156,10 @@ TimelinePage::TimelinePage(RunRepository repo, QWidget* parent)
   gotoHost_ = new QPushButton("Go to launching host range");
   gotoHost_->setEnabled(false);
   dv->addWidget(gotoHost_, 0, Qt::AlignLeft);
-  bottom->addWidget(detailBox);
-  bottom->setStretchFactor(0, 3);
-  bottom->setStretchFactor(1, 2);
-  split->addWidget(bottom);
-  split->setStretchFactor(0, 3);
-  split->setStretchFactor(1, 2);
-  outer->addWidget(split, 1);
+  return detailBox;
+}
 
+void TimelinePage::connectViews() {
   connect(model_, &TimelineModel::changed, this, &TimelinePage::onLoaded);
   connect(model_, &TimelineModel::loadFailed, this, [this](const QString& e) {
     setStatus(e, true);
@@ -162,25 +179,25 @@ TimelinePage::TimelinePage(RunRepository repo, QWidget* parent)
   });
   connect(lanes_, qOverload<int>(&QComboBox::currentIndexChanged), this,
           &TimelinePage::recomputeRange);
-  connect(windows_, qOverload<int>(&QComboBox::activated), this, [this](int i) {
-    const TimelineData* d = model_->data();
-    if (!d) return;
-    if (i <= 0) {
-      view_->zoomToFit();
-      return;
-    }
-    const auto& w = d->windows()[static_cast<size_t>(i - 1)];
-    const int64_t pad = std::max<int64_t>(1, (w.end - w.start) / 50);
-    view_->setVisibleRange(w.start - pad, w.end + pad);
-  });
+  connect(windows_, qOverload<int>(&QComboBox::activated), this, [this](int i) { showWindow(i); });
   connect(runs_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this](int i) {
     if (fillingRuns_ || i < 0) return;
     const qlonglong id = runs_->itemData(i).toLongLong();
     if (id > 0 && id != model_->runId()) showRun(id);
   });
+}
 
-  export_->setEnabled(false);
-  reloadRuns();
+// The window picker: 0 is the whole profile, i the i-th profiled window with a little margin.
+void TimelinePage::showWindow(int i) {
+  const TimelineData* d = model_->data();
+  if (!d) return;
+  if (i <= 0) {
+    view_->zoomToFit();
+    return;
+  }
+  const auto& w = d->windows()[static_cast<size_t>(i - 1)];
+  const int64_t pad = std::max<int64_t>(1, (w.end - w.start) / 50);
+  view_->setVisibleRange(w.start - pad, w.end + pad);
 }
 
 void TimelinePage::setStatus(const QString& text, bool error) {

@@ -13,7 +13,9 @@
 #include "trainscope/gui/TimelineModel.h"
 
 class QComboBox;
+class QGroupBox;
 class QLabel;
+class QLayout;
 class QPushButton;
 class QTableView;
 
@@ -49,6 +51,11 @@ class TimelinePage : public QWidget {
   void message(const QString& text);
 
  private:
+  QLayout* buildToolbar();
+  QGroupBox* buildRangeBox();
+  QGroupBox* buildDetailBox();
+  void connectViews();
+  void showWindow(int index);
   void onLoaded();
   void onRangeSelected(int64_t t0, int64_t t1);
   void recomputeRange();

@@ -281,133 +281,166 @@ void TimelineView::paintEvent(QPaintEvent*) {
   const TimelineData* d = model_->data();
   lastFrameBlocks_ = 0;
   if (!d || d->spanCount() == 0) {
-    paintRuler(p, plot, 1);
-    paintLegend(p);
-    p.setPen(QColor("#7b8794"));
-    p.drawText(plot, Qt::AlignCenter | Qt::TextWordWrap,
-               !status_.isEmpty()  ? status_
-               : model_->loading() ? QStringLiteral("Loading the profile…")
-                                   : QStringLiteral("No profile loaded"));
+    paintEmpty(p, plot);
     return;
   }
   const double nsPerPx = static_cast<double>(t1_ - t0_) / std::max(1, plot.width());
   paintRuler(p, plot, nsPerPx);
-
-  // Step boundaries: shaded alternate steps, a line and a label at each start.
-  const auto& steps = d->steps();
-  {
-    auto it = std::lower_bound(steps.begin(), steps.end(), t0_,
-                               [](const StepMark& m, int64_t t) { return m.end < t; });
-    int lastLabelRight = -1000, lastLineX = -1000;
-    const QFontMetrics fm = p.fontMetrics();
-    static const QColor shade(0xf3, 0xf5, 0xf8), line(0xb8, 0xc2, 0xcc), ink(0x1f, 0x29, 0x33);
-    for (; it != steps.end() && it->start <= t1_; ++it) {
-      const int x = static_cast<int>(std::lround(xForTime(it->start)));
-      // Solid lines (dashed pens go through the stroker, far slower), at most one per 8 px.
-      if (x - lastLineX < 8) continue;
-      lastLineX = x;
-      if (it->step % 2 == 1) {
-        const int x1 = static_cast<int>(std::lround(xForTime(it->end)));
-        p.fillRect(QRect(QPoint(std::max(x, plot.left()), plot.top()),
-                         QPoint(std::min(x1, plot.right()), plot.bottom())),
-                   shade);
-      }
-      if (x < plot.left() || x > plot.right()) continue;
-      p.setPen(line);
-      p.drawLine(x, 2, x, plot.bottom());
-      const QString label = QStringLiteral("step %1").arg(it->step);
-      if (x + 3 > lastLabelRight + 6) {
-        p.setPen(ink);
-        p.drawText(x + 3, 12, label);
-        lastLabelRight = x + 3 + fm.horizontalAdvance(label);
-      }
-    }
-  }
-
-  // Tracks.
+  paintSteps(p, plot, *d);
   p.save();
   p.setClipRect(plot);
+  paintTracks(p, plot, *d, nsPerPx);
+  paintSelectedSpan(p, *d);
+  paintSelection(p, plot);
+  p.restore();
+  paintSelectionLabel(p, plot);
+  paintLaneLabels(p, plot, *d);
+  paintLaneSeparators(p, plot);
+  paintLegend(p);
+}
+
+// Nothing to draw: the ruler and legend frame a line saying why.
+void TimelineView::paintEmpty(QPainter& p, const QRect& plot) {
+  paintRuler(p, plot, 1);
+  paintLegend(p);
+  p.setPen(QColor("#7b8794"));
+  p.drawText(plot, Qt::AlignCenter | Qt::TextWordWrap,
+             !status_.isEmpty()  ? status_
+             : model_->loading() ? QStringLiteral("Loading the profile…")
+                                 : QStringLiteral("No profile loaded"));
+}
+
+// Step boundaries: shaded alternate steps, a line and a label at each start.
+void TimelineView::paintSteps(QPainter& p, const QRect& plot, const TimelineData& d) {
+  const auto& steps = d.steps();
+  auto it = std::lower_bound(steps.begin(), steps.end(), t0_,
+                             [](const StepMark& m, int64_t t) { return m.end < t; });
+  int lastLabelRight = -1000, lastLineX = -1000;
+  const QFontMetrics fm = p.fontMetrics();
+  static const QColor shade(0xf3, 0xf5, 0xf8), line(0xb8, 0xc2, 0xcc), ink(0x1f, 0x29, 0x33);
+  for (; it != steps.end() && it->start <= t1_; ++it) {
+    const int x = static_cast<int>(std::lround(xForTime(it->start)));
+    // Solid lines (dashed pens go through the stroker, far slower), at most one per 8 px.
+    if (x - lastLineX < 8) continue;
+    lastLineX = x;
+    if (it->step % 2 == 1) {
+      const int x1 = static_cast<int>(std::lround(xForTime(it->end)));
+      p.fillRect(QRect(QPoint(std::max(x, plot.left()), plot.top()),
+                       QPoint(std::min(x1, plot.right()), plot.bottom())),
+                 shade);
+    }
+    if (x < plot.left() || x > plot.right()) continue;
+    p.setPen(line);
+    p.drawLine(x, 2, x, plot.bottom());
+    const QString label = QStringLiteral("step %1").arg(it->step);
+    if (x + 3 > lastLabelRight + 6) {
+      p.setPen(ink);
+      p.drawText(x + 3, 12, label);
+      lastLabelRight = x + 3 + fm.horizontalAdvance(label);
+    }
+  }
+}
+
+// Every visible track's blocks for this range and zoom (clipped to the plot by the caller).
+void TimelineView::paintTracks(QPainter& p, const QRect& plot, const TimelineData& d,
+                               double nsPerPx) {
   const QFontMetrics fm = p.fontMetrics();
   const int textY = (kRowHeight - 2 + fm.ascent() - fm.descent()) / 2;
-  for (int track = 0; track < d->trackCount(); ++track) {
+  for (int track = 0; track < d.trackCount(); ++track) {
     const int top = trackTop(track);
     if (top + kRowHeight < plot.top() || top > plot.bottom()) continue;
     blocks_.clear();
-    d->query(track, t0_, t1_, nsPerPx, blocks_);
+    d.query(track, t0_, t1_, nsPerPx, blocks_);
     lastFrameBlocks_ += static_cast<int>(blocks_.size());
-    for (const auto& b : blocks_) {
-      const double x0 = std::max(xForTime(b.start), plot.left() - 2.0);
-      const double x1 = std::min(xForTime(b.end), plot.right() + 2.0);
-      const int left = static_cast<int>(std::floor(x0));
-      const int w = std::max(1, static_cast<int>(std::ceil(x1)) - left);
-      const QRect r(left, top + 1, w, kRowHeight - 2);
-      QColor c = timelineCategoryColor(b.category);
-      if (b.count > 1) {
-        // Merged: paler the less of the block the spans fill.
-        const double fill = std::clamp(
-            static_cast<double>(b.busy) / std::max<int64_t>(1, b.end - b.start), 0.0, 1.0);
-        p.fillRect(r, mix(QColor("#ffffff"), c, 0.35 + 0.4 * fill));
-        continue;
-      }
-      p.fillRect(r, c);
-      if (w >= 5) {
-        p.setPen(c.darker(135));
-        p.drawRect(r.adjusted(0, 0, -1, -1));
-      }
-      if (w >= kMinLabelBlock) {
-        const QRect tr = r.intersected(plot).adjusted(3, 0, -3, 0);
-        if (tr.width() >= kMinLabelBlock - 6) {
-          p.setPen(c.lightnessF() > 0.62 ? QColor("#1f2933") : QColor(Qt::white));
-          p.drawText(tr.left(), r.top() + textY,
-                     fm.elidedText(QString::fromStdString(d->spanName(b.span)), Qt::ElideRight,
-                                   tr.width()));
-        }
-      }
-    }
+    for (const auto& b : blocks_) paintBlock(p, plot, d, b, top, textY);
   }
-  // The selected span and, for a device kernel, the host range that launched it.
-  if (selectedSpan_ >= 0) {
-    if (auto r = spanRect(selectedSpan_)) {
-      p.setPen(QPen(QColor("#111827"), 2));
-      p.setBrush(Qt::NoBrush);
-      p.drawRect(r->adjusted(0, 0, -1, -1));
-      const int32_t host = d->launchingRange(selectedSpan_);
-      if (auto hr = spanRect(host)) {
-        p.setPen(QPen(QColor("#111827"), 1.5, Qt::DashLine));
-        p.drawRect(hr->adjusted(0, 0, -1, -1));
-        p.drawLine(hr->center().x(), hr->bottom(), r->center().x(), r->top());
-      }
-    }
-  }
-  // The selected range.
-  if (selection_) {
-    const int x0 = static_cast<int>(std::lround(xForTime(selection_->first)));
-    const int x1 = static_cast<int>(std::lround(xForTime(selection_->second)));
-    const QRect sr(QPoint(x0, plot.top()), QPoint(std::max(x0, x1), plot.bottom()));
-    p.fillRect(sr, QColor(37, 99, 235, 40));
-    p.setPen(QPen(QColor("#2563eb"), 1));
-    p.drawLine(x0, plot.top(), x0, plot.bottom());
-    p.drawLine(x1, plot.top(), x1, plot.bottom());
-  }
-  p.restore();
-  if (selection_) {
-    const int x0 = static_cast<int>(std::lround(xForTime(selection_->first)));
-    const int x1 = static_cast<int>(std::lround(xForTime(selection_->second)));
-    const QString label =
-        formatDurationNs(static_cast<double>(selection_->second - selection_->first));
-    const int w = fm.horizontalAdvance(label) + 10;
-    const int cx = std::clamp((x0 + x1) / 2, plot.left() + w / 2, plot.right() - w / 2);
-    const QRect lr(cx - w / 2, kRulerHeight - 18, w, 16);
-    p.fillRect(lr, QColor("#2563eb"));
-    p.setPen(Qt::white);
-    p.drawText(lr, Qt::AlignCenter, label);
-  }
+}
 
-  // Lane labels.
+// One block: a span in its category's colour (outlined, named when wide enough), or several
+// merged spans drawn pale.
+void TimelineView::paintBlock(QPainter& p, const QRect& plot, const TimelineData& d,
+                              const TimelineBlock& b, int top, int textY) {
+  const double x0 = std::max(xForTime(b.start), plot.left() - 2.0);
+  const double x1 = std::min(xForTime(b.end), plot.right() + 2.0);
+  const int left = static_cast<int>(std::floor(x0));
+  const int w = std::max(1, static_cast<int>(std::ceil(x1)) - left);
+  const QRect r(left, top + 1, w, kRowHeight - 2);
+  QColor c = timelineCategoryColor(b.category);
+  if (b.count > 1) {
+    // Merged: paler the less of the block the spans fill.
+    const double fill =
+        std::clamp(static_cast<double>(b.busy) / std::max<int64_t>(1, b.end - b.start), 0.0, 1.0);
+    p.fillRect(r, mix(QColor("#ffffff"), c, 0.35 + 0.4 * fill));
+    return;
+  }
+  p.fillRect(r, c);
+  if (w >= 5) {
+    p.setPen(c.darker(135));
+    p.drawRect(r.adjusted(0, 0, -1, -1));
+  }
+  if (w >= kMinLabelBlock) {
+    const QRect tr = r.intersected(plot).adjusted(3, 0, -3, 0);
+    if (tr.width() >= kMinLabelBlock - 6) {
+      const QFontMetrics fm = p.fontMetrics();
+      p.setPen(c.lightnessF() > 0.62 ? QColor("#1f2933") : QColor(Qt::white));
+      p.drawText(
+          tr.left(), r.top() + textY,
+          fm.elidedText(QString::fromStdString(d.spanName(b.span)), Qt::ElideRight, tr.width()));
+    }
+  }
+}
+
+// The selected span and, for a device kernel, the host range that launched it.
+void TimelineView::paintSelectedSpan(QPainter& p, const TimelineData& d) {
+  if (selectedSpan_ < 0) return;
+  const auto r = spanRect(selectedSpan_);
+  if (!r) return;
+  p.setPen(QPen(QColor("#111827"), 2));
+  p.setBrush(Qt::NoBrush);
+  p.drawRect(r->adjusted(0, 0, -1, -1));
+  const int32_t host = d.launchingRange(selectedSpan_);
+  if (auto hr = spanRect(host)) {
+    p.setPen(QPen(QColor("#111827"), 1.5, Qt::DashLine));
+    p.drawRect(hr->adjusted(0, 0, -1, -1));
+    p.drawLine(hr->center().x(), hr->bottom(), r->center().x(), r->top());
+  }
+}
+
+// The selected time range, shaded between two lines.
+void TimelineView::paintSelection(QPainter& p, const QRect& plot) {
+  if (!selection_) return;
+  const int x0 = static_cast<int>(std::lround(xForTime(selection_->first)));
+  const int x1 = static_cast<int>(std::lround(xForTime(selection_->second)));
+  const QRect sr(QPoint(x0, plot.top()), QPoint(std::max(x0, x1), plot.bottom()));
+  p.fillRect(sr, QColor(37, 99, 235, 40));
+  p.setPen(QPen(QColor("#2563eb"), 1));
+  p.drawLine(x0, plot.top(), x0, plot.bottom());
+  p.drawLine(x1, plot.top(), x1, plot.bottom());
+}
+
+// The selected range's duration, on the ruler above it (outside the plot's clip).
+void TimelineView::paintSelectionLabel(QPainter& p, const QRect& plot) {
+  if (!selection_) return;
+  const QFontMetrics fm = p.fontMetrics();
+  const int x0 = static_cast<int>(std::lround(xForTime(selection_->first)));
+  const int x1 = static_cast<int>(std::lround(xForTime(selection_->second)));
+  const QString label =
+      formatDurationNs(static_cast<double>(selection_->second - selection_->first));
+  const int w = fm.horizontalAdvance(label) + 10;
+  const int cx = std::clamp((x0 + x1) / 2, plot.left() + w / 2, plot.right() - w / 2);
+  const QRect lr(cx - w / 2, kRulerHeight - 18, w, 16);
+  p.fillRect(lr, QColor("#2563eb"));
+  p.setPen(Qt::white);
+  p.drawText(lr, Qt::AlignCenter, label);
+}
+
+// The lane names in the left column, a rule under each lane, and the column's edge.
+void TimelineView::paintLaneLabels(QPainter& p, const QRect& plot, const TimelineData& d) {
+  const QFontMetrics fm = p.fontMetrics();
   p.save();
   p.setClipRect(QRect(0, kRulerHeight, kLabelWidth, plot.height()));
   p.fillRect(QRect(0, kRulerHeight, kLabelWidth, plot.height()), QColor("#f5f7fa"));
-  const auto& lanes = d->lanes();
+  const auto& lanes = d.lanes();
   for (size_t l = 0; l < lanes.size(); ++l) {
     const int top = kRulerHeight + laneY_[l] - vbar_->value();
     const int bottom = kRulerHeight + laneY_[l + 1] - kLaneGap - vbar_->value();
@@ -421,7 +454,10 @@ void TimelineView::paintEvent(QPaintEvent*) {
   p.restore();
   p.setPen(QColor("#e4e7eb"));
   p.drawLine(kLabelWidth - 1, kRulerHeight, kLabelWidth - 1, plot.bottom());
-  // Lane separators across the plot.
+}
+
+// Lane separators across the plot.
+void TimelineView::paintLaneSeparators(QPainter& p, const QRect& plot) {
   p.save();
   p.setClipRect(plot);
   p.setPen(QColor("#eef0f3"));
@@ -430,7 +466,6 @@ void TimelineView::paintEvent(QPaintEvent*) {
     p.drawLine(plot.left(), y, plot.right(), y);
   }
   p.restore();
-  paintLegend(p);
 }
 
 // ---------------------------------------------------------------------------------- input

@@ -75,6 +75,16 @@ class TimelineView : public QWidget {
   int trackTop(int track) const;
   void paintRuler(QPainter& p, const QRect& plot, double nsPerPx);
   void paintLegend(QPainter& p);
+  void paintEmpty(QPainter& p, const QRect& plot);
+  void paintSteps(QPainter& p, const QRect& plot, const TimelineData& d);
+  void paintTracks(QPainter& p, const QRect& plot, const TimelineData& d, double nsPerPx);
+  void paintBlock(QPainter& p, const QRect& plot, const TimelineData& d, const TimelineBlock& b,
+                  int top, int textY);
+  void paintSelectedSpan(QPainter& p, const TimelineData& d);
+  void paintSelection(QPainter& p, const QRect& plot);
+  void paintSelectionLabel(QPainter& p, const QRect& plot);
+  void paintLaneLabels(QPainter& p, const QRect& plot, const TimelineData& d);
+  void paintLaneSeparators(QPainter& p, const QRect& plot);
 
   TimelineModel* model_;
   QScrollBar* vbar_;

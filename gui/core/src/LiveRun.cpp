@@ -93,68 +93,25 @@ void LiveRun::apply(const core::Event& e) {
   try {
     switch (e.type) {
       case EventType::Hello:
-        hello_ = e.body;
-        if (e.body.contains("run_id") && e.body["run_id"].is_number_integer())
-          runId_ = e.body["run_id"].get<int64_t>();
-        if (state_ == RunState::Starting) setState(RunState::Running);
+        applyHello(e.body);
         break;
-      case EventType::Config: {
-        const auto& c = e.body.contains("config") ? e.body["config"] : e.body;
-        config_ = c;
-        if (e.body.contains("run_id") && e.body["run_id"].is_number_integer())
-          runId_ = e.body["run_id"].get<int64_t>();
-        if (c.contains("train") && c["train"].contains("steps") &&
-            c["train"]["steps"].is_number_integer())
-          totalSteps_ = c["train"]["steps"].get<int64_t>();
-        if (c.contains("precision") && c["precision"].value("policy", "") == "fp16")
-          usesLossScale_ = true;
+      case EventType::Config:
+        applyConfig(e.body);
         break;
-      }
       case EventType::MemoryPlan:
         predicted_ = core::memoryReportFromJson(e.body);
         alignPrediction();
         break;
-      case EventType::Step: {
+      case EventType::Step:
         applyStep(core::stepEventFromJson(e.body), e.time);
-        const double x = static_cast<double>(lastStep_);
-        if (e.body.contains("distill_ce") && e.body["distill_ce"].is_number())
-          distillCe_.append(x, e.body["distill_ce"].get<double>());
-        if (e.body.contains("distill_kl") && e.body["distill_kl"].is_number())
-          distillKl_.append(x, e.body["distill_kl"].get<double>());
-        if (auto it = e.body.find("ranks"); it != e.body.end() && it->is_number_integer())
-          ranks_ = std::max(1, it->get<int>());
-        if (auto it = e.body.find("comm_bytes"); it != e.body.end() && it->is_number())
-          commBytes_ = std::max<int64_t>(0, it->get<int64_t>());
+        applyStepExtras(e.body);
         break;
-      }
-      case EventType::Memory: {
-        measured_ = core::memoryReportFromJson(e.body);
-        alignPrediction();
-        if (e.body.contains("params") && e.body["params"].is_object()) params_ = e.body["params"];
-        if (memTime_.size() < measured_->ranks.size())
-          memTime_.resize(measured_->ranks.size(), SeriesBuffer(1 << 16));
-        for (size_t r = 0; r < measured_->ranks.size(); ++r) {
-          int64_t total = 0;
-          for (const auto& entry : measured_->ranks[r].tiers[0]) total += entry.current;
-          const double x = e.body.contains("step") && e.body["step"].is_number()
-                               ? e.body["step"].get<double>()
-                               : static_cast<double>(lastStep_);
-          memTime_[r].append(x, static_cast<double>(total));
-        }
+      case EventType::Memory:
+        applyMemory(e.body);
         break;
-      }
-      case EventType::Eval: {
-        const double step = e.body.contains("step") && e.body["step"].is_number()
-                                ? e.body["step"].get<double>()
-                                : static_cast<double>(lastStep_);
-        for (const char* k : {"loss", "val_loss", "eval_loss"}) {
-          if (e.body.contains(k) && e.body[k].is_number()) {
-            evalLoss_.append(step, e.body[k].get<double>());
-            break;
-          }
-        }
+      case EventType::Eval:
+        applyEval(e.body);
         break;
-      }
       case EventType::Checkpoint:
         addLog("info",
                QStringLiteral("checkpoint at step %1: %2")
@@ -173,25 +130,12 @@ void LiveRun::apply(const core::Event& e) {
       case EventType::Error:
         addLog("error", QString::fromStdString(e.body.value("message", e.body.dump())), e.time);
         break;
-      case EventType::Finished: {
-        const std::string st = e.body.value("status", std::string("completed"));
-        const QString reason = QString::fromStdString(e.body.value("reason", std::string()));
-        setState(st == "completed" ? RunState::Completed
-                 : st == "stopped" ? RunState::Stopped
-                                   : RunState::Failed,
-                 reason);
-        addLog(st == "failed" ? "error" : "info",
-               QStringLiteral("finished: %1%2")
-                   .arg(QString::fromStdString(st), reason.isEmpty() ? "" : " (" + reason + ")"),
-               e.time);
+      case EventType::Finished:
+        applyFinished(e.body, e.time);
         break;
-      }
-      case EventType::KernelSummary: {
-        const int64_t a = e.body.value("first_step", int64_t{-1});
-        const int64_t b = e.body.value("last_step", a);
-        if (a >= 0 && b >= a && e.body.value("rank", 0) == 0) profiled_.emplace_back(a, b);
+      case EventType::KernelSummary:
+        applyKernelSummary(e.body);
         break;
-      }
       default:
         break;  // raw `kernels` spans: the timeline page reads them from the database
     }
@@ -200,6 +144,88 @@ void LiveRun::apply(const core::Event& e) {
                           .arg(QString::fromStdString(e.typeName), ex.what()));
   }
   dirty_ = true;
+}
+
+void LiveRun::applyHello(const nlohmann::json& body) {
+  hello_ = body;
+  if (body.contains("run_id") && body["run_id"].is_number_integer())
+    runId_ = body["run_id"].get<int64_t>();
+  if (state_ == RunState::Starting) setState(RunState::Running);
+}
+
+// The resolved config: the run's length and whether it scales the loss (fp16).
+void LiveRun::applyConfig(const nlohmann::json& body) {
+  const auto& c = body.contains("config") ? body["config"] : body;
+  config_ = c;
+  if (body.contains("run_id") && body["run_id"].is_number_integer())
+    runId_ = body["run_id"].get<int64_t>();
+  if (c.contains("train") && c["train"].contains("steps") &&
+      c["train"]["steps"].is_number_integer())
+    totalSteps_ = c["train"]["steps"].get<int64_t>();
+  if (c.contains("precision") && c["precision"].value("policy", "") == "fp16")
+    usesLossScale_ = true;
+}
+
+// What a step event carries beyond core::StepEvent: distillation terms, ranks, communication.
+void LiveRun::applyStepExtras(const nlohmann::json& body) {
+  const double x = static_cast<double>(lastStep_);
+  if (body.contains("distill_ce") && body["distill_ce"].is_number())
+    distillCe_.append(x, body["distill_ce"].get<double>());
+  if (body.contains("distill_kl") && body["distill_kl"].is_number())
+    distillKl_.append(x, body["distill_kl"].get<double>());
+  if (auto it = body.find("ranks"); it != body.end() && it->is_number_integer())
+    ranks_ = std::max(1, it->get<int>());
+  if (auto it = body.find("comm_bytes"); it != body.end() && it->is_number())
+    commBytes_ = std::max<int64_t>(0, it->get<int64_t>());
+}
+
+// A measurement: the table, the parameter counts, and each rank's device total over time.
+void LiveRun::applyMemory(const nlohmann::json& body) {
+  measured_ = core::memoryReportFromJson(body);
+  alignPrediction();
+  if (body.contains("params") && body["params"].is_object()) params_ = body["params"];
+  if (memTime_.size() < measured_->ranks.size())
+    memTime_.resize(measured_->ranks.size(), SeriesBuffer(1 << 16));
+  for (size_t r = 0; r < measured_->ranks.size(); ++r) {
+    int64_t total = 0;
+    for (const auto& entry : measured_->ranks[r].tiers[0]) total += entry.current;
+    const double x = body.contains("step") && body["step"].is_number()
+                         ? body["step"].get<double>()
+                         : static_cast<double>(lastStep_);
+    memTime_[r].append(x, static_cast<double>(total));
+  }
+}
+
+void LiveRun::applyEval(const nlohmann::json& body) {
+  const double step = body.contains("step") && body["step"].is_number()
+                          ? body["step"].get<double>()
+                          : static_cast<double>(lastStep_);
+  for (const char* k : {"loss", "val_loss", "eval_loss"}) {
+    if (body.contains(k) && body[k].is_number()) {
+      evalLoss_.append(step, body[k].get<double>());
+      break;
+    }
+  }
+}
+
+void LiveRun::applyFinished(const nlohmann::json& body, double time) {
+  const std::string st = body.value("status", std::string("completed"));
+  const QString reason = QString::fromStdString(body.value("reason", std::string()));
+  setState(st == "completed" ? RunState::Completed
+           : st == "stopped" ? RunState::Stopped
+                             : RunState::Failed,
+           reason);
+  addLog(st == "failed" ? "error" : "info",
+         QStringLiteral("finished: %1%2")
+             .arg(QString::fromStdString(st), reason.isEmpty() ? "" : " (" + reason + ")"),
+         time);
+}
+
+// Rank 0's profiled windows (first and last step), for "open the timeline of this step".
+void LiveRun::applyKernelSummary(const nlohmann::json& body) {
+  const int64_t a = body.value("first_step", int64_t{-1});
+  const int64_t b = body.value("last_step", a);
+  if (a >= 0 && b >= a && body.value("rank", 0) == 0) profiled_.emplace_back(a, b);
 }
 
 core::MemoryReport predictionPerRank(const core::MemoryReport& measured,

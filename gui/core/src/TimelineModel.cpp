@@ -99,39 +99,52 @@ std::shared_ptr<const TimelineData> TimelineData::build(std::vector<profiler::Sp
                                                         std::vector<ProfileWindowInfo> windows,
                                                         int64_t originUnixNs) {
   auto d = std::shared_ptr<TimelineData>(new TimelineData);
-  d->originUnixNs_ = originUnixNs;
-
-  // Lanes: rank, host threads before device streams, by id.
-  std::map<std::tuple<int, bool, int>, int> laneDepth;
   int64_t minStart = in.empty() ? 0 : in.front().start_ns;
+  for (const auto& s : in) minStart = std::min(minStart, s.start_ns);
+  d->originUnixNs_ = originUnixNs + minStart;
+  const auto laneIndex = d->addLanes(in);
+  d->addSpans(in, laneIndex, minStart);
+  d->addSteps();
+  d->addWindows(std::move(windows));
+  d->addCategories();
+  d->addCorrelationIndex();
+  return d;
+}
+
+// Lanes: rank, host threads before device streams, by id; one track per nesting depth.
+// Returns each lane's index by (rank, device, lane id).
+std::map<TimelineData::LaneKey, int> TimelineData::addLanes(const std::vector<profiler::Span>& in) {
+  std::map<LaneKey, int> laneDepth;
   for (const auto& s : in) {
     int& depth = laneDepth[{s.rank, s.device, s.lane}];
     depth = std::max(depth, std::clamp(s.depth, 0, 255));
-    minStart = std::min(minStart, s.start_ns);
   }
-  std::map<std::tuple<int, bool, int>, int> laneIndex;
+  std::map<LaneKey, int> laneIndex;
   for (const auto& [key, depth] : laneDepth) {
     TimelineLane l;
     std::tie(l.rank, l.device, l.id) = key;
     l.name = laneName(l.rank, l.device, l.id);
-    l.firstTrack = static_cast<int>(d->tracks_.size());
+    l.firstTrack = static_cast<int>(tracks_.size());
     l.depths = depth + 1;
-    laneIndex[key] = static_cast<int>(d->lanes_.size());
+    laneIndex[key] = static_cast<int>(lanes_.size());
     for (int k = 0; k <= depth; ++k) {
       Track t;
-      t.lane = static_cast<int>(d->lanes_.size());
+      t.lane = static_cast<int>(lanes_.size());
       t.depth = k;
-      d->tracks_.push_back(std::move(t));
+      tracks_.push_back(std::move(t));
     }
-    d->lanes_.push_back(std::move(l));
+    lanes_.push_back(std::move(l));
   }
-  d->originUnixNs_ += minStart;
+  return laneIndex;
+}
 
-  // Spans, interned names, grouped by track (counting sort) and then by start.
+// Spans, interned names, grouped by track (counting sort) and then by start. Consumes `in`.
+void TimelineData::addSpans(std::vector<profiler::Span>& in,
+                            const std::map<LaneKey, int>& laneIndex, int64_t minStart) {
   std::unordered_map<std::string, int32_t> nameIds;
   std::vector<TimelineSpan> tmp;
   tmp.reserve(in.size());
-  std::vector<int32_t> perTrack(d->tracks_.size() + 1, 0);
+  std::vector<int32_t> perTrack(tracks_.size() + 1, 0);
   for (auto& s : in) {
     TimelineSpan t;
     t.start = s.start_ns - minStart;
@@ -140,15 +153,15 @@ std::shared_ptr<const TimelineData> TimelineData::build(std::vector<profiler::Sp
     t.correlation = s.correlation;
     t.bytes = s.bytes;
     t.flops = s.flops;
-    auto [it, fresh] = nameIds.try_emplace(s.name, static_cast<int32_t>(d->names_.size()));
-    if (fresh) d->names_.push_back(std::move(s.name));
+    auto [it, fresh] = nameIds.try_emplace(s.name, static_cast<int32_t>(names_.size()));
+    if (fresh) names_.push_back(std::move(s.name));
     t.name = it->second;
     t.depth = static_cast<int16_t>(std::clamp(s.depth, 0, 255));
     t.category = s.category;
     t.device = s.device;
     t.rank = s.rank;
     t.lane = s.lane;
-    const auto& lane = d->lanes_[static_cast<size_t>(laneIndex[{s.rank, s.device, s.lane}])];
+    const auto& lane = lanes_[static_cast<size_t>(laneIndex.at({s.rank, s.device, s.lane}))];
     t.track = lane.firstTrack + t.depth;
     ++perTrack[static_cast<size_t>(t.track) + 1];
     tmp.push_back(t);
@@ -156,31 +169,39 @@ std::shared_ptr<const TimelineData> TimelineData::build(std::vector<profiler::Sp
   in.clear();
   in.shrink_to_fit();
   std::partial_sum(perTrack.begin(), perTrack.end(), perTrack.begin());
-  d->spans_.resize(tmp.size());
+  spans_.resize(tmp.size());
   {
     std::vector<int32_t> next(perTrack.begin(), perTrack.end() - 1);
-    for (auto& t : tmp) d->spans_[static_cast<size_t>(next[static_cast<size_t>(t.track)]++)] = t;
+    for (auto& t : tmp) spans_[static_cast<size_t>(next[static_cast<size_t>(t.track)]++)] = t;
   }
   tmp.clear();
   tmp.shrink_to_fit();
-  d->maxEnd_.resize(d->spans_.size());
-  for (size_t k = 0; k < d->tracks_.size(); ++k) {
-    Track& t = d->tracks_[k];
+  indexTracks(perTrack);
+}
+
+// Each track's span range (sorted by start), the prefix maximum of ends, the extent, and the
+// level-of-detail pyramid.
+void TimelineData::indexTracks(const std::vector<int32_t>& perTrack) {
+  maxEnd_.resize(spans_.size());
+  for (size_t k = 0; k < tracks_.size(); ++k) {
+    Track& t = tracks_[k];
     t.begin = perTrack[k];
     t.end = perTrack[k + 1];
-    auto b = d->spans_.begin() + t.begin, e = d->spans_.begin() + t.end;
+    auto b = spans_.begin() + t.begin, e = spans_.begin() + t.end;
     if (!std::is_sorted(b, e, [](auto& x, auto& y) { return x.start < y.start; }))
       std::stable_sort(b, e, [](auto& x, auto& y) { return x.start < y.start; });
     int64_t m = INT64_MIN;
     for (int32_t i = t.begin; i < t.end; ++i) {
-      m = std::max(m, d->spans_[static_cast<size_t>(i)].end);
-      d->maxEnd_[static_cast<size_t>(i)] = m;
-      d->end_ = std::max(d->end_, m);
+      m = std::max(m, spans_[static_cast<size_t>(i)].end);
+      maxEnd_[static_cast<size_t>(i)] = m;
+      end_ = std::max(end_, m);
     }
-    d->buildLevels(t);
+    buildLevels(t);
   }
+}
 
-  // Step boundaries: the "step" ranges when recorded, else the extent of the step's spans.
+// Step boundaries: the "step" ranges when recorded, else the extent of the step's spans.
+void TimelineData::addSteps() {
   std::map<int64_t, StepMark> stepRanges, spanRanges;
   auto widen = [](std::map<int64_t, StepMark>& m, const TimelineSpan& s) {
     auto [it, fresh] = m.try_emplace(s.step, StepMark{s.step, s.start, s.end});
@@ -189,32 +210,32 @@ std::shared_ptr<const TimelineData> TimelineData::build(std::vector<profiler::Sp
       it->second.end = std::max(it->second.end, s.end);
     }
   };
-  {
-    int64_t lastStep = INT64_MIN;  // spans of one step are mostly consecutive: skip map lookups
-    StepMark* cur = nullptr;
-    for (const auto& s : d->spans_) {
-      if (s.step < 0) continue;
-      if (s.category == profiler::SpanCategory::Step) {
-        widen(stepRanges, s);
-      } else if (cur && s.step == lastStep) {
-        cur->start = std::min(cur->start, s.start);
-        cur->end = std::max(cur->end, s.end);
-      } else {
-        widen(spanRanges, s);
-        cur = &spanRanges[s.step];
-        lastStep = s.step;
-      }
+  int64_t lastStep = INT64_MIN;  // spans of one step are mostly consecutive: skip map lookups
+  StepMark* cur = nullptr;
+  for (const auto& s : spans_) {
+    if (s.step < 0) continue;
+    if (s.category == profiler::SpanCategory::Step) {
+      widen(stepRanges, s);
+    } else if (cur && s.step == lastStep) {
+      cur->start = std::min(cur->start, s.start);
+      cur->end = std::max(cur->end, s.end);
+    } else {
+      widen(spanRanges, s);
+      cur = &spanRanges[s.step];
+      lastStep = s.step;
     }
   }
   for (auto& [step, mark] : spanRanges) {
     auto it = stepRanges.find(step);
-    d->steps_.push_back(it != stepRanges.end() ? it->second : mark);
+    steps_.push_back(it != stepRanges.end() ? it->second : mark);
   }
   for (auto& [step, mark] : stepRanges)
-    if (!spanRanges.count(step)) d->steps_.push_back(mark);
-  std::sort(d->steps_.begin(), d->steps_.end(), [](auto& a, auto& b) { return a.step < b.step; });
+    if (!spanRanges.count(step)) steps_.push_back(mark);
+  std::sort(steps_.begin(), steps_.end(), [](auto& a, auto& b) { return a.step < b.step; });
+}
 
-  // Windows: one per (rank, window), extent from the steps it covers.
+// Windows: one per (rank, window), extent from the steps it covers.
+void TimelineData::addWindows(std::vector<ProfileWindowInfo> windows) {
   std::sort(windows.begin(), windows.end(), [](auto& a, auto& b) {
     return std::tie(a.firstStep, a.rank, a.window) < std::tie(b.firstStep, b.rank, b.window);
   });
@@ -224,32 +245,33 @@ std::shared_ptr<const TimelineData> TimelineData::build(std::vector<profiler::Sp
       windows.end());
   for (auto& w : windows) {
     bool any = false;
-    for (const auto& m : d->steps_) {
+    for (const auto& m : steps_) {
       if (m.step < w.firstStep || m.step > w.lastStep) continue;
       w.start = any ? std::min(w.start, m.start) : m.start;
       w.end = any ? std::max(w.end, m.end) : m.end;
       any = true;
     }
   }
-  d->windows_ = std::move(windows);
+  windows_ = std::move(windows);
+}
 
-  {
-    std::array<bool, kCategoryCount> seen{};
-    for (const auto& s : d->spans_) seen[static_cast<size_t>(s.category)] = true;
-    for (int c = 0; c < kCategoryCount; ++c)
-      if (seen[static_cast<size_t>(c)])
-        d->categories_.push_back(static_cast<profiler::SpanCategory>(c));
-  }
+// The categories present, in enum order (the legend's).
+void TimelineData::addCategories() {
+  std::array<bool, kCategoryCount> seen{};
+  for (const auto& s : spans_) seen[static_cast<size_t>(s.category)] = true;
+  for (int c = 0; c < kCategoryCount; ++c)
+    if (seen[static_cast<size_t>(c)]) categories_.push_back(static_cast<profiler::SpanCategory>(c));
+}
 
-  // Correlation index.
-  for (int32_t i = 0; i < static_cast<int32_t>(d->spans_.size()); ++i) {
-    const auto& s = d->spans_[static_cast<size_t>(i)];
-    if (s.correlation) d->corr_.push_back({s.rank, s.correlation, s.device, i});
+// Correlation index: spans with a correlation id, by (rank, id, device).
+void TimelineData::addCorrelationIndex() {
+  for (int32_t i = 0; i < static_cast<int32_t>(spans_.size()); ++i) {
+    const auto& s = spans_[static_cast<size_t>(i)];
+    if (s.correlation) corr_.push_back({s.rank, s.correlation, s.device, i});
   }
-  std::sort(d->corr_.begin(), d->corr_.end(), [](const CorrEntry& a, const CorrEntry& b) {
+  std::sort(corr_.begin(), corr_.end(), [](const CorrEntry& a, const CorrEntry& b) {
     return std::tie(a.rank, a.corr, a.device, a.id) < std::tie(b.rank, b.corr, b.device, b.id);
   });
-  return d;
 }
 
 void TimelineData::buildLevels(Track& t) {
@@ -638,128 +660,6 @@ void TimelineModel::loadRun(const std::string& dbPath, int64_t runId) {
     }
     return r;
   }));
-}
-
-// ---------------------------------------------------------------------------------- table
-
-TimelineRangeModel::TimelineRangeModel(QObject* parent) : QAbstractTableModel(parent) {}
-
-void TimelineRangeModel::setRows(std::vector<RangeRow> rows, int64_t t0, int64_t t1) {
-  beginResetModel();
-  rows_ = std::move(rows);
-  t0_ = t0;
-  t1_ = t1;
-  endResetModel();
-}
-
-void TimelineRangeModel::clear() {
-  setRows({}, 0, 0);
-}
-
-int TimelineRangeModel::rowCount(const QModelIndex& parent) const {
-  return parent.isValid() ? 0 : static_cast<int>(rows_.size());
-}
-
-int TimelineRangeModel::columnCount(const QModelIndex& parent) const {
-  return parent.isValid() ? 0 : ColumnCount;
-}
-
-QVariant TimelineRangeModel::data(const QModelIndex& index, int role) const {
-  if (!index.isValid() || index.row() < 0 || index.row() >= rowCount() || index.column() < 0 ||
-      index.column() >= ColumnCount)
-    return {};
-  const RangeRow& r = rows_[static_cast<size_t>(index.row())];
-  const auto col = static_cast<Column>(index.column());
-  if (role == Qt::DisplayRole) {
-    switch (col) {
-      case Name:
-        return QString::fromStdString(r.name);
-      case Category:
-        return QString::fromLatin1(profiler::toString(r.category)) +
-               (r.device ? QStringLiteral(" (GPU)") : QString());
-      case Count:
-        return QString::number(r.count);
-      case Total:
-        return formatDurationNs(static_cast<double>(r.totalNs));
-      case Mean:
-        return formatDurationNs(r.meanNs);
-      case Share:
-        return QString::number(r.share * 100.0, 'f', 1) + " %";
-      default:
-        return {};
-    }
-  }
-  if (role == Qt::UserRole) {
-    switch (col) {
-      case Name:
-        return QString::fromStdString(r.name);
-      case Category:
-        return static_cast<int>(r.category);
-      case Count:
-        return static_cast<qlonglong>(r.count);
-      case Total:
-        return static_cast<qlonglong>(r.totalNs);
-      case Mean:
-        return r.meanNs;
-      case Share:
-        return r.share;
-      default:
-        return {};
-    }
-  }
-  if (role == Qt::TextAlignmentRole)
-    return col >= Count ? QVariant(Qt::AlignRight | Qt::AlignVCenter)
-                        : QVariant(Qt::AlignLeft | Qt::AlignVCenter);
-  if (role == Qt::ToolTipRole && col == Name) return QString::fromStdString(r.name);
-  return {};
-}
-
-QVariant TimelineRangeModel::headerData(int section, Qt::Orientation o, int role) const {
-  if (role != Qt::DisplayRole || o != Qt::Horizontal) return {};
-  static const char* names[] = {"Kernel / op", "Category", "Count", "Total", "Mean", "Share"};
-  return section >= 0 && section < ColumnCount ? QString::fromLatin1(names[section]) : QVariant();
-}
-
-void TimelineRangeModel::sort(int column, Qt::SortOrder order) {
-  if (column < 0 || column >= ColumnCount) return;
-  emit layoutAboutToBeChanged({}, QAbstractItemModel::VerticalSortHint);
-  const QModelIndexList before = persistentIndexList();
-  std::vector<int> perm(rows_.size());
-  std::iota(perm.begin(), perm.end(), 0);
-  auto key = [&](int i) -> const RangeRow& { return rows_[static_cast<size_t>(i)]; };
-  auto less = [&](int a, int b) {
-    const RangeRow &x = key(a), &y = key(b);
-    switch (static_cast<Column>(column)) {
-      case Name:
-        return x.name < y.name;
-      case Category:
-        return x.category < y.category;
-      case Count:
-        return x.count < y.count;
-      case Total:
-        return x.totalNs < y.totalNs;
-      case Mean:
-        return x.meanNs < y.meanNs;
-      default:
-        return x.share < y.share;
-    }
-  };
-  std::stable_sort(perm.begin(), perm.end(), [&](int a, int b) {
-    return order == Qt::AscendingOrder ? less(a, b) : less(b, a);
-  });
-  std::vector<RangeRow> sorted;
-  sorted.reserve(rows_.size());
-  std::vector<int> newRow(rows_.size());
-  for (size_t i = 0; i < perm.size(); ++i) {
-    newRow[static_cast<size_t>(perm[i])] = static_cast<int>(i);
-    sorted.push_back(std::move(rows_[static_cast<size_t>(perm[i])]));
-  }
-  rows_ = std::move(sorted);
-  QModelIndexList after;
-  for (const auto& idx : before)
-    after << index(newRow[static_cast<size_t>(idx.row())], idx.column());
-  changePersistentIndexList(before, after);
-  emit layoutChanged({}, QAbstractItemModel::VerticalSortHint);
 }
 
 }  // namespace ts::gui

@@ -112,6 +112,13 @@ class LiveRun : public QObject {
   void stateChanged(ts::gui::RunState state);
 
  private:
+  void applyHello(const nlohmann::json& body);
+  void applyConfig(const nlohmann::json& body);
+  void applyStepExtras(const nlohmann::json& body);
+  void applyMemory(const nlohmann::json& body);
+  void applyEval(const nlohmann::json& body);
+  void applyFinished(const nlohmann::json& body, double time);
+  void applyKernelSummary(const nlohmann::json& body);
   void alignPrediction();
 
   QString name_;

@@ -8,9 +8,11 @@
 // Times are ns on one clock for every rank (each rank's spans are shifted by its tracer epoch),
 // with 0 at the earliest span.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <QAbstractTableModel>
@@ -155,7 +157,16 @@ class TimelineData {
     bool device;
     int32_t id;
   };
+  using LaneKey = std::tuple<int, bool, int>;  // rank, device, lane id
+  std::map<LaneKey, int> addLanes(const std::vector<profiler::Span>& in);
+  void addSpans(std::vector<profiler::Span>& in, const std::map<LaneKey, int>& laneIndex,
+                int64_t minStart);
+  void indexTracks(const std::vector<int32_t>& perTrack);
   void buildLevels(Track& t);
+  void addSteps();
+  void addWindows(std::vector<ProfileWindowInfo> windows);
+  void addCategories();
+  void addCorrelationIndex();
 
   std::vector<TimelineSpan> spans_;  // by track, then start
   std::vector<int64_t> maxEnd_;      // per track prefix maximum of end, indexed by span id
