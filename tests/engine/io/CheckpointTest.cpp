@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "../support/TestBackends.h"
+#include "../../support/TestBackends.h"
 #include "trainscope/engine/io/Checkpoint.h"
 #include "trainscope/engine/model/Gpt.h"
 #include "trainscope/engine/io/Safetensors.h"

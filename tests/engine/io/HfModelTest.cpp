@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../support/TrainerHarness.h"
+#include "../../support/TrainerHarness.h"
 #include "trainscope/engine/io/Checkpoint.h"
 #include "trainscope/engine/train/Evaluate.h"
 #include "trainscope/engine/model/Gpt.h"

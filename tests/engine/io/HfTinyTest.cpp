@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../support/TrainerHarness.h"
+#include "../../support/TrainerHarness.h"
 #include "trainscope/engine/io/Checkpoint.h"
 #include "trainscope/engine/data/Dataset.h"
 #include "trainscope/engine/train/Evaluate.h"

@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "../support/TrainerHarness.h"
+#include "../../support/TrainerHarness.h"
 #include "trainscope/core/plan/Estimator.h"
 #include "trainscope/engine/io/ModelSource.h"
 

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "../support/TrainerHarness.h"
+#include "../../support/TrainerHarness.h"
 #include "trainscope/core/plan/Estimator.h"
 #include "trainscope/core/model/ModelSpec.h"
 #include "trainscope/engine/model/Gpt.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "../support/TestBackends.h"
+#include "../../support/TestBackends.h"
 #include "ModelTestUtil.h"
 #include "RefGpt.h"
 #include "RefLlama.h"

@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../support/TestBackends.h"
-#include "../support/TrainerHarness.h"
+#include "../../support/TestBackends.h"
+#include "../../support/TrainerHarness.h"
 #include "trainscope/engine/io/Checkpoint.h"
 #include "trainscope/engine/model/Gpt.h"
 #include "trainscope/engine/io/HfExport.h"

@@ -10,7 +10,7 @@
 #include <random>
 #include <tuple>
 
-#include "../support/TestBackends.h"
+#include "../../support/TestBackends.h"
 #include "ModelTestUtil.h"
 #include "RefGpt.h"
 #include "RefLlama.h"

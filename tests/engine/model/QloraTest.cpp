@@ -12,8 +12,8 @@
 #include <limits>
 #include <tuple>
 
-#include "../support/TestBackends.h"
-#include "../support/TrainerHarness.h"
+#include "../../support/TestBackends.h"
+#include "../../support/TrainerHarness.h"
 #include "trainscope/core/plan/Estimator.h"
 #include "trainscope/engine/model/Gpt.h"
 #include "trainscope/engine/io/Safetensors.h"

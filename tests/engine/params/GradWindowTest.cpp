@@ -15,8 +15,8 @@
 #include <map>
 #include <vector>
 
-#include "../support/TestBackends.h"
-#include "../support/TrainerHarness.h"
+#include "../../support/TestBackends.h"
+#include "../../support/TrainerHarness.h"
 #include "trainscope/core/plan/Estimator.h"
 #include "trainscope/engine/io/Checkpoint.h"
 #include "trainscope/engine/data/Dataset.h"

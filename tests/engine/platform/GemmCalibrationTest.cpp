@@ -13,7 +13,7 @@
 #include <fstream>
 #include <memory>
 
-#include "../support/TrainerHarness.h"
+#include "../../support/TrainerHarness.h"
 #include "trainscope/engine/platform/GemmCalibration.h"
 #include "trainscope/kernels/CpuOps.h"
 

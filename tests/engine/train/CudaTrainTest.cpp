@@ -8,8 +8,8 @@
 #include <cmath>
 #include <string>
 
-#include "../support/TestBackends.h"
-#include "../support/TrainerHarness.h"
+#include "../../support/TestBackends.h"
+#include "../../support/TrainerHarness.h"
 #include "trainscope/engine/io/Safetensors.h"
 
 using namespace ts;

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../support/WaitUntil.h"
+#include "../../support/WaitUntil.h"
 #include "trainscope/core/config/Config.h"
 
 namespace fs = std::filesystem;

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "../support/WaitUntil.h"
+#include "../../support/WaitUntil.h"
 
 namespace ts::engine {
 namespace {

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "../support/TrainerHarness.h"
+#include "../../support/TrainerHarness.h"
 #include "trainscope/engine/params/MemoryTracker.h"
 
 #if defined(__SANITIZE_ADDRESS__)

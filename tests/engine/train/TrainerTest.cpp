@@ -11,7 +11,7 @@
 #include <set>
 #include <tuple>
 
-#include "../support/TrainerHarness.h"
+#include "../../support/TrainerHarness.h"
 #include "trainscope/engine/train/Trainer.h"
 #include "trainscope/kernels/GuardedCpuBackend.h"
 
