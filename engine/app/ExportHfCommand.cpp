@@ -22,7 +22,10 @@ void addExportHfCommand(CLI::App& app, int& exitCode) {
       "export-hf", "Write a checkpoint as a Hugging Face folder (LoRA runs: PEFT adapter files)");
   cmd->add_option("CHECKPOINT", opts->checkpoint, "Checkpoint directory (or its state.json)")
       ->required();
-  cmd->add_option("--out", opts->out, "Folder to write (replaced if it exists)")->required();
+  cmd->add_option("--out", opts->out,
+                  "Folder to write: new, empty, or a previous export-hf folder (replaced "
+                  "atomically); any other folder is refused")
+      ->required();
   cmd->add_flag("--merge", opts->merge,
                 "LoRA: write the merged model (W + scaling B A) instead of the adapters");
   cmd->add_option("--shard-size", opts->shardBytes,

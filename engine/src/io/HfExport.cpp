@@ -1,6 +1,12 @@
 #include "trainscope/engine/io/HfExport.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -56,6 +62,67 @@ std::pair<std::string, std::string> encodeTensor(const std::vector<float>& v,
 
 int dtypeBytes(const std::string& dtype) {
   return dtype == "fp32" ? 4 : 2;
+}
+
+// The file that marks a folder as one of our exports. Only such a folder, or an empty one, is
+// replaced: anything else at --out is the user's, and the export never removes what it did not
+// write.
+constexpr const char* kExportMarker = ".trainscope-export";
+
+// What the marker of a previous export says it wrote; empty when there is no readable marker.
+std::set<std::string> exportedFiles(const fs::path& dir) {
+  std::ifstream in(dir / kExportMarker);
+  if (!in) return {};
+  const auto j = nlohmann::json::parse(in, nullptr, false);
+  std::set<std::string> files;
+  if (j.is_object() && j.contains("files") && j["files"].is_array())
+    for (const auto& f : j["files"])
+      if (f.is_string()) files.insert(f.get<std::string>());
+  return files;
+}
+
+void checkExportTarget(const fs::path& target) {
+  std::error_code ec;
+  const auto st = fs::symlink_status(target, ec);
+  if (!fs::exists(st)) return;
+  if (!fs::is_directory(st))
+    throw std::invalid_argument("--out " + target.string() +
+                                " exists and is not a folder: refusing to replace it (choose a "
+                                "new or empty folder)");
+  if (fs::is_empty(target, ec) && !ec) return;
+  const std::set<std::string> ours = exportedFiles(target);
+  if (ours.empty())
+    throw std::invalid_argument(
+        "--out " + target.string() + " is not empty and is not a folder export-hf wrote (it has " +
+        "no readable " + kExportMarker + "): refusing to replace what it holds; choose a new or " +
+        "empty folder, or a previous export");
+  // A previous export, but something was added to it since: that is the user's.
+  for (const auto& e : fs::directory_iterator(target, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name != kExportMarker && !ours.count(name))
+      throw std::invalid_argument("--out " + target.string() +
+                                  " is a previous export-hf folder, but " + name +
+                                  " was not written by it: refusing to replace the folder (move " +
+                                  name + " out, or choose another folder)");
+  }
+}
+
+// The finished folder into place: renamed onto a missing or empty target, or exchanged
+// atomically with a previous export, which is then removed. A reader sees the old export or the
+// new one, never a mix or none.
+void moveIntoPlace(const fs::path& tmp, const fs::path& target) {
+  checkExportTarget(target);  // again: the folder may have changed while the model loaded
+  std::error_code ec;
+  const bool previous = fs::exists(target / kExportMarker, ec);
+  if (!previous) {
+    fs::rename(tmp, target, ec);
+    if (ec) throw CheckpointError("cannot rename into " + target.string() + ": " + ec.message());
+    return;
+  }
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0)
+    throw CheckpointError("cannot replace the previous export " + target.string() + ": " +
+                          std::strerror(errno));
+  fs::remove_all(tmp, ec);  // now the previous export
 }
 
 // What a model export reads: the model and its run, every value on the host, the family.
@@ -209,6 +276,7 @@ HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
   if (options.dtype != "fp32" && options.dtype != "bf16" && options.dtype != "fp16")
     throw std::invalid_argument("--dtype '" + options.dtype +
                                 "' is unknown: allowed fp32 | bf16 | fp16");
+  checkExportTarget(fs::path(out));  // before the model loads: a refusal costs nothing
   LoadedModel lm = loadModelFrom(checkpoint, backend.get(), nullptr);
   checkpointAttachments(checkpoint);  // a damaged tokenizer file stops the export here
   const std::string tokenizerFile = modelTokenizer(checkpoint);
@@ -238,9 +306,11 @@ HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
       writeModelConfig(src, tokenizerFile, options.dtype, tmp, result);
     }
     copyTokenizer(tokenizerFile, tmp, result);
-    fs::remove_all(target, ec);
-    fs::rename(tmp, target, ec);
-    if (ec) throw CheckpointError("cannot rename into " + target.string() + ": " + ec.message());
+    writeFile(tmp / kExportMarker, nlohmann::json({{"written_by", "trainscope-engine export-hf"},
+                                                   {"source", checkpoint},
+                                                   {"files", result.files}})
+                                       .dump(2));
+    moveIntoPlace(tmp, target);
   } catch (...) {
     std::error_code ec2;
     fs::remove_all(tmp, ec2);

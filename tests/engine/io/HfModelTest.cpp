@@ -12,11 +12,11 @@
 
 #include "../../support/TrainerHarness.h"
 #include "trainscope/engine/io/Checkpoint.h"
-#include "trainscope/engine/train/Evaluate.h"
-#include "trainscope/engine/model/Gpt.h"
 #include "trainscope/engine/io/HfExport.h"
 #include "trainscope/engine/io/HfModel.h"
 #include "trainscope/engine/io/Safetensors.h"
+#include "trainscope/engine/model/Gpt.h"
+#include "trainscope/engine/train/Evaluate.h"
 #include "trainscope/kernels/Numeric.h"
 
 using namespace ts::engine;
@@ -478,4 +478,67 @@ TEST(Evaluate, MatchesTransformersOnTheSameWindows) {
             }).find("not a whole number of uint16"),
             std::string::npos);
   fs::remove_all(out.parent_path());
+}
+
+// export-hf never removes what it did not write: a folder holding the user's files is refused
+// before anything is written and keeps every file; a file at --out too. An empty folder and a
+// previous export (marked) are replaced, the previous export by an atomic exchange that leaves
+// no file of the old export behind; a file added to a previous export by hand is refused too.
+TEST(HfExport, RefusesAFolderItDidNotWriteAndReplacesOnlyItsOwn) {
+  auto c = ts::testsupport::tinyAdditionConfig();
+  c.train.steps = 1;
+  const fs::path dir = scratchDir("export_target");
+  const std::string ck = trainedCheckpoint(c, dir / "run");
+  auto errorOf = [&](const fs::path& out) {
+    try {
+      exportHf(ck, out.string());
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+
+  const fs::path user = dir / "user";
+  fs::create_directories(user / "sub");
+  std::ofstream(user / "notes.txt") << "mine";
+  std::ofstream(user / "sub" / "data.bin") << "also mine";
+  const std::string why = errorOf(user);
+  EXPECT_NE(why.find("is not empty and is not a folder export-hf wrote"), std::string::npos) << why;
+  EXPECT_NE(why.find(user.string()), std::string::npos) << why;
+  EXPECT_TRUE(fs::exists(user / "notes.txt"));
+  EXPECT_TRUE(fs::exists(user / "sub" / "data.bin"));
+  EXPECT_FALSE(fs::exists(user / "config.json"));
+  for (const auto& e : fs::directory_iterator(dir))  // no temporary folder left either
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+
+  const fs::path file = dir / "a_file";
+  std::ofstream(file) << "x";
+  EXPECT_NE(errorOf(file).find("exists and is not a folder"), std::string::npos);
+  EXPECT_TRUE(fs::is_regular_file(file));
+
+  const fs::path empty = dir / "empty";
+  fs::create_directories(empty);
+  EXPECT_EQ(errorOf(empty), "");
+  EXPECT_TRUE(fs::exists(empty / "config.json"));
+  EXPECT_TRUE(fs::exists(empty / ".trainscope-export"));
+
+  // A previous export (sharded: more files) replaced by one that writes fewer.
+  HfExportOptions sharded;
+  sharded.shardBytes = 20000;
+  const fs::path again = dir / "again";
+  exportHf(ck, again.string(), sharded);
+  ASSERT_TRUE(fs::exists(again / "model.safetensors.index.json"));
+  // A file added to it by hand is the user's: refused, naming it, and kept.
+  std::ofstream(again / "stale.txt") << "left by hand in the old export";
+  const std::string added = errorOf(again);
+  EXPECT_NE(added.find("stale.txt was not written by it"), std::string::npos) << added;
+  EXPECT_TRUE(fs::exists(again / "stale.txt"));
+  fs::rename(again / "stale.txt", dir / "stale.txt");
+  exportHf(ck, again.string());
+  EXPECT_TRUE(fs::exists(again / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(again / "model.safetensors.index.json"));
+  EXPECT_FALSE(fs::exists(again / "stale.txt"));
+  EXPECT_EQ(openHfModel(again.string()).model.layers, c.model.layers);
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
 }

@@ -7,6 +7,11 @@
 // and adapter_config.json; with `merge` the merged model instead (W + scaling B A), its base
 // read from where the run's checkpoint says it came from. The tokenizer files the run had
 // (kept with its checkpoint, or its base's) are copied alongside.
+//
+// `out` is written only when it is missing, an empty folder, or a folder a previous export-hf
+// wrote (it holds `.trainscope-export`, which every export leaves): that one is exchanged
+// atomically for the new export. Anything else is refused before the model loads, and nothing
+// the export did not write is ever removed.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,7 +31,7 @@ struct HfExportResult {
 };
 
 // Throws CheckpointError (unreadable or damaged checkpoint, a LoRA checkpoint whose base is
-// gone, I/O) or std::invalid_argument (nothing to export).
+// gone, I/O) or std::invalid_argument (nothing to export; `out` holds something else).
 HfExportResult exportHf(const std::string& checkpoint, const std::string& out,
                         const HfExportOptions& options = {});
 
