@@ -3,9 +3,9 @@
 #include <sstream>
 
 #include "Commands.h"
+#include "trainscope/engine/optim/OffloadStore.h"
 #include "trainscope/engine/train/Bench.h"
 #include "trainscope/engine/train/Capabilities.h"
-#include "trainscope/engine/optim/OffloadStore.h"
 
 namespace ts::app {
 

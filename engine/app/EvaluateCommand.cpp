@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "Commands.h"
-#include "trainscope/engine/train/Evaluate.h"
 #include "trainscope/engine/io/ModelSource.h"
+#include "trainscope/engine/train/Evaluate.h"
 
 namespace ts::app {
 

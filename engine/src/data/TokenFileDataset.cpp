@@ -11,8 +11,8 @@
 #include <fstream>
 #include <string>
 
-#include "trainscope/engine/tokenizer/ByteTokenizer.h"
 #include "trainscope/engine/data/Dataset.h"
+#include "trainscope/engine/tokenizer/ByteTokenizer.h"
 
 namespace ts::engine::detail {
 

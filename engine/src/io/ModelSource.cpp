@@ -8,8 +8,8 @@
 #include "trainscope/core/model/ModelSpec.h"
 #include "trainscope/engine/io/Checkpoint.h"
 #include "trainscope/engine/io/HfModel.h"
-#include "trainscope/engine/tokenizer/HfTokenizer.h"
 #include "trainscope/engine/io/Safetensors.h"
+#include "trainscope/engine/tokenizer/HfTokenizer.h"
 
 namespace ts::engine {
 

@@ -5,9 +5,9 @@
 #include <iterator>
 #include <stdexcept>
 
+#include "trainscope/engine/io/ModelSource.h"
 #include "trainscope/engine/tokenizer/ByteTokenizer.h"
 #include "trainscope/engine/tokenizer/HfTokenizer.h"
-#include "trainscope/engine/io/ModelSource.h"
 #include "trainscope/profiler/Tracer.h"
 
 namespace ts::engine {

@@ -93,9 +93,9 @@ nlohmann::json applyHfFolder(nlohmann::json doc, const HfFolderInfo& folder) {
   model["seq_len"] = m.seq_len;
   model["vocab"] = m.vocab;
   // The keys the family's description reads come from config.json; the others go.
-  const nlohmann::json fromFolder = {{"activation", m.activation}, {"kv_heads", m.kv_heads},
-                                     {"d_ff", m.d_ff},             {"rope_theta", m.rope_theta},
-                                     {"mlp", m.mlp},               {"norm", m.norm}};
+  const nlohmann::json fromFolder = {
+      {"activation", m.activation}, {"kv_heads", m.kv_heads}, {"d_ff", m.d_ff},
+      {"rope_theta", m.rope_theta}, {"mlp", m.mlp},           {"norm", m.norm}};
   const core::ModelFamily& family = core::modelFamily(m.arch);
   for (const auto& [key, value] : fromFolder.items()) {
     if (family.readsModelKey(key))

@@ -221,8 +221,7 @@ std::vector<std::string> hfShapeMismatches(const HfModelInfo& hf, const ModelCon
     out.push_back("model.vocab: the run has " + std::to_string(vocab) +
                   (run.vocab == 0 ? " (from the data; set model.vocab)" : "") + ", " +
                   hf.configPath + " has " + std::to_string(m.vocab));
-  if (const ModelFamily* family = findModelFamily(m.arch))
-    family->hfShapeMismatches(hf, run, out);
+  if (const ModelFamily* family = findModelFamily(m.arch)) family->hfShapeMismatches(hf, run, out);
   return out;
 }
 

@@ -51,13 +51,16 @@ std::string lowerAscii(std::string s) {
   return s;
 }
 
+void addUnique(std::vector<std::string>& names, const std::string& name) {
+  if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+}
+
 std::vector<std::string> allLoraModules() {
   std::vector<std::string> out;
   for (const auto* f : modelFamilies()) {
     ModelConfig m;
     m.arch = f->name();
-    for (const auto& p : f->projections(archSpecOf(m, 2)))
-      if (std::find(out.begin(), out.end(), p.module) == out.end()) out.push_back(p.module);
+    for (const auto& p : f->projections(archSpecOf(m, 2))) addUnique(out, p.module);
   }
   return out;
 }

@@ -82,7 +82,7 @@ std::vector<TensorSpec> modelTensors(const ArchSpec& a, const FinetuneConfig& ft
   return b.take();
 }
 
-TensorSpec& TensorListBuilder::add(std::string name, std::vector<int64_t> shape, TensorRole role,
+TensorSpec* TensorListBuilder::add(std::string name, std::vector<int64_t> shape, TensorRole role,
                                    int block, std::string module, BlockSlot slot, bool resid) {
   TensorSpec s;
   s.name = std::move(name);
@@ -93,10 +93,9 @@ TensorSpec& TensorListBuilder::add(std::string name, std::vector<int64_t> shape,
   s.trainable = finetune_.lora.r <= 0;
   s.residualProjection = resid;
   s.slot = slot;
-  static TensorSpec none;
-  if (s.numel() <= 0) return none = s;
+  if (s.numel() <= 0) return nullptr;
   tensors_.push_back(std::move(s));
-  return tensors_.back();
+  return &tensors_.back();
 }
 
 void TensorListBuilder::adapters(const std::string& prefix, int block, const Projection& p) {

@@ -12,8 +12,8 @@
 
 #include "trainscope/core/config/Config.h"
 #include "trainscope/core/model/HfConfig.h"
-#include "trainscope/engine/params/ParamArena.h"
 #include "trainscope/engine/io/Safetensors.h"
+#include "trainscope/engine/params/ParamArena.h"
 
 namespace ts::engine {
 

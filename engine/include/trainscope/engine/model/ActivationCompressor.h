@@ -5,8 +5,8 @@
 // host-accessible backend (the model refuses otherwise).
 #include <cstdint>
 
-#include "trainscope/engine/params/MemoryTracker.h"
 #include "trainscope/engine/model/SavedTensor.h"
+#include "trainscope/engine/params/MemoryTracker.h"
 #include "trainscope/engine/params/Tensor.h"
 #include "trainscope/kernels/Backend.h"
 

@@ -25,10 +25,10 @@
 #include <memory>
 #include <vector>
 
-#include "trainscope/engine/parallel/Communicator.h"
 #include "trainscope/engine/model/Decoder.h"
-#include "trainscope/engine/params/MemoryTracker.h"
 #include "trainscope/engine/optim/Optimizer.h"
+#include "trainscope/engine/parallel/Communicator.h"
+#include "trainscope/engine/params/MemoryTracker.h"
 #include "trainscope/engine/params/ParamArena.h"
 
 namespace ts::engine {

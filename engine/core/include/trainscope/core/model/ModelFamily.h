@@ -38,8 +38,9 @@ class TensorListBuilder {
   TensorListBuilder(const ArchSpec& arch, const FinetuneConfig& finetune)
       : arch_(arch), finetune_(finetune) {}
   const ArchSpec& arch() const { return arch_; }
-  // A tensor (skipped when it has no elements); trainable unless LoRA freezes the base.
-  TensorSpec& add(std::string name, std::vector<int64_t> shape, TensorRole role, int block,
+  // A tensor, trainable unless LoRA freezes the base; null (and not listed) when it has no
+  // elements.
+  TensorSpec* add(std::string name, std::vector<int64_t> shape, TensorRole role, int block,
                   std::string module = {}, BlockSlot slot = BlockSlot::None, bool resid = false);
   // The projection's LoRA A (r, in) and B (out, r) under `prefix + p.path`, as PEFT names
   // them, when a target selects it.
@@ -58,7 +59,7 @@ using IssueSink = std::function<void(std::string path, nlohmann::json value, std
 class ModelFamily {
  public:
   virtual ~ModelFamily() = default;
-  // model.arch's value ("gpt2") and the name the GUI shows ("GPT-2").
+  // model.arch's value and the name the GUI shows.
   virtual std::string name() const = 0;
   virtual std::string displayName() const = 0;
   // One line for the GUI: what the description is ("LayerNorm, learned positions, ...").
@@ -125,6 +126,8 @@ const ModelFamily& modelFamily(std::string_view arch);
 const ModelFamily* familyForHf(std::string_view architectureOrModelType);
 // ASCII lower case (model.* values are matched case-insensitively).
 std::string lowerAscii(std::string s);
+// Appends `name` unless `names` holds it already (PEFT target lists keep first-seen order).
+void addUnique(std::vector<std::string>& names, const std::string& name);
 // Every LoRA module name of every family (the config schema's list).
 std::vector<std::string> allLoraModules();
 

@@ -157,9 +157,7 @@ class Gpt2Family final : public ModelFamily {
   // GPT-2 keeps q, k, v fused in attn.c_attn; "c_proj" names both projections.
   std::vector<std::string> peftTargets(const RunConfig& c) const override {
     std::vector<std::string> out;
-    auto add = [&](const std::string& s) {
-      if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
-    };
+    auto add = [&](const std::string& s) { addUnique(out, s); };
     for (const auto& t : c.finetune.lora.targets) {
       if (t == "q" || t == "k" || t == "v")
         add("c_attn");

@@ -57,9 +57,9 @@ class LlamaFamily final : public ModelFamily {
       auto slot = [&](std::initializer_list<int> which, S s, bool resid, const char* fused) {
         for (int i : which) {
           const auto& p = proj[size_t(i)];
-          TensorSpec& t =
+          TensorSpec* t =
               b.add(h + p.path + ".weight", {p.out, p.in}, R::LinearWeight, l, p.module, s, resid);
-          if (fused) t.fusedName = h + fused;
+          if (t && fused) t->fusedName = h + fused;
         }
         for (int i : which) b.adapters(h, l, proj[size_t(i)]);
       };
@@ -186,9 +186,7 @@ class LlamaFamily final : public ModelFamily {
   bool peftFanInFanOut() const override { return false; }
   std::vector<std::string> peftTargets(const RunConfig& c) const override {
     std::vector<std::string> out;
-    auto add = [&](const std::string& s) {
-      if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
-    };
+    auto add = [&](const std::string& s) { addUnique(out, s); };
     for (const auto& t : c.finetune.lora.targets) {
       if (t == "q")
         add("q_proj");
