@@ -19,6 +19,8 @@
 // new kinds go at the end. This file stays C++17 (the .cu files include it); includers need
 // Fp8Format (Numeric.h).
 
+#include "trainscope/kernels/AttentionOptions.h"  // guarded: the masked attention ops take it
+
 #ifndef TS_OP
 #define TS_OP(kind, ret, name, params, args)
 #endif
@@ -378,6 +380,83 @@ TS_OP(FlashAttentionBf16, void, flashAttentionBf16Backward,
       (float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
        int T, int C, int NH, int KVH),
       (dqkv, dout, out, lse, qkv, B, T, C, NH, KVH))
+
+// ---- The model families' variants (head_dim independent of C, rotary scaling and partial
+// rotary, q/k norms, Gemma's (1 + w) norms and GeGLU, sliding windows, soft-capping). Each is a
+// generalisation of an op above; where both exist, the op above equals the general one with the
+// defaults (bitwise on the CPU).
+
+// Rotary position embedding from a precomputed table, rotate_half convention as ropeForward:
+// table (T, RD) in the backend's memory holds per position t the RD/2 cosines then the RD/2
+// sines (each already multiplied by the rope type's attention factor, so every rope type of
+// transformers' modeling_rope_utils is one table). Each head of HD rotates its first RD dims
+// (RD even, RD <= HD; Phi-3's partial_rotary_factor) with half = RD/2:
+//   out[i] = x[i] cos_i - x[i+half] sin_i,  out[i+half] = x[i+half] cos_i + x[i] sin_i;
+// dims RD..HD-1 pass through (copied when out != inp). Strides and in-place rules as ropeForward.
+// An odd RD or RD > HD throws std::invalid_argument.
+TS_OP_KIND(RopeTable)
+TS_OP(RopeTable, void, ropeTableForward,
+      (float* out, const float* inp, int B, int T, int NH, int HD, int RD, int outStride,
+       int inpStride, const float* table),
+      (out, inp, B, T, NH, HD, RD, outStride, inpStride, table))
+// The transpose rotation, written (=); dinp may be dout with equal strides (in place).
+TS_OP(RopeTable, void, ropeTableBackward,
+      (float* dinp, const float* dout, int B, int T, int NH, int HD, int RD, int dinpStride,
+       int doutStride, const float* table),
+      (dinp, dout, B, T, NH, HD, RD, dinpStride, doutStride, table))
+
+// RMSNorm over groups: row n (of N, `stride` floats apart) holds G groups of D values at
+// n*stride + g*D; each group is normalised on its own with one weight of D shared by all:
+//   out = x * rstd * (weightOffset + weight),  rstd[n*G + g] = 1/sqrt(mean(x^2) + eps)
+// out at the same offsets as inp (out may be inp; elements outside the groups are untouched).
+// G = 1, D = stride = C is rmsnormForward (weightOffset 0); weightOffset 1 is Gemma's x (1 + w);
+// G = heads, D = head_dim, stride = the qkv row is a per-head q or k norm (Qwen3, Gemma 3).
+TS_OP_KIND(RmsNormGroups)
+TS_OP(RmsNormGroups, void, rmsnormGroupsForward,
+      (float* out, float* rstd, const float* inp, const float* weight, int N, int G, int D,
+       int64_t stride, float eps, float weightOffset),
+      (out, rstd, inp, weight, N, G, D, stride, eps, weightOffset))
+// dinp at inp's offsets: accumulated (+=) when `accumulate`, else written (=), and then dinp may
+// be dout (in place). dweight (D) accumulates (+=); null: frozen, not computed.
+TS_OP(RmsNormGroups, void, rmsnormGroupsBackward,
+      (float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+       const float* rstd, int N, int G, int D, int64_t stride, float weightOffset, bool accumulate),
+      (dinp, dweight, dout, inp, weight, rstd, N, G, D, stride, weightOffset, accumulate))
+
+// GeGLU on a fused gate/up projection (Gemma): inp (N, 2F) rows [gate | up]; out (N, F) =
+// gelu_tanh(gate) * up (transformers' gelu_pytorch_tanh, as geluForward).
+TS_OP_KIND(GeGlu)
+TS_OP(GeGlu, void, gegluForward, (float* out, const float* inp, int N, int F), (out, inp, N, F))
+// Writes (=) dinp (N, 2F) as [dgate | dup]: dgate = dout * up * gelu_tanh'(gate),
+// dup = dout * gelu_tanh(gate).
+TS_OP(GeGlu, void, gegluBackward, (float* dinp, const float* inp, const float* dout, int N, int F),
+      (dinp, inp, dout, N, F))
+
+// Grouped-query causal attention with options (AttentionOptions.h: scale, sliding window,
+// soft-capping) and an explicit head dim: qkv (B, T, (NH + 2*KVH)*HD) [q heads | k heads |
+// v heads], out (B, T, NH*HD), att (B, NH, T, T) the probabilities (0 where masked). Default
+// options equal attentionGqaForward with C = NH*HD.
+TS_OP_KIND(AttentionMasked)
+TS_OP(AttentionMasked, void, attentionMaskedForward,
+      (float* out, float* att, const float* qkv, int B, int T, int NH, int KVH, int HD,
+       AttentionOptions opt),
+      (out, att, qkv, B, T, NH, KVH, HD, opt))
+// Writes (=) dqkv; datt is scratch of the size of att.
+TS_OP(AttentionMasked, void, attentionMaskedBackward,
+      (float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B,
+       int T, int NH, int KVH, int HD, AttentionOptions opt),
+      (dqkv, datt, dout, qkv, att, B, T, NH, KVH, HD, opt))
+// Flash (tiled online softmax) with the same options and layouts; lse (B, NH, T) the only
+// saved state; a sliding window skips the key tiles wholly outside it. Backward writes (=) dqkv.
+TS_OP_KIND(FlashAttentionMasked)
+TS_OP(FlashAttentionMasked, void, flashAttentionMaskedForward,
+      (float* out, float* lse, const float* qkv, int B, int T, int NH, int KVH, int HD,
+       AttentionOptions opt),
+      (out, lse, qkv, B, T, NH, KVH, HD, opt))
+TS_OP(FlashAttentionMasked, void, flashAttentionMaskedBackward,
+      (float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
+       int T, int NH, int KVH, int HD, AttentionOptions opt),
+      (dqkv, dout, out, lse, qkv, B, T, NH, KVH, HD, opt))
 
 #undef TS_OP
 #undef TS_OP_KIND
