@@ -31,7 +31,12 @@ void Block::forward(const LayerContext& c, BlockActivations& a, const float* in,
   norm1_->forward(c, ln1, a.norm1, in);
   // Stored (packed) input: `in` is the fp32 stream, packed here; `out` may overwrite it.
   if (!a.input.empty()) comp.storeNormInput(a.input, in, rowMean(a.norm1), N, C_);
-  attn_.forward(c, branch, a.attn, ln1, recompute);
+  if (post_.attn) {  // the branch's output kept for its norm's backward
+    attn_.forward(c, a.attnBranch.f32(), a.attn, ln1, recompute);
+    post_.attn->forward(c, branch, a.postAttn, a.attnBranch.f32());
+  } else {
+    attn_.forward(c, branch, a.attn, ln1, recompute);
+  }
   if (c.dropout.active()) dropout(c, branch, branch, 0);
   // Stored: in dqkv, free once attention packed qkv (not dres: it carries the residual gradient
   // while checkpointing recomputes).
@@ -42,7 +47,13 @@ void Block::forward(const LayerContext& c, BlockActivations& a, const float* in,
   }
   float* ln2 = mlp_.inputSlot(c, a.mlp);
   norm2_->forward(c, ln2, a.norm2, resid2);
-  mlp_.forward(c, out ? branch : nullptr, a.mlp, ln2, recompute);
+  // A normed MLP output is recomputed too: its norm's backward reads it.
+  if (post_.mlp) {
+    mlp_.forward(c, a.mlpBranch.f32(), a.mlp, ln2, recompute);
+    post_.mlp->forward(c, branch, a.postMlp, a.mlpBranch.f32());
+  } else {
+    mlp_.forward(c, out ? branch : nullptr, a.mlp, ln2, recompute);
+  }
   comp.storeNormInput(a.resid2, resid2, rowMean(a.norm2), N, C_);
   if (!out) return;
   if (c.dropout.active()) dropout(c, branch, branch, 1);
@@ -64,6 +75,10 @@ void Block::backward(const LayerContext& c, BlockActivations& a, const float* in
     dropout(c, ws.ddrop.f32(), dres, 1);
     dbranch = ws.ddrop.f32();
   }
+  if (post_.mlp) {
+    post_.mlp->backwardWrite(c, ws.dpost.f32(), dbranch, a.mlpBranch.f32(), a.postMlp);
+    dbranch = ws.dpost.f32();
+  }
   // MLP branch: out = resid2 + proj(act(fc(norm_2(resid2)))).
   // The norms' outputs, when not kept, are recomputed from their exact (fp32) inputs with the
   // same kernel as forward: the same values forward computed.
@@ -80,6 +95,10 @@ void Block::backward(const LayerContext& c, BlockActivations& a, const float* in
   if (c.dropout.active()) {
     dropout(c, ws.ddrop.f32(), dres, 0);
     dbranch = ws.ddrop.f32();
+  }
+  if (post_.attn) {
+    post_.attn->backwardWrite(c, ws.dpost.f32(), dbranch, a.attnBranch.f32(), a.postAttn);
+    dbranch = ws.dpost.f32();
   }
   const float* input = a.input.empty() ? in : a.input.exact() ? a.input.f32() : nullptr;
   attn_.backward(c, dtmp, dbranch, a.attn, [&](float* ln1) {

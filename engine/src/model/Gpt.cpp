@@ -1,5 +1,7 @@
 #include "trainscope/engine/model/Gpt.h"
 
+#include "trainscope/core/model/RotaryTable.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -147,7 +149,13 @@ const std::map<std::string, BlockField>& blockFields() {
       TS_SAVED("fcPre", mlp.pre),
       TS_SAVED("fcAct", mlp.act),
       {"fcMask", [](BlockActivations& a) -> Tensor& { return a.mlp.mask; }},
-      {"fcVals", [](BlockActivations& a) -> Tensor& { return a.mlp.vals; }}};
+      {"fcVals", [](BlockActivations& a) -> Tensor& { return a.mlp.vals; }},
+      {"qkPre", [](BlockActivations& a) -> Tensor& { return a.attn.qkPre; }},
+      {"qkRstd", [](BlockActivations& a) -> Tensor& { return a.attn.qkRstd; }},
+      {"attnBranch", [](BlockActivations& a) -> Tensor& { return a.attnBranch; }},
+      {"attnBranchRstd", [](BlockActivations& a) -> Tensor& { return a.postAttn.rstd; }},
+      {"mlpBranch", [](BlockActivations& a) -> Tensor& { return a.mlpBranch; }},
+      {"mlpBranchRstd", [](BlockActivations& a) -> Tensor& { return a.postMlp.rstd; }}};
   return m;
 }
 #undef TS_SAVED
@@ -163,7 +171,9 @@ const std::map<std::string, GlobalField>& globalFields() {
       {"lnfMean", [](Activations& a) -> Tensor& { return a.lnfSaved.mean; }},
       {"lnfRstd", [](Activations& a) -> Tensor& { return a.lnfSaved.rstd; }},
       {"logits", [](Activations& a) -> Tensor& { return a.logits; }},
-      {"losses", [](Activations& a) -> Tensor& { return a.losses; }}};
+      {"losses", [](Activations& a) -> Tensor& { return a.losses; }},
+      {"ropeTable", [](Activations& a) -> Tensor& { return a.ropeTable; }},
+      {"ropeTableLocal", [](Activations& a) -> Tensor& { return a.ropeTableLocal; }}};
   return m;
 }
 DType dtypeOf(core::ElementType t) {
@@ -201,6 +211,7 @@ void Gpt::allocate(int B) {
       {"dfc", &Workspace::dfc},
       {"dfc2", &Workspace::dfc2},
       {"ddrop", &Workspace::ddrop},
+      {"dpost", &Workspace::dpost},
       {"loraDU", &Workspace::loraDU},
       {"loraX", &Workspace::loraX},
       {"stream", &Workspace::stream},
@@ -253,8 +264,19 @@ void Gpt::allocate(int B) {
     std::vector<float> ones(static_cast<size_t>(N), 1.f);
     backend_->copyToDevice(ws_.ones.data(), ones.data(), ones.size() * sizeof(float));
   }
+  uploadRotaryTables();
   haveLoss_ = false;
   bindKernelScratch();
+}
+
+void Gpt::uploadRotaryTables() {
+  ctx_.rope = ctx_.ropeLocal = nullptr;
+  for (auto [t, local] : {std::pair{&acts_.ropeTable, false}, {&acts_.ropeTableLocal, true}}) {
+    if (t->empty()) continue;
+    const auto host = core::rotaryTableOf(arch_, local);
+    backend_->copyToDevice(t->data(), host.data(), host.size() * sizeof(float));
+    (local ? ctx_.ropeLocal : ctx_.rope) = t->f32();
+  }
 }
 
 Gpt::~Gpt() {
@@ -284,6 +306,7 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   if (!embedding_->bf16()) arena_.openValues(embeddingsGroup_, false);
   embedding_->forward(ctx_, x0, acts_.tokens.i32());
   arena_.closeValues(embeddingsGroup_);
+  if (embedScale_ != 1.f) backend_->scale(x0, int64_t(N) * C, embedScale_);
   if (ctx_.dropout.active()) {
     ScopedRange r("dropout", SpanCategory::Elementwise);
     backend_->dropout(x0, x0, int64_t(N) * C, ctx_.dropout.p, ctx_.dropout.seed,
@@ -354,6 +377,7 @@ void Gpt::backward() {
     backend_->dropout(dres, dres, n, ctx_.dropout.p, ctx_.dropout.seed, ctx_.dropout.stream(-1, 0));
   }
   arena_.openGrads(embeddings);
+  if (embedScale_ != 1.f) backend_->scale(dres, int64_t(ctx_.B) * ctx_.T * config_.d_model, embedScale_);
   embedding_->backward(ctx_, dres, acts_.tokens.i32());
   arena_.closeGrads(embeddings, true);
   haveLoss_ = false;

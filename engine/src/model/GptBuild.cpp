@@ -6,6 +6,8 @@
 #include <stdexcept>
 
 #include "trainscope/core/model/ModelFamily.h"
+#include "trainscope/core/model/RotaryTable.h"
+#include "trainscope/kernels/Numeric.h"
 #include "trainscope/engine/model/Gpt.h"
 
 namespace ts::engine {
@@ -55,17 +57,21 @@ Gpt::Gpt(const GptConfig& config, kernels::Backend* backend, MemoryTracker* trac
 void Gpt::validateConfig() const {
   const GptConfig& config = config_;
   const int64_t C = config.d_model, V = config.vocab, T = config.seq_len;
-  if (config.layers < 1 || config.heads < 1 || C < 1 || V < 1 || T < 1 || C % config.heads != 0)
+  if (config.layers < 1 || config.heads < 1 || C < 1 || V < 1 || T < 1 ||
+      (arch_.headDimSet == 0 && C % config.heads != 0))
     throw std::invalid_argument("invalid GPT shape (layers, heads, d_model, seq_len, vocab)");
   core::modelFamily(config.architecture);  // throws naming the families there are
   const core::ArchSpec& arch = arch_;
   if (config.heads % arch.kvHeads != 0)
     throw std::invalid_argument("kv_heads " + std::to_string(arch.kvHeads) + " must divide heads " +
                                 std::to_string(config.heads));
-  if (!arch.learnedPos && arch.headDim() % 2 != 0)  // rotary positions
-    throw std::invalid_argument("rotary embeddings need an even head dimension (d_model " +
-                                std::to_string(C) + " / heads " + std::to_string(config.heads) +
-                                " = " + std::to_string(arch.headDim()) + ")");
+  if (!arch.learnedPos && (arch.headDim() % 2 != 0 || arch.rotaryDim() < 2))  // rotary
+    throw std::invalid_argument("rotary embeddings need an even head dimension (head dim " +
+                                std::to_string(arch.headDim()) + ", rotated " +
+                                std::to_string(arch.rotaryDim()) + ")");
+  if (arch.finalSoftcap > 0)
+    throw std::invalid_argument(
+        "model.final_softcap (final_logit_softcapping) is not supported by the engine yet");
   if (config.checkpointEvery < 0 || config.checkpointEvery > config.layers)
     throw std::invalid_argument("checkpoint segment must be 0 (off) or 1..layers");
   if (config.compression == GptConfig::Compression::Sparse && !config.relu)
@@ -144,23 +150,28 @@ void Gpt::buildArena(std::vector<core::TensorSpec> tensors) {
   };
 }
 
-const ParamInfo* Gpt::projectionWeight(int block, core::BlockSlot slot) {
+const ParamInfo* Gpt::projectionWeight(int block, core::BlockSlot slot, core::TensorRole role) {
   // One GEMM multiplies adjacent weights of a slot that share an input (llama's q|k|v and
   // gate|up): a view over them, whose rows are the concatenated weights (adjacent in both
   // buffers).
   // NF4 parts are separate quantized tensors (as bitsandbytes quantizes each module): the view
   // only gives the shape, the linear dequantizes each part into its rows.
-  const auto parts = slotTensors(arena_.params(), block, slot, R::LinearWeight);
-  if (parts.empty())
+  // Biases of fused parts (Qwen2's q|k|v) are adjacent too: one bias of the fused output.
+  const auto parts = slotTensors(arena_.params(), block, slot, role);
+  if (parts.empty()) {
+    if (role == R::LinearBias) return nullptr;
     throw std::logic_error("model description: block " + std::to_string(block) +
                            " has no weight for a projection slot");
+  }
   if (parts.size() == 1) return parts.front();
+  const bool bias = role == R::LinearBias;
   ParamInfo f = *parts.front();
-  f.name = parts.front()->spec.fusedName;
-  f.shape = {0, parts.front()->shape[1]};
+  f.name = bias ? parts.front()->name + " (fused)" : parts.front()->spec.fusedName;
+  f.shape = bias ? std::vector<int64_t>{0} : std::vector<int64_t>{0, parts.front()->shape[1]};
   f.numel = 0;
   for (const ParamInfo* p : parts) {
-    if ((!f.quantized() && p->offset != f.offset + f.numel) || p->shape[1] != f.shape[1] ||
+    if ((!f.quantized() && p->offset != f.offset + f.numel) ||
+        (!bias && p->shape[1] != f.shape[1]) ||
         p->quantized() != f.quantized() || p->trainable() != f.trainable() ||
         (f.trainable() && p->gradOffset != f.gradOffset + f.numel))
       throw std::logic_error("model description: " + p->name + " does not follow " +
@@ -183,8 +194,8 @@ void Gpt::buildLinears() {
   std::vector<Projection> projections;  // 4 per layer: qkv, o, up, down
   for (int l = 0; l < config_.layers; ++l)
     for (S slot : {S::Qkv, S::AttnOut, S::MlpUp, S::MlpDown})
-      projections.push_back({projectionWeight(l, slot),
-                             slotTensor(params, l, slot, R::LinearBias, false),
+      projections.push_back({projectionWeight(l, slot, R::LinearWeight),
+                             projectionWeight(l, slot, R::LinearBias),
                              slotTensors(params, l, slot, R::LinearWeight)});
   storage_ = ParamStorage{&arena_.values(), &arena_.grads(), &arena_.values16(), &w8_,
                           &w8Scales_,       &arena_};
@@ -204,7 +215,8 @@ void Gpt::attachAdapters() {
   // LoRA adapters onto their linears: the base weight of the adapted module gives the slot
   // (which linear) and its rows of that linear's output.
   const auto& params = arena_.params();
-  const int slotIndex[] = {-1, 0, 0, 1, -1, 2, 3, -1};  // BlockSlot -> linear within a block
+  // BlockSlot -> linear within a block
+  const int slotIndex[] = {-1, 0, 0, 1, -1, 2, 3, -1, -1, -1, -1, -1};
   const float r = static_cast<float>(config_.lora.r),
               alpha = static_cast<float>(config_.lora.alpha);
   const float scaling = config_.lora.use_rslora ? alpha / std::sqrt(r) : alpha / r;
@@ -247,22 +259,40 @@ void Gpt::buildBlocks() {
   as.kvHeads = static_cast<int>(arch.kvHeads);
   as.headDim = static_cast<int>(arch.headDim());
   as.qkvDim = static_cast<int>(arch.qkvDim());
-  as.ropeTheta = arch.learnedPos ? 0.0 : arch.ropeTheta;  // no position table: rotary
+  as.rotaryDim = static_cast<int>(arch.rotaryDim());  // no position table: rotary
   as.flash = config_.flash;
   as.flashBf16 = config_.flash && config_.flashBf16 && (as.headDim == 64 || as.headDim == 128);
-  const Mlp::Activation act = arch.swiglu    ? Mlp::Activation::SwiGlu
+  as.options.scale = static_cast<float>(arch.attnScale());
+  as.options.softcap = static_cast<float>(arch.attnSoftcap);
+  as.qkNormPerHead = arch.qkNorm == core::ArchSpec::QkNorm::PerHead;
+  const float eps = static_cast<float>(arch.normEps), offset = arch.normOffset;
+  as.normEps = eps;
+  as.normOffset = offset;
+  const Mlp::Activation act = arch.geglu      ? Mlp::Activation::GeGlu
+                              : arch.swiglu  ? Mlp::Activation::SwiGlu
                               : config_.relu ? Mlp::Activation::Relu
                                              : Mlp::Activation::Gelu;
+  // A block without norms before its branches (OLMo 2) gets identities there.
   auto norm = [&](int l, S slot) {
-    return makeNorm(slotTensor(params, l, slot, R::NormWeight, true),
-                    slotTensor(params, l, slot, R::NormBias, false), dm);
+    return makeNorm(slotTensor(params, l, slot, R::NormWeight, arch.preNorm),
+                    slotTensor(params, l, slot, R::NormBias, false), dm, eps, offset);
+  };
+  auto postNorm = [&](int l, S slot) -> std::unique_ptr<RMSNorm> {
+    const ParamInfo* w = slotTensor(params, l, slot, R::NormWeight, false);
+    return w ? std::make_unique<RMSNorm>(w, dm, eps, offset) : nullptr;
   };
   std::vector<Block> blocks;
   for (int l = 0; l < config_.layers; ++l) {
     Linear* lin = &linears_[4 * l];
-    blocks.emplace_back(l, dm, norm(l, S::Norm1), Attention(as, &lin[0], &lin[1]),
+    AttentionShape layer = as;
+    layer.options.window = arch.slidingLayer(l) ? static_cast<int>(arch.slidingWindow) : 0;
+    layer.localRope = arch.slidingLayer(l) && core::separateLocalRotary(arch);
+    layer.qNorm = slotTensor(params, l, S::QNorm, R::NormWeight, false);
+    layer.kNorm = slotTensor(params, l, S::KNorm, R::NormWeight, false);
+    blocks.emplace_back(l, dm, norm(l, S::Norm1), Attention(layer, &lin[0], &lin[1]),
                         norm(l, S::Norm2),
-                        Mlp(dm, static_cast<int>(arch.dFf), act, &lin[2], &lin[3]));
+                        Mlp(dm, static_cast<int>(arch.dFf), act, &lin[2], &lin[3]),
+                        PostNorms{postNorm(l, S::PostAttnNorm), postNorm(l, S::PostMlpNorm)});
   }
   decoder_.emplace(std::move(blocks), config_.checkpointEvery, config_.inferenceOnly);
 }
@@ -276,7 +306,15 @@ void Gpt::buildOuterLayers() {
   const bool bf16Tables = config_.bf16Gemm || (config_.nf4Base && config_.working == DType::BF16);
   embedding_.emplace(wte, firstOfRole(params, R::PositionEmbedding), dm, bf16Tables);
   finalNorm_ = makeNorm(slotTensor(params, -1, S::FinalNorm, R::NormWeight, true),
-                        slotTensor(params, -1, S::FinalNorm, R::NormBias, false), dm);
+                        slotTensor(params, -1, S::FinalNorm, R::NormBias, false), dm,
+                        static_cast<float>(arch_.normEps), arch_.normOffset);
+  // Gemma: sqrt(d_model) in the compute dtype (transformers rounds the normalizer to it).
+  if (arch_.embedScale) {
+    const float s = std::sqrt(static_cast<float>(dm));
+    embedScale_ = config_.working == DType::BF16   ? kernels::bf16ToFloat(kernels::floatToBf16(s))
+                  : config_.working == DType::F16 ? kernels::fp16ToFloat(kernels::floatToFp16(s))
+                                                   : s;
+  }
   const ParamInfo* lmHead = firstOfRole(params, R::Head);
   head_.emplace(lmHead ? lmHead : wte, bf16Tables);  // tied: the token table is the head
   tiedHead_ = lmHead == nullptr;

@@ -31,6 +31,7 @@ bool useBf16Gemm(const core::RunConfig& config, const kernels::Backend* backend)
 GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels::Backend* backend) {
   GptConfig g;
   g.architecture = config.model.arch;
+  g.shape = config.model;
   g.kvHeads = config.model.kv_heads;
   g.dFf = config.model.d_ff;
   g.ropeTheta = config.model.rope_theta;
@@ -85,7 +86,7 @@ GptConfig gptConfigFrom(const core::RunConfig& config, int vocab, const kernels:
 }
 
 core::ArchSpec GptConfig::arch() const {
-  core::ModelConfig m;
+  core::ModelConfig m = shape;
   m.arch = architecture;
   m.kv_heads = kvHeads;
   m.d_ff = dFf;

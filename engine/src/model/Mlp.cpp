@@ -15,6 +15,8 @@ void Mlp::activate(const LayerContext& c, float* act, const float* pre) const {
   const int N = static_cast<int>(c.rows());
   if (act_ == Activation::SwiGlu)
     c.backend->swigluForward(act, pre, N, F_);
+  else if (act_ == Activation::GeGlu)
+    c.backend->gegluForward(act, pre, N, F_);
   else if (act_ == Activation::Relu)
     c.backend->reluForward(act, pre, int64_t(N) * F_);
   else
@@ -25,7 +27,7 @@ void Mlp::forward(const LayerContext& c, float* out, MlpSaved& s, const float* i
                   bool recompute) const {
   const int N = static_cast<int>(c.rows());
   const int64_t n = int64_t(N) * F_;
-  const int64_t preCols = act_ == Activation::SwiGlu ? 2 * F_ : F_;
+  const int64_t preCols = gated() ? 2 * F_ : F_;
   ActivationCompressor& comp = *c.compressor;
   Workspace& ws = *c.ws;
   const bool count = !recompute;
@@ -39,6 +41,7 @@ void Mlp::forward(const LayerContext& c, float* out, MlpSaved& s, const float* i
   float* act = comp.sparse() ? ws.dfc2.f32() : comp.slot(s.act, ws.dfc2.f32());
   {
     const char* name = act_ == Activation::SwiGlu ? "swiglu_fwd"
+                       : act_ == Activation::GeGlu ? "geglu_fwd"
                        : act_ == Activation::Relu ? "relu_fwd"
                                                   : "gelu_fwd";
     ScopedRange r(name, SpanCategory::Elementwise);
@@ -58,7 +61,7 @@ void Mlp::backward(const LayerContext& c, float* dinp, const float* dout, MlpSav
                    const InputRecompute& recomputeIn) const {
   const int N = static_cast<int>(c.rows());
   const int64_t n = int64_t(N) * F_;
-  const int64_t preCols = act_ == Activation::SwiGlu ? 2 * F_ : F_;
+  const int64_t preCols = gated() ? 2 * F_ : F_;
   ActivationCompressor& comp = *c.compressor;
   Workspace& ws = *c.ws;
   // Stored tensors expand into whichever of dfc / dfc2 is free: the activation into dfc2, then
@@ -82,7 +85,7 @@ void Mlp::backward(const LayerContext& c, float* dinp, const float* dout, MlpSav
     const float* pre = comp.load(s.pre, ws.dfc2.f32(), N, preCols);
     // SwiGLU's output is narrower than its input: not in place. GELU/ReLU run in place on the
     // expansion, which is then expanded again.
-    float* out = act_ == Activation::SwiGlu ? ws.dfc.f32() + n : ws.dfc2.f32();
+    float* out = gated() ? ws.dfc.f32() + n : ws.dfc2.f32();
     activate(c, out, pre);
     act = out;
     preF = pre == out ? nullptr : pre;
@@ -97,12 +100,15 @@ void Mlp::backward(const LayerContext& c, float* dinp, const float* dout, MlpSav
                        : preF        ? preF
                                      : comp.load(s.pre, ws.dfc2.f32(), N, preCols);
     const char* name = act_ == Activation::SwiGlu ? "swiglu_bwd"
+                       : act_ == Activation::GeGlu ? "geglu_bwd"
                        : act_ == Activation::Relu ? "relu_bwd"
                                                   : "gelu_bwd";
     ScopedRange r(name, SpanCategory::Elementwise);
     // relu(x) > 0 exactly when x > 0, so the pre-activation gives the same mask.
     if (act_ == Activation::SwiGlu)
       c.backend->swigluBackward(ws.dfc2.f32(), pre, ws.dfc.f32(), N, F_);
+    else if (act_ == Activation::GeGlu)
+      c.backend->gegluBackward(ws.dfc2.f32(), pre, ws.dfc.f32(), N, F_);
     else if (act_ == Activation::Relu)
       c.backend->reluBackward(ws.dfc2.f32(), pre, ws.dfc.f32(), n);
     else

@@ -228,9 +228,10 @@ class Reader {
     const json* v = take(key);
     if (!v) return;
     std::string path = current(key);
-    std::string what = "an array of " + std::to_string(exactSize) + " numbers, each " +
-                       describe(r, "a number").substr(9);
-    if (!v->is_array() || v->size() != exactSize) return typeIssue(path, *v, what);
+    // exactSize 0: any length.
+    std::string what = "an array of " + (exactSize ? std::to_string(exactSize) + " " : "") +
+                       "numbers, each " + describe(r, "a number").substr(9);
+    if (!v->is_array() || (exactSize && v->size() != exactSize)) return typeIssue(path, *v, what);
     std::vector<double> tmp;
     bool ok = true;
     for (size_t i = 0; i < v->size(); ++i) {
@@ -432,6 +433,31 @@ void visitModel(M& m, V& v) {
   v.field("kv_heads", m.kv_heads, closed(0, 1024));
   v.field("d_ff", m.d_ff, closed(0, 1 << 22));
   v.field("rope_theta", m.rope_theta, closed(1.0, 1e12));
+  v.field("head_dim", m.head_dim, closed(0, 1 << 16));
+  v.field("norm_eps", m.norm_eps, closed(1e-12, 1.0));
+  v.field("tie_embeddings", m.tie_embeddings, any());
+  v.section("rope_scaling", [&] {
+    auto& r = m.rope_scaling;
+    v.field("type", r.type, oneOf({"default", "linear", "dynamic", "llama3", "yarn", "longrope"}));
+    v.field("factor", r.factor, closed(1e-6, 1e6));
+    v.field("low_freq_factor", r.low_freq_factor, closed(1e-6, 1e6));
+    v.field("high_freq_factor", r.high_freq_factor, closed(1e-6, 1e6));
+    v.field("original_max_position_embeddings", r.original_max_position_embeddings,
+            closed(0, 1 << 26));
+    v.field("attention_factor", r.attention_factor, closed(0.0, 1e6));
+    v.field("beta_fast", r.beta_fast, closed(1e-6, 1e6));
+    v.field("beta_slow", r.beta_slow, closed(1e-6, 1e6));
+    v.field("short_factor", r.short_factor, closed(1e-6, 1e6), 0);
+    v.field("long_factor", r.long_factor, closed(1e-6, 1e6), 0);
+  });
+  v.field("partial_rotary_factor", m.partial_rotary_factor, closed(1e-6, 1.0));
+  v.field("max_positions", m.max_positions, closed(0, 1 << 26));
+  v.field("sliding_window", m.sliding_window, closed(0, 1 << 26));
+  v.field("sliding_window_pattern", m.sliding_window_pattern, closed(0, 1024));
+  v.field("rope_local_theta", m.rope_local_theta, closed(0.0, 1e12));
+  v.field("query_pre_attn_scalar", m.query_pre_attn_scalar, closed(0.0, 1e9));
+  v.field("attn_softcap", m.attn_softcap, closed(0.0, 1e9));
+  v.field("final_softcap", m.final_softcap, closed(0.0, 1e9));
 }
 
 template <class D, class V>

@@ -107,7 +107,12 @@ HfModelInfo readHfConfig(const std::string& path) {
   const auto archs = family->hfArchitectures();
   for (size_t i = 0; i < types.size() && i < archs.size(); ++i)
     if (hf.architecture == types[i]) hf.architecture = archs[i];
-  family->readHfConfig(f, hf);
+  // A multimodal folder (Gemma 3 4B+) keeps the language model's config under text_config.
+  const auto text = hf.config.find("text_config");
+  if (text != hf.config.end() && text->is_object())
+    family->readHfConfig(HfFields{*text, hf.configPath + " (text_config)"}, hf);
+  else
+    family->readHfConfig(f, hf);
   // transformers >= 4.56 writes "dtype", older versions "torch_dtype".
   hf.configDtype = f.string("dtype", f.string("torch_dtype", ""));
   return hf;

@@ -9,10 +9,19 @@
 namespace ts::core {
 
 const ModelFamily& gpt2Family();   // families/gpt2/Gpt2Family.cpp
-const ModelFamily& llamaFamily();  // families/llama/LlamaFamily.cpp
+const ModelFamily& llamaFamily();    // families/llama/LlamaFamily.cpp
+const ModelFamily& mistralFamily();  // families/mistral/MistralFamily.cpp
+const ModelFamily& qwen2Family();    // families/qwen2/Qwen2Family.cpp
+const ModelFamily& qwen3Family();    // families/qwen3/Qwen3Family.cpp
+const ModelFamily& gemma2Family();   // families/gemma/GemmaFamily.cpp
+const ModelFamily& gemma3Family();   // families/gemma/GemmaFamily.cpp
+const ModelFamily& phi3Family();     // families/phi3/Phi3Family.cpp
+const ModelFamily& olmo2Family();    // families/olmo2/Olmo2Family.cpp
 
 const std::vector<const ModelFamily*>& modelFamilies() {
-  static const std::vector<const ModelFamily*> all = {&gpt2Family(), &llamaFamily()};
+  static const std::vector<const ModelFamily*> all = {
+      &gpt2Family(),   &llamaFamily(),  &mistralFamily(), &qwen2Family(), &qwen3Family(),
+      &gemma2Family(), &gemma3Family(), &phi3Family(),    &olmo2Family()};
   return all;
 }
 

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "trainscope/core/model/ModelFamily.h"
+#include "trainscope/core/model/RotaryTable.h"
 #include "trainscope/kernels/ScratchSizes.h"
 
 namespace ts::core {
@@ -45,6 +46,19 @@ ArchSpec archSpecOf(const ModelConfig& m, int64_t vocab) {
   a.vocab = std::max<int64_t>(0, vocab);
   a.ropeTheta = m.rope_theta;
   a.relu = lower(m.activation) == "relu";
+  // The keys a family reads (ModelFamily::modelKeys); the others keep their defaults.
+  auto reads = [&](const char* k) { return family->readsModelKey(k); };
+  if (reads("head_dim")) a.headDimSet = std::max(0, m.head_dim);
+  if (reads("norm_eps")) a.normEps = m.norm_eps;
+  if (reads("rope_scaling")) a.rope = m.rope_scaling;
+  if (reads("partial_rotary_factor")) a.partialRotary = m.partial_rotary_factor;
+  if (reads("max_positions")) a.maxPositions = std::max(0, m.max_positions);
+  if (reads("sliding_window")) a.slidingWindow = std::max(0, m.sliding_window);
+  if (reads("sliding_window_pattern")) a.slidingPattern = std::max(0, m.sliding_window_pattern);
+  if (reads("rope_local_theta")) a.ropeLocalTheta = m.rope_local_theta;
+  if (reads("query_pre_attn_scalar")) a.queryPreAttnScalar = m.query_pre_attn_scalar;
+  if (reads("attn_softcap")) a.attnSoftcap = m.attn_softcap;
+  if (reads("final_softcap")) a.finalSoftcap = m.final_softcap;
   family->describe(m, a);
   return a;
 }
@@ -238,7 +252,7 @@ class SavedStateList {
 
   const ArchSpec& a_;
   const SavedStateOptions& o_;
-  const int64_t B_, T_, C_, V_, NH_, N_, F_, fcPre_, qkv_;
+  const int64_t B_, T_, C_, V_, NH_, N_, F_, fcPre_, qkv_, Q_;
   const int64_t widest_;  // the widest GEMM operand row
   const bool int8_, sparse_;
   const int k_;  // checkpoint segment length; 0 none
@@ -273,7 +287,8 @@ SavedStateList::SavedStateList(const ArchSpec& a, const SavedStateOptions& o)
       F_(a.dFf),
       fcPre_(a.swiglu ? 2 * F_ : F_),
       qkv_(a.qkvDim()),
-      widest_(std::max({fcPre_, qkv_, C_})),
+      Q_(a.qDim()),
+      widest_(std::max({fcPre_, qkv_, C_, Q_})),
       int8_(o.compression == "int8" && !o.forwardOnly),
       sparse_(o.compression == "sparse"),
       k_(o.forwardOnly ? 0 : o.checkpointEvery),
@@ -299,6 +314,12 @@ void SavedStateList::blockSet(int s) {
   if (!a_.rmsNorm) add("ln1Mean", {B_, T_}, E::F32, Cat::Activations, s);
   add("ln1Rstd", {B_, T_}, E::F32, Cat::Activations, s);
   saved("qkv", {B_, T_, qkv_}, s);
+  // q/k norms: the projections before them (exact) and their statistics.
+  if (a_.qkNorm != ArchSpec::QkNorm::None) {
+    add("qkPre", {B_, T_, qkv_}, E::F32, Cat::Activations, s);
+    const int64_t groups = a_.qkNorm == ArchSpec::QkNorm::PerHead ? NH_ + a_.kvHeads : 2;
+    add("qkRstd", {B_, T_, groups}, E::F32, Cat::Activations, s);
+  }
   if (o_.flash)
     add("att", {B_, NH_, T_}, E::F32, Cat::Activations, s);  // log-sum-exp: exact
   else
@@ -313,7 +334,13 @@ void SavedStateList::blockSet(int s) {
   for (size_t i = 0; i < sites_.size(); ++i)
     add("loraU", {B_, T_, o_.lora.r}, E::F32, Cat::Activations, s, static_cast<int>(i));
   if (normOutKept_) saved("ln1", {B_, T_, C_}, s);
-  saved("attOut", {B_, T_, C_}, s);
+  saved("attOut", {B_, T_, Q_}, s);
+  // Norms on the branches' outputs: each branch's output before its norm (exact), and rstd.
+  if (a_.postNorm)
+    for (const char* b : {"attnBranch", "mlpBranch"}) {
+      add(b, {B_, T_, C_}, E::F32, Cat::Activations, s);
+      add(std::string(b) + "Rstd", {B_, T_}, E::F32, Cat::Activations, s);
+    }
   if (normOutKept_) saved("ln2", {B_, T_, C_}, s);
   if (sparse_) {
     // A bitmap of the ReLU output (1 bit per value) and its nonzeros, counted per forward.
@@ -339,6 +366,11 @@ void SavedStateList::outsideBlocks() {
   add("lnfRstd", {B_, T_});
   add("logits", {B_, T_, V_});
   add("losses", {B_, T_});
+  // The rotary tables (positions x rotated dims), the sliding layers' own where they differ.
+  if (a_.rotaryDim() > 0) {
+    add("ropeTable", {T_, a_.rotaryDim()}, E::F32, Cat::Workspace);
+    if (separateLocalRotary(a_)) add("ropeTableLocal", {T_, a_.rotaryDim()}, E::F32, Cat::Workspace);
+  }
 }
 
 // A forward-only model (a distillation teacher): a branch's output before its residual add
@@ -346,7 +378,7 @@ void SavedStateList::outsideBlocks() {
 void SavedStateList::forwardWorkspace() {
   const Cat ws = Cat::Workspace;
   add("ones", {N_}, E::F32, ws);
-  add("dtmp", {B_, T_, C_}, E::F32, ws);
+  add("dtmp", {B_, T_, std::max(C_, Q_)}, E::F32, ws);
   if (o_.bf16Gemm || o_.nf4) add("x16", {N_ * widest_}, E::BF16, ws);
   if (o_.nf4) add("nf4W", {largestWeight()}, E::BF16, ws);
 }
@@ -356,7 +388,7 @@ void SavedStateList::backwardWorkspace() {
   const Cat ws = Cat::Workspace;
   add("ones", {N_}, E::F32, ws);
   add("dres", {B_, T_, C_}, E::F32, ws);
-  add("dtmp", {B_, T_, C_}, E::F32, ws);
+  add("dtmp", {B_, T_, std::max(C_, Q_)}, E::F32, ws);  // also the merged heads' gradient
   add("dqkv", {B_, T_, qkv_}, E::F32, ws);
   if (!o_.flash) add("datt", {B_, NH_, T_, T_}, E::F32, ws);
   // Stored tensors are computed and expanded in dfc / dfc2: wide enough for qkv and C too.
@@ -366,6 +398,7 @@ void SavedStateList::backwardWorkspace() {
   if (packedResidual_) add("stream", {B_, T_, C_}, E::F32, ws);  // forward's fp32 residual stream
   if (stored_ && !o_.flash) add("attUnpack", {B_, NH_, T_, T_}, E::F32, ws);
   if (o_.dropout) add("ddrop", {B_, T_, C_}, E::F32, ws);  // a branch's gradient through its mask
+  if (a_.postNorm) add("dpost", {B_, T_, C_}, E::F32, ws);  // a branch's gradient before its norm
   if (!sites_.empty()) {
     add("loraDU", {N_, o_.lora.r}, E::F32, ws);  // an adapter's gradient of u
     int64_t in = 0;

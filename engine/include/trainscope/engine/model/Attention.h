@@ -13,15 +13,25 @@ struct AttentionSaved {
   SavedTensor in;   // (N,C) the normed input (the qkv projection's input); empty: recomputed
   SavedTensor qkv;  // (N, q+k+v) projections, q and k rotated when rotary
   SavedTensor att;  // naive: softmax probabilities (B,NH,T,T); flash: log-sum-exp (B,NH,T)
-  SavedTensor out;  // (N,C) heads merged (the output projection's input)
+  SavedTensor out;  // (N, heads x head_dim) heads merged (the output projection's input)
+  Tensor qkPre;     // (N, q+k+v) the projections before the q/k norms (exact); q/k norms only
+  Tensor qkRstd;    // the q norms' then the k norms' statistics
 };
 
 struct AttentionShape {
   int dModel = 0, heads = 0, kvHeads = 0, headDim = 0;
-  int qkvDim = 0;          // row width of the packed projections
-  double ropeTheta = 0.0;  // > 0: rotary positions
+  int qkvDim = 0;     // row width of the packed projections
+  int rotaryDim = 0;  // > 0: rotary positions on the first rotaryDim dims of each head
+  bool localRope = false;  // the sliding layers' own rotary table (LayerContext::ropeLocal)
   bool flash = false;
   bool flashBf16 = false;  // flash on bf16 tensor cores (OpList.h: FlashAttentionBf16)
+  kernels::AttentionOptions options;  // scale, sliding window, soft-capping
+  // RMSNorms of q and k before the rotation: per head (groups of headDim) or over the whole
+  // projection; null weights: none.
+  const ParamInfo *qNorm = nullptr, *kNorm = nullptr;
+  bool qkNormPerHead = true;
+  float normEps = 1e-5f, normOffset = 0.f;
+  int qDim() const { return heads * headDim; }
 };
 
 class Attention {
@@ -42,6 +52,11 @@ class Attention {
 
  private:
   void rope(const LayerContext& c, float* qkv, bool backward) const;
+  void qkNormForward(const LayerContext& c, float* qkv, AttentionSaved& s) const;
+  void qkNormBackward(const LayerContext& c, float* dqkv, const AttentionSaved& s) const;
+  bool plainOptions() const {
+    return s_.options.scale == 0.f && s_.options.window == 0 && s_.options.softcap == 0.f;
+  }
   AttentionShape s_;
   Linear *qkv_, *o_;
 };

@@ -23,18 +23,27 @@ struct BlockActivations {
   NormSaved norm2;
   MlpSaved mlp;
   std::vector<Tensor> lora;  // each LoRA adapter's u = x A^T (N, r), in the block's adapter order
+  // Norms on the branches' outputs (Gemma, OLMo 2): each branch's output before its norm.
+  Tensor attnBranch, mlpBranch;
+  NormSaved postAttn, postMlp;
+};
+
+// The norms on the branches' outputs, before the residual adds (none: null).
+struct PostNorms {
+  std::unique_ptr<RMSNorm> attn, mlp;
 };
 
 class Block {
  public:
   Block(int layer, int dModel, std::unique_ptr<Norm> norm1, Attention attn,
-        std::unique_ptr<Norm> norm2, Mlp mlp)
+        std::unique_ptr<Norm> norm2, Mlp mlp, PostNorms post = {})
       : layer_(layer),
         C_(dModel),
         norm1_(std::move(norm1)),
         attn_(attn),
         norm2_(std::move(norm2)),
-        mlp_(mlp) {}
+        mlp_(mlp),
+        post_(std::move(post)) {}
   // out (B,T,C) from in; out == nullptr stops before the MLP's output projection and the final
   // residual add (a recomputation: the next checkpoint already holds the output). out may be
   // in (the fp32 residual stream, when the saved input is stored packed). Uses ws.dtmp, and
@@ -52,6 +61,7 @@ class Block {
   Attention attn_;
   std::unique_ptr<Norm> norm2_;
   Mlp mlp_;
+  PostNorms post_;
 };
 
 }  // namespace ts::engine

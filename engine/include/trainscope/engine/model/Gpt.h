@@ -40,6 +40,9 @@ struct GptConfig {
   // RMSNorm, learned or rotary positions, GELU/ReLU or SwiGLU, biases or none, tied or untied
   // head, multi-head or grouped-query attention).
   std::string architecture = "gpt2";
+  // The family's shape keys beyond the fields below (head_dim, norm_eps, tie_embeddings,
+  // rope_scaling, sliding windows, ...: core::ModelConfig); its sizes are ignored.
+  core::ModelConfig shape;
   int kvHeads = 0;  // 0 = heads
   int dFf = 0;      // 0 = 4 * d_model
   double ropeTheta = 10000.0;
@@ -157,6 +160,7 @@ struct Activations : DecoderActivations {
   NormSaved lnfSaved;    // final norm's mean (LayerNorm) and rstd
   Tensor logits;         // (B,T,V); after a loss forward it holds dlogits
   Tensor losses;         // (B,T)
+  Tensor ropeTable, ropeTableLocal;  // (T, rotary dims): constants, uploaded by allocate
 };
 
 class Gpt {
@@ -279,13 +283,14 @@ class Gpt {
   std::vector<core::TensorSpec> parameterTensors() const;  // the description, freezes applied
   void buildArena(std::vector<core::TensorSpec> tensors);
   // A projection slot's weight: the tensor, or a view over adjacent parts one GEMM multiplies.
-  const ParamInfo* projectionWeight(int block, core::BlockSlot slot);
+  const ParamInfo* projectionWeight(int block, core::BlockSlot slot, core::TensorRole role);
   void buildLinears();
   void buildFp8Weights();
   void attachAdapters();
   void buildBlocks();
   void buildOuterLayers();  // embedding, final norm, head
   void buildContext();
+  void uploadRotaryTables();  // the description's rotary tables into their buffers
 
   void quantizeFp8Weights();
   // Points the backend's kernels at this model's scratch region (a teacher's forward may have
@@ -316,6 +321,7 @@ class Gpt {
   std::unique_ptr<Norm> finalNorm_;
   std::optional<Head> head_;
   bool tiedHead_ = true;                        // the head multiplies by the token table
+  float embedScale_ = 1.f;                      // Gemma: embeddings times sqrt(d_model)
   size_t embeddingsGroup_ = 0, lastGroup_ = 0;  // the arena groups before / after the blocks
   // valueWindow: the final norm's fp32 values around its and the head's forward and backward,
   // and the token table's when a tied head reads it in fp32 (a bf16 head reads the bf16 one;

@@ -27,6 +27,7 @@ struct Workspace {
   Tensor dfc;     // (B,T,4C)
   Tensor dfc2;    // (B,T,4C)
   Tensor ddrop;   // (B,T,C) a residual branch's output gradient through dropout (dropout > 0)
+  Tensor dpost;   // (B,T,C) a branch's output gradient before its norm (norms after branches)
   Tensor loraDU;  // (N, r) an adapter's gradient of u = x A^T (LoRA)
   Tensor loraX;   // (N, in) an adapter's dropped input (LoRA dropout > 0)
   // Stored (16-bit or int8) saved activations only:
@@ -64,6 +65,9 @@ struct LayerContext {
   ActivationCompressor* compressor = nullptr;
   DropoutContext dropout;
   int B = 0, T = 0;  // the current micro-batch
+  // The rotary tables (T, rotary dims) on the device: every layer's, the sliding layers' own.
+  const float* rope = nullptr;
+  const float* ropeLocal = nullptr;
   int64_t rows() const { return int64_t(B) * T; }
   float* value(const ParamInfo* p) const { return p ? arena->value(*p) : nullptr; }
   float* grad(const ParamInfo* p) const { return p ? arena->grad(*p) : nullptr; }

@@ -20,7 +20,7 @@ struct MlpSaved {
 
 class Mlp {
  public:
-  enum class Activation { Gelu, Relu, SwiGlu };
+  enum class Activation { Gelu, Relu, SwiGlu, GeGlu };  // the last two over [gate | up]
   Mlp(int dModel, int dFf, Activation act, Linear* up, Linear* down)
       : C_(dModel), F_(dFf), act_(act), up_(up), down_(down) {}
   float* inputSlot(const LayerContext& c, MlpSaved& s) const;
@@ -35,6 +35,7 @@ class Mlp {
                 const InputRecompute& recomputeIn) const;
 
  private:
+  bool gated() const { return act_ == Activation::SwiGlu || act_ == Activation::GeGlu; }
   // act = the activation of pre (its rows of F, or of [gate | up] for SwiGLU).
   void activate(const LayerContext& c, float* act, const float* pre) const;
   int C_, F_;

@@ -37,20 +37,39 @@ class LayerNorm final : public Norm {
   float eps_;
 };
 
+// RMSNorm: x * rstd * (offset + w); offset 1 is Gemma's (1 + w).
 class RMSNorm final : public Norm {
  public:
-  RMSNorm(const ParamInfo* weight, int dim, float eps = 1e-5f) : w_(weight), dim_(dim), eps_(eps) {}
+  RMSNorm(const ParamInfo* weight, int dim, float eps = 1e-5f, float offset = 0.f)
+      : w_(weight), dim_(dim), eps_(eps), offset_(offset) {}
+  void forward(const LayerContext& c, float* out, NormSaved& s, const float* in) const override;
+  void backward(const LayerContext& c, float* dinp, const float* dout, const float* in,
+                const NormSaved& s) const override;
+  // As backward, writing (=) dinp instead of accumulating (a norm on a branch's output).
+  void backwardWrite(const LayerContext& c, float* dinp, const float* dout, const float* in,
+                     const NormSaved& s) const;
+
+ private:
+  const ParamInfo* w_;
+  int dim_;
+  float eps_, offset_;
+};
+
+// No norm (OLMo 2's blocks have none before their branches): the output is a copy of the input
+// and backward passes the gradient through.
+class IdentityNorm final : public Norm {
+ public:
+  explicit IdentityNorm(int dim) : dim_(dim) {}
   void forward(const LayerContext& c, float* out, NormSaved& s, const float* in) const override;
   void backward(const LayerContext& c, float* dinp, const float* dout, const float* in,
                 const NormSaved& s) const override;
 
  private:
-  const ParamInfo* w_;
   int dim_;
-  float eps_;
 };
 
-// The norm a description asks for: RMSNorm when it has no bias.
-std::unique_ptr<Norm> makeNorm(const ParamInfo* weight, const ParamInfo* bias, int dim);
+// The norm a description asks for: RMSNorm when it has no bias, none without a weight.
+std::unique_ptr<Norm> makeNorm(const ParamInfo* weight, const ParamInfo* bias, int dim,
+                               float eps = 1e-5f, float offset = 0.f);
 
 }  // namespace ts::engine

@@ -25,6 +25,35 @@ struct ModelConfig {
   int kv_heads = 0;                // 0 = heads (no grouped-query attention)
   int d_ff = 0;                    // 0 = 4 * d_model
   double rope_theta = 10000.0;     // llama: rotary embedding base
+  // The llama-like families' shape beyond the sizes (docs/models.md; each family says which of
+  // these it reads, ModelFamily::modelKeys).
+  int head_dim = 0;              // 0 = d_model / heads
+  double norm_eps = 1e-5;        // RMSNorm / LayerNorm epsilon (rms_norm_eps)
+  bool tie_embeddings = false;   // llama-like: the head is the token embedding (gpt2: always)
+  // transformers' rope_scaling / rope_parameters: type default | linear | dynamic | llama3 |
+  // yarn | longrope, and that type's parameters (modeling_rope_utils).
+  struct RopeScaling {
+    std::string type = "default";
+    double factor = 1.0;
+    double low_freq_factor = 1.0;   // llama3
+    double high_freq_factor = 4.0;  // llama3
+    int original_max_position_embeddings = 0;  // llama3, yarn, longrope (0 = max positions)
+    double attention_factor = 0.0;             // yarn, longrope: 0 = the type's default
+    double beta_fast = 32.0, beta_slow = 1.0;  // yarn
+    std::vector<double> short_factor, long_factor;  // longrope: rotary_dim / 2 each
+    bool operator==(const RopeScaling&) const = default;
+  };
+  RopeScaling rope_scaling;
+  double partial_rotary_factor = 1.0;  // Phi-3: the rotated share of each head
+  int max_positions = 0;  // the model's max_position_embeddings (0 = seq_len): dynamic/longrope
+  // Sliding-window attention: 0 = none. Pattern k > 0: every k-th layer is global and the
+  // others slide (Gemma 2: 2, Gemma 3: 6); 0: every layer slides (Mistral, Phi-3).
+  int sliding_window = 0;
+  int sliding_window_pattern = 0;
+  double rope_local_theta = 0.0;        // Gemma 3: the sliding layers' rotary base (0 = rope_theta)
+  double query_pre_attn_scalar = 0.0;   // Gemma: scores scaled by its ^-0.5 (0 = head_dim)
+  double attn_softcap = 0.0;            // Gemma 2: tanh soft-capping of the scores (0 = off)
+  double final_softcap = 0.0;           // Gemma 2: of the logits (0 = off)
 };
 
 struct DataConfig {

@@ -8,6 +8,7 @@
 // Names are the engine's (GPT-2: "wte", "h.0.attn.c_attn.weight", as in the GPT-2 checkpoints)
 // and Hugging Face's for LLaMA ("model.layers.0.self_attn.q_proj.weight"); weights are stored
 // (out, in) like torch.nn.Linear.
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,16 +19,50 @@
 namespace ts::core {
 
 // The resolved shape of a decoder. gpt2: LayerNorm, learned positions, biases, tied head,
-// fused c_attn; llama: RMSNorm, rotary positions, no biases, untied head, separate q/k/v.
+// fused c_attn; the llama-like families: RMSNorm, rotary positions, no biases, separate q/k/v,
+// and what each family adds (docs/models.md): q/k/v biases, q/k norms, norms after the
+// branches, GeGLU, scaled embeddings, sliding windows, rotary scaling.
 struct ArchSpec {
-  std::string arch = "gpt2";  // "gpt2" | "llama"
+  std::string arch = "gpt2";  // the family (ModelFamily::name)
   int64_t layers = 0, heads = 0, kvHeads = 0, dModel = 0, dFf = 0, seqLen = 0, vocab = 0;
+  int64_t headDimSet = 0;  // model.head_dim (0: dModel / heads)
   bool bias = true, learnedPos = true, tiedHead = true, fusedQkv = true;
   bool swiglu = false, rmsNorm = false, relu = false;
+  bool geglu = false;     // gelu_tanh(gate) * up (Gemma); swiglu is set too: the same [gate|up]
+  bool qkvBias = false;   // q/k/v projections have biases, the rest none (Qwen2)
+  enum class QkNorm { None, PerHead, Whole };  // RMSNorm of q and k before the rotation
+  QkNorm qkNorm = QkNorm::None;
+  bool preNorm = true;    // norms before attention and MLP (OLMo 2 has none)
+  bool postNorm = false;  // norms on the branches' outputs before the residual add
+  float normOffset = 0.f; // RMSNorm multiplies by (normOffset + w): Gemma's 1 + w
+  double normEps = 1e-5;
+  bool embedScale = false;  // embeddings times sqrt(dModel) (Gemma)
   double ropeTheta = 10000.0;
-  int64_t headDim() const { return heads > 0 ? dModel / heads : dModel; }
+  ModelConfig::RopeScaling rope;
+  double partialRotary = 1.0;
+  int64_t maxPositions = 0;  // max_position_embeddings (0: seqLen)
+  int64_t slidingWindow = 0;
+  int slidingPattern = 0;
+  double ropeLocalTheta = 0.0;
+  double queryPreAttnScalar = 0.0;
+  double attnSoftcap = 0.0, finalSoftcap = 0.0;
+
+  int64_t headDim() const {
+    return headDimSet > 0 ? headDimSet : heads > 0 ? dModel / heads : dModel;
+  }
+  int64_t qDim() const { return heads * headDim(); }
   int64_t kvDim() const { return kvHeads * headDim(); }
-  int64_t qkvDim() const { return dModel + 2 * kvDim(); }
+  int64_t qkvDim() const { return qDim() + 2 * kvDim(); }
+  // The rotated dims of a head (even; Phi-3's partial_rotary_factor).
+  int64_t rotaryDim() const {
+    return learnedPos ? 0 : (int64_t(double(headDim()) * partialRotary) / 2) * 2;
+  }
+  // Whether layer l attends through the sliding window.
+  bool slidingLayer(int64_t l) const {
+    return slidingWindow > 0 && (slidingPattern <= 0 || (l + 1) % slidingPattern != 0);
+  }
+  // The attention scale (0: 1/sqrt(head dim)).
+  double attnScale() const { return queryPreAttnScalar > 0 ? 1.0 / std::sqrt(queryPreAttnScalar) : 0.0; }
 };
 // model.* of a run config; `vocab` is the resolved vocabulary (model.vocab 0 = the data's).
 ArchSpec archSpecOf(const ModelConfig& model, int64_t vocab);
@@ -46,7 +81,22 @@ enum class TensorRole {
 
 // Where a tensor sits in the block every architecture shares (pre-norm attention, then MLP):
 // the engine wires its layers from these, so a new architecture needs no engine edits.
-enum class BlockSlot { None, Norm1, Qkv, AttnOut, Norm2, MlpUp, MlpDown, FinalNorm };
+// QNorm / KNorm: norms of q and k before the rotation; PostAttnNorm / PostMlpNorm: norms of a
+// branch's output before the residual add (Gemma's sandwich, OLMo 2's only norms).
+enum class BlockSlot {
+  None,
+  Norm1,
+  Qkv,
+  AttnOut,
+  Norm2,
+  MlpUp,
+  MlpDown,
+  FinalNorm,
+  QNorm,
+  KNorm,
+  PostAttnNorm,
+  PostMlpNorm
+};
 
 struct TensorSpec {
   std::string name;
