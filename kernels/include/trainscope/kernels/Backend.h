@@ -10,7 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "trainscope/kernels/Numeric.h"  // Fp8Format, in the conversion ops' signatures
+#include "trainscope/kernels/AttentionOptions.h"  // before OpList.h, outside the namespace
+#include "trainscope/kernels/Numeric.h"           // Fp8Format, in the conversion ops' signatures
 
 namespace ts::kernels {
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "trainscope/kernels/AttentionOptions.h"  // before OpList.h, outside the namespace
 #include "trainscope/kernels/Fp8Quant.h"  // also declares the fp8 ops (with default arguments)
 #include "trainscope/kernels/Numeric.h"   // also declares the conversions (with default arguments)
 

@@ -5,7 +5,8 @@
 // throw std::runtime_error. Reductions use fixed orders (no float atomics): deterministic.
 #include <cstdint>
 
-#include "trainscope/kernels/Numeric.h"  // Fp8Format
+#include "trainscope/kernels/AttentionOptions.h"  // before OpList.h, outside the namespace
+#include "trainscope/kernels/Numeric.h"           // Fp8Format
 
 namespace ts::kernels::cuda {
 
