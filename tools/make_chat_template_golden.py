@@ -186,7 +186,34 @@ def attempt(fn):
         return {"error": str(e)}
 
 
+def write_chat_tokenizer():
+    """tests/data/chat_tokenizer: the tiny LLaMA-3-style tokenizer of tests/data/tokenizers with
+    ChatML's <|im_start|>/<|im_end|> added, and Qwen2.5's chat template in its
+    tokenizer_config.json: the jsonl conversation tests' tokenizer."""
+    src = os.path.join(ROOT, "tests", "data", "tokenizers", "llama3", "tokenizer.json")
+    out = os.path.join(ROOT, "tests", "data", "chat_tokenizer")
+    os.makedirs(out, exist_ok=True)
+    with open(src, encoding="utf-8") as f:
+        tok = json.load(f)
+    next_id = 1 + max(max(tok["model"]["vocab"].values()), max(a["id"] for a in tok["added_tokens"]))
+    for k, content in enumerate(["<|im_start|>", "<|im_end|>"]):
+        tok["added_tokens"].append({"id": next_id + k, "content": content, "single_word": False,
+                                    "lstrip": False, "rstrip": False, "normalized": False,
+                                    "special": True})
+    with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tok, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    with open(os.path.join(DIR, "qwen2.5.jinja"), encoding="utf-8") as f:
+        template = f.read()
+    config = {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|end_of_text|>",
+              "chat_template": template, "tokenizer_class": "TokenizersBackend"}
+    with open(os.path.join(out, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, ensure_ascii=False, indent=2)
+        f.write("\n")
+
+
 def main():
+    write_chat_tokenizer()
     cases = []
     for name, tokens in TEMPLATES.items():
         with open(os.path.join(DIR, name + ".jinja"), encoding="utf-8") as f:

@@ -1,7 +1,8 @@
 #pragma once
 // Training data sources: built-in synthetic corpora (addition, a tiny grammar), UTF-8 text files
 // (the model's own tokenizer, else bytes), pre-tokenized uint16 files, and instruction data
-// (jsonl: prompt/completion or text per line, one padded sample per row).
+// (jsonl: prompt/completion, text or a conversation through the tokenizer's chat template per
+// line, one padded sample per row).
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
