@@ -156,6 +156,7 @@ Evaluator::Flow Evaluator::execFor(const Stmt& s, std::string& out) {
 void Evaluator::defineMacro(const Stmt& s) {
   const Stmt* macro = &s;
   assign({s.text}, Value::callable([this, macro](Args& a) {
+           if (frames_.size() > 512) fail(a.pos, "macro calls nest too deeply");
            FrameGuard frame(frames_);
            const auto& params = macro->params;
            if (a.positional.size() > params.size())

@@ -11,6 +11,9 @@ namespace ts::engine::chat {
 
 namespace {
 
+// Nesting deeper than this (expressions or statements) is refused rather than recursed into.
+constexpr int kMaxDepth = 256;
+
 class Parser {
  public:
   explicit Parser(const std::vector<Piece>& pieces) : pieces_(pieces) {}
@@ -58,6 +61,7 @@ class Parser {
   }
 
   std::unique_ptr<Stmt> statement(const std::string& kw, const Pos& pos) {
+    const DepthGuard guard(*this, pos);
     if (kw == "if") return ifStatement(pos);
     if (kw == "for") return forStatement(pos);
     if (kw == "set") return setStatement(pos);
@@ -264,6 +268,7 @@ class Parser {
   }
 
   ExprPtr parseUnary(bool withFilter) {
+    const DepthGuard guard(*this, peek().pos);
     ExprPtr e;
     if (peekOp(0, "-") || peekOp(0, "+")) {
       const Token& t = next();
@@ -507,7 +512,16 @@ class Parser {
                                            : ", found '" + peek().text + "'";
   }
 
+  struct DepthGuard {
+    Parser& p;
+    DepthGuard(Parser& parser, const Pos& pos) : p(parser) {
+      if (++p.depth_ > kMaxDepth) fail(pos, "the template nests too deeply");
+    }
+    ~DepthGuard() { --p.depth_; }
+  };
+
   const std::vector<Piece>& pieces_;
+  int depth_ = 0;
   size_t piece_ = 0;
   const std::vector<Token>* toks_ = nullptr;
   size_t t_ = 0;

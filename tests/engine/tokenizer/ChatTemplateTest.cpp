@@ -157,6 +157,18 @@ TEST(ChatTemplateTest, SyntaxAndRuntimeErrorsNameThePlace) {
             "chat template 't.jinja' at 1:4: cannot call nothing(): 'nothing' is undefined");
 }
 
+TEST(ChatTemplateTest, DeepNestingIsRefusedNotRecursedInto) {
+  EXPECT_NE(errorOf("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}")
+                .find("the template nests too deeply"),
+            std::string::npos);
+  std::string ifs;
+  for (int i = 0; i < 5000; ++i) ifs += "{% if true %}";
+  EXPECT_NE(errorOf(ifs).find("the template nests too deeply"), std::string::npos);
+  EXPECT_NE(errorOf("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}")
+                .find("macro calls nest too deeply"),
+            std::string::npos);
+}
+
 TEST(ChatTemplateTest, RaiseExceptionIsTheTemplatesOwnError) {
   ChatTemplate t(
       "{% if messages[0]['role'] == 'system' %}"
