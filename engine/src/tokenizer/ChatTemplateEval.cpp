@@ -2,6 +2,7 @@
 // iteration (a `set` inside never leaks out, hence namespace()), if has none, a macro call gets
 // its own. Names resolve innermost scope first, then the render's variables, then the globals.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 
 #include "ChatTemplateInternal.h"
@@ -38,7 +39,7 @@ std::vector<size_t> sliceIndices(int64_t n, const Value& a, const Value& b, cons
   const int64_t start = clamp(a, step > 0 ? 0 : n - 1);
   const int64_t stop = clamp(b, step > 0 ? n : -1);
   std::vector<size_t> out;
-  for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step)
+  for (__int128 k = start; step > 0 ? k < stop : k > stop; k += step)  // no overflow
     out.push_back(static_cast<size_t>(k));
   return out;
 }
@@ -61,7 +62,14 @@ Evaluator::Flow Evaluator::exec(const Body& body, std::string& out) {
   return Flow::Normal;
 }
 
+// A chat template renders a conversation in thousands of steps; a runaway loop is an error.
+void Evaluator::tick(const Pos& pos) {
+  if (++steps_ > 2'000'000) fail(pos, "the template runs too long (2 million steps)");
+}
+
 Evaluator::Flow Evaluator::execStmt(const Stmt& s, std::string& out) {
+  tick(s.pos);
+  if (out.size() > (size_t{1} << 28)) fail(s.pos, "the template's output passed 256 MiB");
   switch (s.kind) {
     case Stmt::Kind::Text:
       out += s.text;
@@ -129,6 +137,7 @@ Evaluator::Flow Evaluator::execFor(const Stmt& s, std::string& out) {
   if (items.empty()) return exec(s.elseBody, out);
   const auto n = static_cast<int64_t>(items.size());
   for (int64_t k = 0; k < n; ++k) {
+    tick(s.pos);
     FrameGuard frame(frames_);
     assign(s.targets, items[k], s.pos);
     Dict loop;
@@ -277,7 +286,9 @@ Value Evaluator::evalOperator(const Expr& e) {
                     ": a " + typeName(v));
   if (e.kind == Expr::Kind::Pos) return v;
   if (v.kind == Value::Kind::Float) return Value::real(-v.f);
-  return Value::integer(-(v.kind == Value::Kind::Bool ? v.b : v.i));
+  const int64_t x = v.kind == Value::Kind::Bool ? v.b : v.i;
+  if (x == INT64_MIN) fail(e.pos, "integer overflow (this renderer's integers are 64-bit)");
+  return Value::integer(-x);
 }
 
 Value Evaluator::evalCompare(const Expr& e) {

@@ -1,6 +1,8 @@
 // Jinja2's filters and tests that chat templates use, with Jinja2's (and transformers' tojson)
 // arguments and results. Any other filter or test is an error naming it.
 #include <algorithm>
+#include <climits>
+#include <cmath>
 #include <map>
 
 #include "ChatTemplateInternal.h"
@@ -57,6 +59,8 @@ Value fToJson(Evaluator&, const Value& in, Args& a) {
   const Value indent = a.get(1, "indent", Value::none());
   if (indent.kind != Value::Kind::None && indent.kind != Value::Kind::Int)
     fail(a.pos, "tojson: indent must be an integer or none");
+  if (indent.kind == Value::Kind::Int && (indent.i < 0 || indent.i > 1024))
+    fail(a.pos, "tojson: indent " + std::to_string(indent.i) + " is outside 0..1024");
   const int ind = indent.kind == Value::Kind::Int ? static_cast<int>(indent.i) : -1;
   std::string itemSep = ind >= 0 ? "," : ", ", keySep = ": ";
   const Value seps = a.get(2, "separators", Value::none());
@@ -193,15 +197,22 @@ Value fInt(Evaluator&, const Value& in, Args& a) {
   const Value dflt = a.get(0, "default", Value::integer(0));
   if (in.kind == Value::Kind::Int || in.kind == Value::Kind::Bool)
     return Value::integer(in.kind == Value::Kind::Bool ? in.b : in.i);
-  if (in.kind == Value::Kind::Float) return Value::integer(static_cast<int64_t>(in.f));
+  auto fromDouble = [&](double d) {
+    if (!(std::abs(d) < 9.2e18))
+      fail(a.pos, "filter 'int': " + formatFloat(d) + " is out of range");
+    return Value::integer(static_cast<int64_t>(d));
+  };
+  if (in.kind == Value::Kind::Float) return fromDouble(in.f);
+  double d = 0;
   try {
     size_t used = 0;
     const std::string s = stripChars(toStr(in), Value::none(), true, true);
-    const double d = std::stod(s, &used);
-    if (used == s.size()) return Value::integer(static_cast<int64_t>(d));
+    d = std::stod(s, &used);
+    if (used != s.size()) return dflt;
   } catch (const std::exception&) {
+    return dflt;
   }
-  return dflt;
+  return fromDouble(d);
 }
 Value fFloat(Evaluator&, const Value& in, Args& a) {
   a.expectAtMost(1, {"default"});
@@ -218,7 +229,11 @@ Value fFloat(Evaluator&, const Value& in, Args& a) {
 Value fAbs(Evaluator&, const Value& in, Args& a) {
   a.expectAtMost(0, {});
   if (in.kind == Value::Kind::Float) return Value::real(std::abs(in.f));
-  if (in.isNumber()) return Value::integer(std::abs(in.kind == Value::Kind::Bool ? in.b : in.i));
+  if (in.isNumber()) {
+    const int64_t x = in.kind == Value::Kind::Bool ? in.b : in.i;
+    if (x == INT64_MIN) fail(a.pos, "integer overflow (this renderer's integers are 64-bit)");
+    return Value::integer(x < 0 ? -x : x);
+  }
   fail(a.pos, "filter 'abs' needs a number, not a " + typeName(in));
 }
 Value fCapitalize(Evaluator&, const Value& in, Args& a) {
@@ -294,6 +309,8 @@ Value fSafe(Evaluator&, const Value& in, Args& a) {
 Value fIndent(Evaluator&, const Value& in, Args& a) {
   a.expectAtMost(3, {"width", "first", "blank"});
   const Value w = a.get(0, "width", Value::integer(4));
+  if (w.kind == Value::Kind::Int && w.i > 1024)
+    fail(a.pos, "filter 'indent': width " + std::to_string(w.i) + " is above 1024");
   const std::string pad = w.kind == Value::Kind::String
                               ? w.s
                               : std::string(static_cast<size_t>(std::max<int64_t>(0, w.i)), ' ');

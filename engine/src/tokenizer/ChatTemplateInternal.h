@@ -227,6 +227,7 @@ class Evaluator {
   Flow exec(const Body& body, std::string& out);
   Flow execStmt(const Stmt& s, std::string& out);
   Flow execFor(const Stmt& s, std::string& out);
+  void tick(const Pos& pos);
   void execIf(const Stmt& s, std::string& out, Flow& flow);
   void defineMacro(const Stmt& s);
   void assign(const std::vector<std::string>& targets, const Value& v, const Pos& pos);
@@ -242,6 +243,7 @@ class Evaluator {
   const Dict& context_;
   const Dict& globals_;
   std::vector<Dict> frames_;
+  int64_t steps_ = 0;
 };
 
 Value binaryOp(const std::string& op, const Value& a, const Value& b, const Pos& pos);

@@ -4,6 +4,7 @@
 // right after a statement or comment; lstrip_blocks drops the spaces and tabs before a statement
 // or comment that starts its line (unless `{%+`). The tags' insides become tokens.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "ChatTemplateInternal.h"
@@ -180,7 +181,7 @@ class Lexer {
     text.erase(std::remove(text.begin(), text.end(), '_'), text.end());
     if (isFloat) {
       t.type = Token::Type::Float;
-      t.f = std::stod(text);
+      t.f = std::strtod(text.c_str(), nullptr);  // as Python's float(): 1e999 is inf
     } else {
       t.type = Token::Type::Int;
       try {
@@ -269,7 +270,11 @@ class Lexer {
           const std::string hex = src_.substr(e, len);
           if (hex.size() != len || !std::all_of(hex.begin(), hex.end(), ::isxdigit))
             fail(posAt(e - 2), std::string("bad \\") + n + " escape in a string literal");
-          appendUtf8(t.text, static_cast<uint32_t>(std::stoul(hex, nullptr, 16)));
+          const auto cp = static_cast<uint32_t>(std::stoul(hex, nullptr, 16));
+          if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            fail(posAt(e - 2), "escape \\" + std::string(1, n) + hex +
+                                   " is not a Unicode character UTF-8 can hold");
+          appendUtf8(t.text, cp);
           e += len;
           break;
         }

@@ -218,10 +218,11 @@ void addGlobals(Dict& g, std::function<std::tm()> clock) {
           const int64_t start = n.size() > 1 ? n[0] : 0, stop = n.size() > 1 ? n[1] : n[0];
           const int64_t step = n.size() > 2 ? n[2] : 1;
           if (step == 0) fail(a.pos, "range() step must not be zero");
-          if ((stop - start) / step > 100000) fail(a.pos, "range() is too long for a template");
+          const __int128 span = (static_cast<__int128>(stop) - start) / step;
+          if (span > 100000) fail(a.pos, "range() is too long for a template");
           List out;
-          for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step)
-            out.push_back(Value::integer(k));
+          for (__int128 k = start; step > 0 ? k < stop : k > stop; k += step)
+            out.push_back(Value::integer(static_cast<int64_t>(k)));
           return Value::makeList(std::move(out));
         }));
 }

@@ -24,7 +24,17 @@ int64_t intOf(const Value& v) {
        "unsupported operand types for " + op + ": '" + typeName(a) + "' and '" + typeName(b) + "'");
 }
 
-Value repeat(const Value& seq, int64_t times) {
+// Python's ints do not overflow; this renderer's are 64-bit, so an overflow is an error.
+// `v` by reference: read after the __builtin_*_overflow call beside it has written it.
+int64_t checked(bool overflowed, const int64_t& v, const Pos& pos) {
+  if (overflowed) fail(pos, "integer overflow (this renderer's integers are 64-bit)");
+  return v;
+}
+
+Value repeat(const Value& seq, int64_t times, const Pos& pos) {
+  const size_t unit = seq.kind == Value::Kind::String ? seq.s.size() : seq.list->size();
+  if (times > 0 && unit > 0 && static_cast<uint64_t>(times) > (uint64_t{1} << 26) / unit)
+    fail(pos, "a repeated string or list longer than 64 Mi items");
   if (seq.kind == Value::Kind::String) {
     std::string out;
     for (int64_t k = 0; k < times; ++k) out += seq.s;
@@ -38,15 +48,21 @@ Value repeat(const Value& seq, int64_t times) {
 Value arithmetic(const std::string& op, const Value& a, const Value& b, const Pos& pos) {
   if (intLike(a) && intLike(b)) {
     const int64_t x = intOf(a), y = intOf(b);
-    if (op == "-") return Value::integer(x - y);
-    if (op == "*") return Value::integer(x * y);
+    int64_t r = 0;
+    if (op == "-") return Value::integer(checked(__builtin_sub_overflow(x, y, &r), r, pos));
+    if (op == "*") return Value::integer(checked(__builtin_mul_overflow(x, y, &r), r, pos));
     if (op == "/") {
       if (y == 0) fail(pos, "division by zero");
       return Value::real(static_cast<double>(x) / static_cast<double>(y));
     }
     if (op == "//" || op == "%") {
       if (y == 0) fail(pos, "integer division or modulo by zero");
-      int64_t q = x / y, r = x % y;
+      if (y == -1) {  // x / -1 overflows for the smallest int64
+        if (op == "%") return Value::integer(0);
+        return Value::integer(checked(__builtin_sub_overflow(int64_t{0}, x, &r), r, pos));
+      }
+      int64_t q = x / y;
+      r = x % y;
       if (r != 0 && ((r < 0) != (y < 0))) {
         --q;
         r += y;
@@ -55,8 +71,11 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, const Po
     }
     if (op == "**") {
       if (y < 0) return Value::real(std::pow(static_cast<double>(x), static_cast<double>(y)));
-      int64_t p = 1;
-      for (int64_t k = 0; k < y; ++k) p *= x;
+      int64_t p = 1, base = x;  // by squaring, every product checked
+      for (int64_t e = y; e > 0; e >>= 1) {
+        if (e & 1) p = checked(__builtin_mul_overflow(p, base, &r), r, pos);
+        if (e > 1) base = checked(__builtin_mul_overflow(base, base, &r), r, pos);
+      }
       return Value::integer(p);
     }
   }
@@ -75,7 +94,9 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, const Po
 Value binaryOp(const std::string& op, const Value& a, const Value& b, const Pos& pos) {
   if (a.isNumber() && b.isNumber()) {
     if (op == "+") {
-      if (intLike(a) && intLike(b)) return Value::integer(intOf(a) + intOf(b));
+      int64_t r = 0;
+      if (intLike(a) && intLike(b))
+        return Value::integer(checked(__builtin_add_overflow(intOf(a), intOf(b), &r), r, pos));
       return Value::real(a.number() + b.number());
     }
     return arithmetic(op, a, b, pos);
@@ -92,8 +113,8 @@ Value binaryOp(const std::string& op, const Value& a, const Value& b, const Pos&
   if (op == "*") {
     const bool seqA = a.kind == Value::Kind::String || a.kind == Value::Kind::List;
     const bool seqB = b.kind == Value::Kind::String || b.kind == Value::Kind::List;
-    if (seqA && intLike(b)) return repeat(a, intOf(b));
-    if (seqB && intLike(a)) return repeat(b, intOf(a));
+    if (seqA && intLike(b)) return repeat(a, intOf(b), pos);
+    if (seqB && intLike(a)) return repeat(b, intOf(a), pos);
   }
   if (op == "%" && a.kind == Value::Kind::String)
     fail(pos, "unsupported: printf-style string formatting with '%'");

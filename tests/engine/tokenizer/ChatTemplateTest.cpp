@@ -169,6 +169,21 @@ TEST(ChatTemplateTest, DeepNestingIsRefusedNotRecursedInto) {
             std::string::npos);
 }
 
+// Python's ints do not overflow and its loops have no budget; here both are errors, never
+// wrong output or a hang.
+TEST(ChatTemplateTest, OverflowsAndRunawayLoopsAreErrors) {
+  EXPECT_EQ(errorOf("{{ 9223372036854775807 + 1 }}"),
+            "chat template 't.jinja' at 1:24: integer overflow (this renderer's integers are "
+            "64-bit)");
+  EXPECT_NE(errorOf("{{ 3 ** 99 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(errorOf("{{ 'xy' * 100000000 }}").find("longer than 64 Mi items"), std::string::npos);
+  EXPECT_NE(errorOf("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}"
+                    "{% endfor %}")
+                .find("the template runs too long"),
+            std::string::npos);
+  EXPECT_NE(errorOf("{{ '\\U00110000' }}").find("is not a Unicode character"), std::string::npos);
+}
+
 TEST(ChatTemplateTest, RaiseExceptionIsTheTemplatesOwnError) {
   ChatTemplate t(
       "{% if messages[0]['role'] == 'system' %}"
