@@ -24,8 +24,8 @@ Value attributeOf(const Value& item, const std::string& path) {
     if (v.isMapping()) {
       const Value* x = v.dict->find(part);
       v = x ? *x : Value::undefined("'dict object' has no attribute '" + part + "'");
-    } else if (v.kind == Value::Kind::List && !part.empty() &&
-               std::all_of(part.begin(), part.end(), ::isdigit) &&
+    } else if (v.kind == Value::Kind::List && !part.empty() && part.size() < 10 &&
+               std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
                std::stoul(part) < v.list->size()) {
       v = (*v.list)[std::stoul(part)];
     } else {

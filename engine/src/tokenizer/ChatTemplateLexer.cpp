@@ -268,7 +268,9 @@ class Lexer {
         case 'U': {
           const size_t len = n == 'x' ? 2 : n == 'u' ? 4 : 8;
           const std::string hex = src_.substr(e, len);
-          if (hex.size() != len || !std::all_of(hex.begin(), hex.end(), ::isxdigit))
+          if (hex.size() != len || !std::all_of(hex.begin(), hex.end(), [](char c) {
+                return std::isxdigit(static_cast<unsigned char>(c)) != 0;
+              }))
             fail(posAt(e - 2), std::string("bad \\") + n + " escape in a string literal");
           const auto cp = static_cast<uint32_t>(std::stoul(hex, nullptr, 16));
           if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
