@@ -10,7 +10,9 @@
 // macros; Python-like values, operators, slicing, string/dict methods, and the common filters
 // and tests. Anything else (an unknown filter, test, method or statement) is refused with an
 // error naming the construct and its line:column, when the template is read or when it runs;
-// nothing is ever silently rendered differently.
+// nothing is ever silently rendered differently. Where Python has no limit this renderer has
+// one, and passing it is an error too: integers are 64-bit, a render runs at most 2 million
+// steps, nesting is at most 256 deep. upper/lower/title/capitalize change ASCII letters only.
 #include <ctime>
 #include <functional>
 #include <memory>
