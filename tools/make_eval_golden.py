@@ -4,7 +4,8 @@ consecutive windows the engine scores (window i = tokens[i*N : i*N + N + 1]: the
 each next token scored; a trailing partial window left out), for the committed tiny Hugging
 Face folders tests/data/llama_tiny and tests/data/lora_tiny/gpt2_base, in float64.
 
-Writes tests/data/eval/: tokens_llama.bin, tokens_gpt2.bin (little-endian uint16 ids, seeded),
+Writes tests/data/eval/: tokens_llama.bin, tokens_gpt2.bin (little-endian ids, seeded: uint16
+for a vocabulary of up to 65,536 ids, uint32 above, as the engine reads them),
 expected.json ({case: {folder, tokens_file, seq, loss, tokens, perplexity}}).
 
 Usage: python3 tools/make_eval_golden.py [--out tests/data/eval]
@@ -36,7 +37,7 @@ def main():
     for name, (folder, seq, n) in CASES.items():
         model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float64).eval()
         vocab = model.config.vocab_size
-        ids = rng.integers(0, vocab, size=n).astype("<u2")
+        ids = rng.integers(0, vocab, size=n).astype("<u2" if vocab <= 65536 else "<u4")
         path = os.path.join(args.out, f"tokens_{name}.bin")
         ids.tofile(path)
         t = torch.tensor(ids.astype(np.int64))

@@ -27,7 +27,8 @@ void addEvaluateCommand(CLI::App& app, int& exitCode) {
       "--text", opts->text, "UTF-8 text, through the model's tokenizer (bytes when it has none)");
   cmd->add_option("--tokenizer", opts->tokenizer,
                   "For --text: a tokenizer.json (or a folder with one), or 'bytes'");
-  auto* tok = cmd->add_option("--tokens", opts->tokens, "Little-endian uint16 token ids");
+  auto* tok = cmd->add_option("--tokens", opts->tokens,
+                              "Little-endian token ids: uint16, uint32 for a vocabulary > 65536");
   text->excludes(tok);
   cmd->add_option("--seq", opts->seq, "Window length in tokens (default 128)")
       ->check(CLI::PositiveNumber);
@@ -42,10 +43,12 @@ void addEvaluateCommand(CLI::App& app, int& exitCode) {
       const std::string tokenizer = opts->tokenizer == "bytes" ? ""
                                     : opts->tokenizer.empty()  ? engine::modelTokenizer(opts->model)
                                                                : opts->tokenizer;
-      const auto tokens = opts->text.empty() ? engine::readTokenFile(opts->tokens)
-                                             : engine::readTextTokens(opts->text, tokenizer);
       auto backend = kernels::makeCpuBackend();
-      const auto r = engine::evaluateModel(opts->model, tokens, opts->seq, backend.get());
+      const auto r =
+          opts->text.empty()
+              ? engine::evaluateTokenFile(opts->model, opts->tokens, opts->seq, backend.get())
+              : engine::evaluateModel(opts->model, engine::readTextTokens(opts->text, tokenizer),
+                                      opts->seq, backend.get());
       if (opts->json)
         std::printf(
             "%s\n",

@@ -662,6 +662,13 @@ std::string uint16File(const std::vector<uint16_t>& ids) {
   return bytes;
 }
 
+std::string uint32File(const std::vector<uint32_t>& ids) {
+  std::string bytes;
+  for (uint32_t id : ids)
+    for (int b = 0; b < 4; ++b) bytes.push_back(static_cast<char>((id >> (8 * b)) & 0xFF));
+  return bytes;
+}
+
 RunConfig tokenConfig(const std::string& path, int vocab, int T = 8) {
   RunConfig c;
   c.data.source = "tokens";
@@ -687,6 +694,47 @@ TEST(TokenData, ReadsLittleEndianUint16) {
   }
   EXPECT_EQ(ds->decode({0x1234, 7}), "4660 7");
   std::filesystem::remove(path);
+}
+
+// Above 65,536 ids the file holds little-endian uint32 ids (Qwen's 151,936, Llama 3's 128,256).
+TEST(TokenData, ReadsLittleEndianUint32AboveA16BitVocabulary) {
+  std::vector<uint32_t> ids;
+  for (uint32_t i = 0; i < 9; ++i) ids.push_back(70000 + 9000 * i);
+  ids[2] = 7;
+  const std::string path = writeFile("le32.bin", uint32File(ids));
+  auto ds = makeDataset(tokenConfig(path, 151936, 8));
+  EXPECT_EQ(ds->vocabSize(), 151936);
+  EXPECT_NE(ds->describe().find("uint32 ids, vocab 151936"), std::string::npos) << ds->describe();
+  const Batch b = train(*ds, 1, 8);
+  for (int t = 0; t < 8; ++t) {
+    EXPECT_EQ(b.in[t], static_cast<int32_t>(ids[t]));
+    EXPECT_EQ(b.tg[t], static_cast<int32_t>(ids[t + 1]));
+  }
+  // The boundary: 65,536 ids still fit uint16, so the same bytes read as twice as many ids.
+  const std::string le16 = writeFile("le16.bin", uint16File({1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_NE(makeDataset(tokenConfig(le16, 65536, 8))->describe().find("uint16 ids, vocab 65536"),
+            std::string::npos);
+  // A size that is not a multiple of 4, and an id past the vocabulary (byte offset 4 * index).
+  const std::string ragged = writeFile("ragged.bin", uint32File(ids) + "xy");
+  std::string msg = expectDatasetError(tokenConfig(ragged, 151936));
+  EXPECT_NE(msg.find("token file '" + ragged +
+                     "' has a length of 38 bytes: not a whole number "
+                     "of uint32 token ids (little-endian, 4 bytes each, for a vocabulary of "
+                     "more than 65536 ids; model.vocab is 151936)"),
+            std::string::npos)
+      << msg;
+  ids[5] = 151936;
+  const std::string big = writeFile("big32.bin", uint32File(ids));
+  msg = expectDatasetError(tokenConfig(big, 151936));
+  EXPECT_NE(msg.find("token file '" + big +
+                     "': token 5 at byte offset 20 has id 151936, not below model.vocab 151936"),
+            std::string::npos)
+      << msg;
+  ids[5] = 0xFFFFFFFFu;  // ids past INT32_MAX are reported as read, never wrapped
+  const std::string huge = writeFile("huge32.bin", uint32File(ids));
+  msg = expectDatasetError(tokenConfig(huge, 151936));
+  EXPECT_NE(msg.find("has id 4294967295, not below model.vocab 151936"), std::string::npos) << msg;
+  for (const auto& p : {path, le16, ragged, big, huge}) std::filesystem::remove(p);
 }
 
 TEST(TokenData, BadFilesNameTheFileOffsetAndId) {

@@ -1,6 +1,6 @@
 // File-backed corpora: a UTF-8 text file through the run's tokenizer (the model's
-// tokenizer.json, else bytes: vocab 256), or a pre-tokenized file of little-endian uint16 ids
-// (vocab = model.vocab).
+// tokenizer.json, else bytes: vocab 256), or a pre-tokenized file of little-endian ids (vocab =
+// model.vocab): uint16 for a vocabulary of up to 65,536 ids, uint32 above (tokenIdBytes).
 // The last val_fraction of the tokens is the validation part, the rest the training part, so
 // the two never overlap. Training rows are windows of T+1 tokens at stride T, visited in a
 // seeded random order that is reshuffled every epoch; validation rows are the same windows
@@ -14,7 +14,9 @@
 #include "trainscope/engine/data/Dataset.h"
 #include "trainscope/engine/tokenizer/ByteTokenizer.h"
 
-namespace ts::engine::detail {
+namespace ts::engine {
+
+namespace detail {
 
 namespace {
 
@@ -74,8 +76,10 @@ class TokenFileDataset final : public Dataset {
   int vocabSize() const override { return vocab_; }
 
   std::string describe() const override {
-    const std::string how =
-        kind_ == "text" ? tokenizer_.describe() : "uint16 ids, vocab " + std::to_string(vocab_);
+    const std::string how = kind_ == "text"
+                                ? tokenizer_.describe()
+                                : (tokenIdBytes(vocab_) == 2 ? "uint16" : "uint32") +
+                                      std::string(" ids, vocab ") + std::to_string(vocab_);
     return fileWord() + " '" + path_ + "' (" + how + "): " + std::to_string(tokens_.size()) +
            " tokens, " + std::to_string(trainCount_) + " train / " + std::to_string(valCount_) +
            " val";
@@ -232,25 +236,44 @@ std::unique_ptr<Dataset> makeTokenDataset(const core::RunConfig& config) {
     throw DatasetError(
         "data.source 'tokens' needs model.vocab: the vocabulary size of the "
         "tokenizer that wrote '" +
-        config.data.path + "' (1..65536)");
+        config.data.path + "' (it also sets the ids' width: uint16 up to 65536, uint32 above)");
   const std::string bytes = readWholeFile(config.data.path, "token");
-  const std::string& path = config.data.path;
-  if (bytes.size() % 2 != 0)
-    throw DatasetError("token file '" + path + "' has an odd length (" +
-                       std::to_string(bytes.size()) +
-                       " bytes); expected little-endian uint16 ids, 2 bytes each");
-  std::vector<int32_t> tokens(bytes.size() / 2);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const auto lo = static_cast<unsigned char>(bytes[2 * i]);
-    const auto hi = static_cast<unsigned char>(bytes[2 * i + 1]);
-    tokens[i] = lo | (hi << 8);
-    if (tokens[i] >= vocab)
-      throw DatasetError("token file '" + path + "': token " + std::to_string(i) +
-                         " at byte offset " + std::to_string(2 * i) + " has id " +
-                         std::to_string(tokens[i]) + ", not below model.vocab " +
-                         std::to_string(vocab));
-  }
+  std::vector<int32_t> tokens = parseTokenIds(bytes, vocab, config.data.path, "model.vocab");
   return std::make_unique<TokenFileDataset>(config, "tokens", std::move(tokens), vocab);
 }
 
-}  // namespace ts::engine::detail
+}  // namespace detail
+
+int tokenIdBytes(int64_t vocab) {
+  return vocab > 65536 ? 4 : 2;
+}
+
+std::vector<int32_t> parseTokenIds(const std::string& bytes, int64_t vocab, const std::string& path,
+                                   const std::string& vocabName) {
+  const size_t width = static_cast<size_t>(tokenIdBytes(vocab));
+  const std::string type = width == 2 ? "uint16" : "uint32";
+  if (bytes.size() % width != 0)
+    throw DatasetError(
+        "token file '" + path + "' has " +
+        (width == 2 ? "an odd length (" + std::to_string(bytes.size()) + " bytes)"
+                    : "a length of " + std::to_string(bytes.size()) + " bytes") +
+        ": not a whole number of " + type + " token ids (little-endian, " + std::to_string(width) +
+        " bytes each, for a vocabulary of " + (width == 2 ? "up to 65536" : "more than 65536") +
+        " ids" + (vocabName.empty() ? "" : "; " + vocabName + " is " + std::to_string(vocab)) +
+        ")");
+  std::vector<int32_t> tokens(bytes.size() / width);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    uint32_t id = 0;
+    for (size_t b = 0; b < width; ++b)
+      id |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[width * i + b])) << (8 * b);
+    if (id >= vocab)
+      throw DatasetError("token file '" + path + "': token " + std::to_string(i) +
+                         " at byte offset " + std::to_string(width * i) + " has id " +
+                         std::to_string(id) + ", not below " +
+                         (vocabName.empty() ? "" : vocabName + " ") + std::to_string(vocab));
+    tokens[i] = static_cast<int32_t>(id);
+  }
+  return tokens;
+}
+
+}  // namespace ts::engine

@@ -114,7 +114,8 @@ std::vector<std::string> HfTokenizer::filesOf(const std::string& tokenizerJson) 
   if (tokenizerJson.empty()) return {};
   std::vector<std::string> out = {tokenizerJson};
   std::error_code ec;
-  for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
+  for (const char* name :
+       {"tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"}) {
     const fs::path p = fs::path(tokenizerJson).parent_path() / name;
     if (fs::is_regular_file(p, ec)) out.push_back(p.string());
   }

@@ -5,6 +5,7 @@
 #include <iterator>
 #include <stdexcept>
 
+#include "trainscope/engine/data/Dataset.h"
 #include "trainscope/engine/io/ModelSource.h"
 #include "trainscope/engine/tokenizer/ByteTokenizer.h"
 #include "trainscope/engine/tokenizer/HfTokenizer.h"
@@ -26,22 +27,19 @@ std::vector<int32_t> readTextTokens(const std::string& path, const std::string& 
   return HfTokenizer::load(tokenizer).encode(text);
 }
 
-std::vector<int32_t> readTokenFile(const std::string& path) {
-  const std::string b = readAll(path);
-  if (b.size() % 2 != 0)
-    throw std::invalid_argument(path + ": " + std::to_string(b.size()) +
-                                " bytes is not a whole number of uint16 token ids");
-  std::vector<int32_t> t(b.size() / 2);
-  for (size_t i = 0; i < t.size(); ++i)
-    t[i] = static_cast<uint8_t>(b[2 * i]) | (static_cast<uint8_t>(b[2 * i + 1]) << 8);
-  return t;
+std::vector<int32_t> readTokenFile(const std::string& path, int64_t vocab) {
+  try {
+    // vocab 0: no vocabulary to check against: uint16, every id passes.
+    return parseTokenIds(readAll(path), vocab > 0 ? vocab : 65536, path,
+                         vocab > 0 ? "the model's vocabulary" : "");
+  } catch (const DatasetError& e) {
+    throw std::invalid_argument(e.what());
+  }
 }
 
-EvalResult evaluateModel(const std::string& path, const std::vector<int32_t>& tokens, int seq,
-                         kernels::Backend* backend, int batch) {
-  profiler::ScopedRange range("evaluate", profiler::SpanCategory::Other);
-  if (seq < 1) throw std::invalid_argument("--seq must be >= 1");
-  LoadedModel lm = loadModelFrom(path, backend, nullptr, seq);
+namespace {
+
+EvalResult evaluateLoaded(LoadedModel& lm, const std::vector<int32_t>& tokens, int seq, int batch) {
   Gpt& m = *lm.model;
   const int64_t V = m.config().vocab;
   for (size_t i = 0; i < tokens.size(); ++i)
@@ -77,6 +75,24 @@ EvalResult evaluateModel(const std::string& path, const std::vector<int32_t>& to
   r.perplexity = std::exp(r.loss);
   r.windows = windows;
   return r;
+}
+
+}  // namespace
+
+EvalResult evaluateModel(const std::string& path, const std::vector<int32_t>& tokens, int seq,
+                         kernels::Backend* backend, int batch) {
+  profiler::ScopedRange range("evaluate", profiler::SpanCategory::Other);
+  if (seq < 1) throw std::invalid_argument("--seq must be >= 1");
+  LoadedModel lm = loadModelFrom(path, backend, nullptr, seq);
+  return evaluateLoaded(lm, tokens, seq, batch);
+}
+
+EvalResult evaluateTokenFile(const std::string& path, const std::string& tokenFile, int seq,
+                             kernels::Backend* backend, int batch) {
+  profiler::ScopedRange range("evaluate", profiler::SpanCategory::Other);
+  if (seq < 1) throw std::invalid_argument("--seq must be >= 1");
+  LoadedModel lm = loadModelFrom(path, backend, nullptr, seq);
+  return evaluateLoaded(lm, readTokenFile(tokenFile, lm.model->config().vocab), seq, batch);
 }
 
 }  // namespace ts::engine

@@ -203,8 +203,8 @@ void ModelPage::addDataGroup() {
                 "data.source",
                 {{"Synthetic (generated, no files)", "synthetic"},
                  {"Text file (the model's tokenizer, else bytes)", "text"},
-                 {"Token file (uint16)", "tokens"},
-                 {"Instruction data (jsonl: prompt/completion or text)", "jsonl"}},
+                 {"Token file (uint16, uint32 above 65536 ids)", "tokens"},
+                 {"Instruction data (jsonl: prompt/completion, text or chat)", "jsonl"}},
                 "Synthetic tasks need no download and show learning within minutes; files train on "
                 "your own corpus."));
   f->addRow("Synthetic task",
@@ -219,9 +219,11 @@ void ModelPage::addDataGroup() {
   auto* pathRow = new QHBoxLayout;
   auto* pathEdit =
       binder()->text("data.path", "path to a text, token or jsonl file",
-                     "Text: UTF-8 through the tokenizer below. Tokens: little-endian uint16 ids. "
-                     "jsonl: one {\"prompt\", \"completion\"} (loss on the completion) or "
-                     "{\"text\"} object per line, one padded sample per row.");
+                     "Text: UTF-8 through the tokenizer below. Tokens: little-endian ids, uint16 "
+                     "(uint32 when the vocabulary exceeds 65536). jsonl: one {\"prompt\", "
+                     "\"completion\"} (loss on the completion), {\"text\"} or {\"messages\"} "
+                     "conversation (the tokenizer's chat template; loss on the assistant turns) "
+                     "object per line, one padded sample per row.");
   auto* browse = new QPushButton("Browse…");
   pathRow->addWidget(pathEdit, 1);
   pathRow->addWidget(browse);

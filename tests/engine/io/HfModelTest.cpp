@@ -480,6 +480,37 @@ TEST(Evaluate, MatchesTransformersOnTheSameWindows) {
   fs::remove_all(out.parent_path());
 }
 
+// evaluate --tokens reads the file at the model's width (uint16 for these tiny vocabularies:
+// the same loss as the ids read by hand); readTokenFile reads uint32 above 65,536 ids and names
+// the file, the offset and the id of one outside the vocabulary.
+TEST(Evaluate, TokenFilesAreReadAtTheModelsWidth) {
+  const auto expected = nlohmann::json::parse(std::ifstream(kData / "eval" / "expected.json"));
+  auto backend = ts::kernels::makeCpuBackend();
+  const auto& e = expected["llama"];
+  const std::string folder = (kData / ".." / ".." / e["folder"].get<std::string>()).string();
+  const std::string file = (kData / "eval" / e["tokens_file"].get<std::string>()).string();
+  EXPECT_NEAR(evaluateTokenFile(folder, file, e["seq"].get<int>(), backend.get()).loss,
+              e["loss"].get<double>(), 1e-5 * e["loss"].get<double>());
+  const fs::path dir = scratchDir("eval_u32");
+  std::string bytes;
+  for (uint32_t id : {5u, 70000u, 151935u, 0u})
+    for (int b = 0; b < 4; ++b) bytes.push_back(static_cast<char>((id >> (8 * b)) & 0xFF));
+  std::ofstream(dir / "u32.bin", std::ios::binary) << bytes;
+  EXPECT_EQ(readTokenFile((dir / "u32.bin").string(), 151936),
+            (std::vector<int32_t>{5, 70000, 151935, 0}));
+  const std::string m = errorOf([&] { readTokenFile((dir / "u32.bin").string(), 100000); });
+  EXPECT_NE(m.find("u32.bin': token 2 at byte offset 8 has id 151935, not below the model's "
+                   "vocabulary 100000"),
+            std::string::npos)
+      << m;
+  std::ofstream(dir / "odd.bin", std::ios::binary) << bytes << "abc";
+  EXPECT_NE(errorOf([&] {
+              readTokenFile((dir / "odd.bin").string(), 151936);
+            }).find("has a length of 19 bytes: not a whole number of uint32 token ids"),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
 // export-hf never removes what it did not write: a folder holding the user's files is refused
 // before anything is written and keeps every file; a file at --out too. An empty folder and a
 // previous export (marked) are replaced, the previous export by an atomic exchange that leaves

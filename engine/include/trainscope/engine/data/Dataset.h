@@ -1,7 +1,9 @@
 #pragma once
 // Training data sources: built-in synthetic corpora (addition, a tiny grammar), UTF-8 text files
-// (the model's own tokenizer, else bytes), pre-tokenized uint16 files, and instruction data
-// (jsonl: prompt/completion or text per line, one padded sample per row).
+// (the model's own tokenizer, else bytes), pre-tokenized files (uint16 or uint32 ids by the
+// vocabulary's size), and instruction data
+// (jsonl: prompt/completion, text or a conversation through the tokenizer's chat template per
+// line, one padded sample per row).
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -75,6 +77,16 @@ std::unique_ptr<Dataset> makeDataset(const core::RunConfig& config);
 // carries one); "" = the byte tokenizer. Throws DatasetError when data.tokenizer names a path
 // without one.
 std::string resolveTokenizerPath(const core::RunConfig& config);
+
+// Pre-tokenized files (data.source tokens, evaluate --tokens) hold little-endian ids, each
+// 2 bytes (uint16) when the vocabulary has at most 65,536 ids, else 4 bytes (uint32).
+int tokenIdBytes(int64_t vocab);
+// The ids of such a file's `bytes`, for a vocabulary of `vocab` ids (`vocabName` says where it
+// comes from, "model.vocab"; "" to leave it unnamed). Throws DatasetError naming `path` when the
+// size is not a whole number of ids, or naming the id, its index and byte offset when an id is not
+// below `vocab`.
+std::vector<int32_t> parseTokenIds(const std::string& bytes, int64_t vocab, const std::string& path,
+                                   const std::string& vocabName);
 
 namespace detail {
 

@@ -35,7 +35,8 @@ class HfTokenizer {
   // The folder's (or checkpoint's) tokenizer.json, or "" when it has none.
   static std::string findIn(const std::string& folder);
   // A tokenizer.json and the files of the same tokenizer next to it (tokenizer_config.json,
-  // special_tokens_map.json): what a checkpoint and an exported folder carry.
+  // special_tokens_map.json, chat_template.jinja): what a checkpoint and an exported folder
+  // carry.
   static std::vector<std::string> filesOf(const std::string& tokenizerJson);
 
   // `addSpecialTokens`: apply the post-processor (LLaMA's leading <s>), as the library's

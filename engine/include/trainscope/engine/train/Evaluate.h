@@ -24,11 +24,17 @@ struct EvalResult {
 EvalResult evaluateModel(const std::string& model, const std::vector<int32_t>& tokens, int seq,
                          kernels::Backend* backend, int batch = 8);
 
+// evaluateModel over a token file (evaluate --tokens) read at the model's width: uint16 ids for
+// a vocabulary of up to 65,536, uint32 above (data/Dataset.h's tokenIdBytes).
+EvalResult evaluateTokenFile(const std::string& model, const std::string& tokenFile, int seq,
+                             kernels::Backend* backend, int batch = 8);
+
 // Token ids of a file: UTF-8 text through `tokenizer` (a tokenizer.json, without special
 // tokens; "" = the byte tokenizer; ModelSource.h's modelTokenizer finds a model's), or
-// little-endian uint16 ids (the format of data.source tokens). Throws std::invalid_argument naming
-// the file.
+// little-endian ids (the format of data.source tokens) for a vocabulary of `vocab` ids: uint16
+// up to 65,536, uint32 above, every id checked against `vocab`; vocab 0 = uint16, unchecked.
+// Throws std::invalid_argument naming the file.
 std::vector<int32_t> readTextTokens(const std::string& path, const std::string& tokenizer = "");
-std::vector<int32_t> readTokenFile(const std::string& path);
+std::vector<int32_t> readTokenFile(const std::string& path, int64_t vocab = 0);
 
 }  // namespace ts::engine
