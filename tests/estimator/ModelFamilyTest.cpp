@@ -143,3 +143,59 @@ TEST(ModelFamily, LoraTargetsSelectTheFamilysOwnModules) {
 
 }  // namespace
 }  // namespace ts::core
+
+namespace ts::core {
+namespace {
+
+int64_t parameterCount(const std::string& preset) {
+  for (const auto* f : modelFamilies())
+    for (const auto& [name, m] : f->presets())
+      if (name == preset) {
+        int64_t n = 0;
+        for (const auto& t : modelTensors(archSpecOf(m, m.vocab))) n += t.numel();
+        return n;
+      }
+  ADD_FAILURE() << "no preset " << preset;
+  return 0;
+}
+
+// The published sizes (model cards; each also checked by hand from the released config.json:
+// embeddings + layers x (q, k, v, o, MLP, norms) + final norm + an untied head, a tied head
+// counted once).
+TEST(ModelFamily, PresetsHaveThePublishedParameterCounts) {
+  EXPECT_EQ(parameterCount("llama-3.1-8b"), 8030261248);
+  EXPECT_EQ(parameterCount("llama-3.2-1b"), 1235814400);
+  EXPECT_EQ(parameterCount("qwen2.5-0.5b"), 494032768);
+  EXPECT_EQ(parameterCount("qwen3-0.6b"), 596049920);
+  EXPECT_EQ(parameterCount("gemma-3-1b"), 999885952);
+  EXPECT_EQ(parameterCount("phi-3-mini"), 3821079552);
+}
+
+// The golden folders transformers wrote (tests/data/families) read as their family, with the
+// keys each family adds.
+TEST(ModelFamily, TransformersFoldersOfEveryFamilyRead) {
+  const fs::path root = fs::path(TRAINSCOPE_TEST_DATA) / "families";
+  for (const char* fam : {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "olmo2"}) {
+    SCOPED_TRACE(fam);
+    const HfModelInfo hf = readHfConfig((root / fam).string());
+    EXPECT_EQ(hf.model.arch, fam);
+    EXPECT_NEAR(hf.model.norm_eps, 1e-6, 1e-15);
+  }
+  EXPECT_EQ(readHfConfig((root / "llama").string()).model.rope_scaling.type, "llama3");
+  EXPECT_TRUE(readHfConfig((root / "llama").string()).model.tie_embeddings);
+  EXPECT_EQ(readHfConfig((root / "mistral").string()).model.sliding_window, 5);
+  EXPECT_EQ(readHfConfig((root / "qwen3").string()).model.head_dim, 24);
+  const auto g3 = readHfConfig((root / "gemma3").string()).model;
+  EXPECT_EQ(g3.sliding_window_pattern, 2);
+  EXPECT_EQ(g3.rope_local_theta, 10000.0);
+  EXPECT_EQ(g3.rope_theta, 1000000.0);
+  EXPECT_EQ(g3.rope_scaling.type, "linear");
+  const auto phi = readHfConfig((root / "phi3").string()).model;
+  EXPECT_EQ(phi.rope_scaling.type, "longrope");
+  EXPECT_EQ(phi.partial_rotary_factor, 0.5);
+  EXPECT_EQ(phi.rope_scaling.long_factor.size(), 4u);
+  EXPECT_EQ(readHfConfig((root / "gemma2").string()).model.final_softcap, 2.0);
+}
+
+}  // namespace
+}  // namespace ts::core

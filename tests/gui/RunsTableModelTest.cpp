@@ -372,3 +372,22 @@ TEST(RunsTableSearch, ConfigValuesAndIncrementalTypingAgreeWithBruteForce) {
   model.setStatusFilter("");
   EXPECT_EQ(model.rowCount(), 300);
 }
+
+// The Model column: the family the run trains and the base it fine-tunes.
+TEST(RunsModelColumn, NamesTheFamilyAndTheBase) {
+  EXPECT_EQ(modelLabel({{"model", {{"arch", "qwen3"}}}}), "Qwen3");
+  EXPECT_EQ(modelLabel({{"model", {{"arch", "gemma3"}}},
+                        {"finetune", {{"base_checkpoint", "/models/gemma-3-1b-it/"}}}}),
+            "Gemma 3 · gemma-3-1b-it");
+  EXPECT_EQ(modelLabel(nlohmann::json::object()), "");
+  RunsTableModel m;
+  std::vector<RunEntry> rows;
+  core::RunSummary s;
+  s.id = 1;
+  s.name = "a";
+  rows.push_back(makeRunEntry(s, {{"model", {{"arch", "llama"}}},
+                                  {"finetune", {{"base_checkpoint", "/x/Llama-3.2-1B"}}}}));
+  m.setEntries(rows);
+  EXPECT_EQ(m.data(m.index(0, RunsTableModel::Model)).toString(), "LLaMA · Llama-3.2-1B");
+  EXPECT_EQ(m.headerData(RunsTableModel::Model, Qt::Horizontal).toString(), "Model");
+}

@@ -6,8 +6,8 @@
 set -euo pipefail
 root="$1"
 cd "$root"
-names=$(sed -n 's/^  std::string name() const override { return "\([a-z0-9_]*\)"; }$/\1/p' \
-  engine/core/src/model/families/*/*.cpp)
+names=$(sed -n -e 's/^  std::string name() const override { return "\([a-z0-9_]*\)"; }$/\1/p' \
+  -e 's/^    t\.name = "\([a-z0-9_]*\)";$/\1/p' engine/core/src/model/families/*/*.cpp)
 [ -n "$names" ] || { echo "no family names found under engine/core/src/model/families"; exit 1; }
 pattern=$(printf '"%s"|' $names)
 pattern="${pattern%|}"

@@ -173,6 +173,7 @@ const std::map<std::string, GlobalField>& globalFields() {
       {"logits", [](Activations& a) -> Tensor& { return a.logits; }},
       {"losses", [](Activations& a) -> Tensor& { return a.losses; }},
       {"ropeTable", [](Activations& a) -> Tensor& { return a.ropeTable; }},
+      {"softcapGrad", [](Activations& a) -> Tensor& { return a.softcapGrad; }},
       {"ropeTableLocal", [](Activations& a) -> Tensor& { return a.ropeTableLocal; }}};
   return m;
 }
@@ -320,6 +321,11 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   openHeadValues();
   finalNorm_->forward(ctx_, lnf, acts_.lnfSaved, resid);
   head_->forward(ctx_, acts_.logits.f32(), lnf);
+  if (!acts_.softcapGrad.empty()) {  // Gemma 2: cap tanh(logits / cap)
+    ScopedRange r("softcap_fwd", SpanCategory::Elementwise);
+    backend_->softcapForward(acts_.logits.f32(), acts_.softcapGrad.f32(), int64_t(N) * V,
+                             static_cast<float>(arch_.finalSoftcap));
+  }
   closeHeadValues();
   compressor_.storeNormInput(acts_.residOut, resid,
                              acts_.lnfSaved.mean.empty() ? nullptr : acts_.lnfSaved.mean.f32(), N,
@@ -362,6 +368,10 @@ void Gpt::backward() {
     lnf = ws_.dfc.f32();
   } else {
     lnf = compressor_.load(acts_.lnf, ws_.dfc.f32(), N, C);
+  }
+  if (!acts_.softcapGrad.empty()) {
+    ScopedRange r("softcap_bwd", SpanCategory::Elementwise);
+    backend_->softcapBackward(acts_.logits.f32(), acts_.softcapGrad.f32(), N * config_.vocab);
   }
   head_->backward(ctx_, dtmp, acts_.logits.f32(), lnf);
   ws_.dres.zero();

@@ -69,9 +69,7 @@ void Gpt::validateConfig() const {
     throw std::invalid_argument("rotary embeddings need an even head dimension (head dim " +
                                 std::to_string(arch.headDim()) + ", rotated " +
                                 std::to_string(arch.rotaryDim()) + ")");
-  if (arch.finalSoftcap > 0)
-    throw std::invalid_argument(
-        "model.final_softcap (final_logit_softcapping) is not supported by the engine yet");
+
   if (config.checkpointEvery < 0 || config.checkpointEvery > config.layers)
     throw std::invalid_argument("checkpoint segment must be 0 (off) or 1..layers");
   if (config.compression == GptConfig::Compression::Sparse && !config.relu)

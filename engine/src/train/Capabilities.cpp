@@ -190,6 +190,13 @@ nlohmann::json capabilitiesJson() {
   j["precisions"] = precisionsJson();
   j["techniques"] = techniquesJson();
   j["architectures"] = core::modelFamilyNames();  // model.arch (core/model/ModelFamily.h)
+  // Each family: what the GUI shows and the Hugging Face classes it reads (docs/models.md).
+  j["families"] = json::array();
+  for (const auto* f : core::modelFamilies())
+    j["families"].push_back({{"name", f->name()},
+                             {"display_name", f->displayName()},
+                             {"description", f->description()},
+                             {"hf_architectures", f->hfArchitectures()}});
   j["optimizers"] = {"adamw", "sgd"};
   j["attention"] = {"naive", "flash"};
   return j;

@@ -49,10 +49,11 @@ int64_t HfFolderInfo::storedParameters() const {
 QString HfFolderInfo::summary() const {
   if (!ok()) return error;
   const auto& m = info.model;
-  QString s =
-      QString::fromStdString(info.architecture) +
-      QStringLiteral(": %1 layers, d_model %2, %3 heads").arg(m.layers).arg(m.d_model).arg(m.heads);
   const core::ModelFamily& family = core::modelFamily(m.arch);
+  // The family the engine reads it as, then its shape.
+  QString s =
+      QString::fromStdString(family.displayName() + " (" + info.architecture + ")") +
+      QStringLiteral(": %1 layers, d_model %2, %3 heads").arg(m.layers).arg(m.d_model).arg(m.heads);
   if (family.readsModelKey("kv_heads") && m.kv_heads != m.heads)
     s += QStringLiteral(" (%1 KV)").arg(m.kv_heads);
   if (family.readsModelKey("d_ff")) s += QStringLiteral(", d_ff %1").arg(m.d_ff);
@@ -65,6 +66,7 @@ QString HfFolderInfo::summary() const {
            .arg(humanBytes(static_cast<double>(stored.fileBytes)))
            .arg(stored.files)
            .arg(stored.files == 1 ? "" : "s");
+  s += " · " + QString::fromStdString(family.description());
   return s;
 }
 
@@ -92,10 +94,11 @@ nlohmann::json applyHfFolder(nlohmann::json doc, const HfFolderInfo& folder) {
   model["d_model"] = m.d_model;
   model["seq_len"] = m.seq_len;
   model["vocab"] = m.vocab;
-  // The keys the family's description reads come from config.json; the others go.
-  const nlohmann::json fromFolder = {
-      {"activation", m.activation}, {"kv_heads", m.kv_heads}, {"d_ff", m.d_ff},
-      {"rope_theta", m.rope_theta}, {"mlp", m.mlp},           {"norm", m.norm}};
+  // The keys the family's description reads come from config.json (as model.arch auto takes
+  // them); the others go.
+  nlohmann::json fromFolder = core::toJson(rc)["model"];
+  for (const char* k : {"arch", "layers", "heads", "d_model", "seq_len", "vocab", "dropout"})
+    fromFolder.erase(k);
   const core::ModelFamily& family = core::modelFamily(m.arch);
   for (const auto& [key, value] : fromFolder.items()) {
     if (family.readsModelKey(key))

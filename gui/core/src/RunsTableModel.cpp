@@ -1,5 +1,7 @@
 #include "trainscope/gui/RunsTableModel.h"
 
+#include "trainscope/core/model/ModelFamily.h"
+
 #include <algorithm>
 #include <iomanip>
 #include <sstream>
@@ -102,6 +104,11 @@ Key keyOf(const RunEntry& e, int column) {
       k.text = tagsText(r);
       k.missing = r.tags.empty();
       break;
+    case RunsTableModel::Model:
+      k.isText = true;
+      k.text = e.model;
+      k.missing = e.model.isEmpty();
+      break;
   }
   return k;
 }
@@ -185,9 +192,24 @@ QStringList techniqueBadges(const nlohmann::json& c) {
   return b;
 }
 
+QString modelLabel(const nlohmann::json& c) {
+  const std::string arch = textAt(c, "model", "arch");
+  const core::ModelFamily* f = core::findModelFamily(arch);
+  QString out = QString::fromStdString(f ? f->displayName() : arch);
+  std::string base = textAt(c, "finetune", "base_checkpoint");
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  if (!base.empty()) {
+    const auto slash = base.find_last_of('/');
+    out += (out.isEmpty() ? "" : " · ") +
+           QString::fromStdString(slash == std::string::npos ? base : base.substr(slash + 1));
+  }
+  return out;
+}
+
 RunEntry makeRunEntry(core::RunSummary summary, const nlohmann::json& config) {
   RunEntry e;
   e.badges = techniqueBadges(config);
+  e.model = modelLabel(config);
   std::string& t = e.searchText;
   appendLower(t, summary.name);
   appendLower(t, summary.notes);
@@ -390,6 +412,8 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
       return e->badges.join(" · ");
     case Tags:
       return tagsText(*r);
+    case Model:
+      return e->model;
   }
   return {};
 }
@@ -422,6 +446,8 @@ QVariant RunsTableModel::headerData(int section, Qt::Orientation o, int role) co
       return "Techniques";
     case Tags:
       return "Tags";
+    case Model:
+      return "Model";
   }
   return {};
 }

@@ -75,6 +75,7 @@ ConfigResult parseConfigJson(const nlohmann::json& doc, const ValidationContext&
     RunConfig cfg;
     std::set<std::string> bad;
     config::readSchema(doc, cfg, result.issues, bad);
+    config::resolveAutoArch(doc, cfg, result.issues, bad);
     config::checkCrossField(cfg, ctx, bad, result.issues);
     if (result.issues.empty()) result.config = std::move(cfg);
   } catch (const std::exception& e) {

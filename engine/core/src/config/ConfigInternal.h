@@ -34,3 +34,14 @@ void checkCrossField(const RunConfig& c, const ValidationContext& ctx,
                      const std::set<std::string>& bad, std::vector<ConfigIssue>& issues);
 
 }  // namespace ts::core::config
+
+namespace ts::core::config {
+
+// model.arch "auto": every model.* shape key from the fine-tuning base (a Hugging Face folder's
+// config.json, or a trainscope checkpoint's run config); model.seq_len and model.dropout stay
+// the run's (seq_len, when not set, is the base's capped at 1024). Explicitly set keys that
+// disagree with the base, and a missing or unreadable base, are issues.
+void resolveAutoArch(const nlohmann::json& doc, RunConfig& config,
+                     std::vector<ConfigIssue>& issues, std::set<std::string>& bad);
+
+}  // namespace ts::core::config

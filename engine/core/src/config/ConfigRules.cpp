@@ -6,6 +6,7 @@
 #include <initializer_list>
 
 #include "ConfigInternal.h"
+#include "trainscope/core/model/ModelFamily.h"
 #include "trainscope/core/model/ModelSpec.h"
 
 namespace ts::core::config {
@@ -22,6 +23,7 @@ class CrossFieldRules {
       : c_(c), ctx_(ctx), bad_(bad), issues_(issues) {}
 
   void checkModel();
+  void checkFamilyKeys();
   void checkData();
   void checkSchedule();
   void checkPrecision();
@@ -58,7 +60,8 @@ class CrossFieldRules {
 
 void CrossFieldRules::checkModel() {
   const auto& m = c_.model;
-  if (ok({"model.d_model", "model.heads"}) && m.d_model % m.heads != 0) {
+  if (ok({"model.d_model", "model.heads", "model.head_dim"}) && m.head_dim == 0 &&
+      m.d_model % m.heads != 0) {
     add("model.d_model", m.d_model,
         "must be divisible by model.heads (" + std::to_string(m.heads) + ")");
   }
@@ -69,6 +72,25 @@ void CrossFieldRules::checkModel() {
   if (ok({"model.vocab"}) && m.vocab == 1) {
     add("model.vocab", m.vocab, "must be 0 (from the data) or >= 2");
   }
+  checkFamilyKeys();
+}
+
+// The llama-like keys a family does not read must keep their defaults: a set value would do
+// nothing (docs/models.md lists which family reads which).
+void CrossFieldRules::checkFamilyKeys() {
+  const ModelFamily* family = findModelFamily(c_.model.arch);
+  if (!family || !ok({"model"})) return;
+  RunConfig defaults;
+  defaults.model.arch = c_.model.arch;
+  const json now = toJson(c_)["model"], def = toJson(defaults)["model"];
+  for (const char* k : {"head_dim", "norm_eps", "tie_embeddings", "rope_scaling", "max_positions",
+                        "partial_rotary_factor", "sliding_window", "sliding_window_pattern",
+                        "rope_local_theta", "query_pre_attn_scalar", "attn_softcap",
+                        "final_softcap"})
+    if (!family->readsModelKey(k) && now[k] != def[k])
+      add(std::string("model.") + k, now[k],
+          "does nothing for model.arch " + c_.model.arch + " (" + family->displayName() +
+              " does not read it; docs/models.md lists each family's keys): remove it");
 }
 
 void CrossFieldRules::checkData() {

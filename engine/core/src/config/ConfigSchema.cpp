@@ -420,7 +420,12 @@ class Writer {
 // this list; the order of the keys is the order of "allowed: ..." in messages and of toJson.
 template <class M, class V>
 void visitModel(M& m, V& v) {
-  v.field("arch", m.arch, oneOf(modelFamilyNames()));
+  static const std::vector<std::string> archs = [] {
+    auto v = modelFamilyNames();
+    v.push_back("auto");  // the fine-tuning base's model (ConfigAutoArch.cpp)
+    return v;
+  }();
+  v.field("arch", m.arch, oneOf(archs));
   v.field("layers", m.layers, closed(1, 1024));
   v.field("heads", m.heads, closed(1, 1024));
   v.field("d_model", m.d_model, closed(1, 1 << 20));

@@ -366,6 +366,7 @@ void SavedStateList::outsideBlocks() {
   add("lnfRstd", {B_, T_});
   add("logits", {B_, T_, V_});
   add("losses", {B_, T_});
+  if (a_.finalSoftcap > 0) add("softcapGrad", {B_, T_, V_});  // the cap's derivative
   // The rotary tables (positions x rotated dims), the sliding layers' own where they differ.
   if (a_.rotaryDim() > 0) {
     add("ropeTable", {T_, a_.rotaryDim()}, E::F32, Cat::Workspace);

@@ -458,5 +458,13 @@ TS_OP(FlashAttentionMasked, void, flashAttentionMaskedBackward,
        int T, int NH, int KVH, int HD, AttentionOptions opt),
       (dqkv, dout, out, lse, qkv, B, T, NH, KVH, HD, opt))
 
+// Tanh soft-capping of logits in place (Gemma 2's final_logit_softcapping): x = cap tanh(x / cap),
+// and grad = 1 - tanh(x / cap)^2, the derivative backward multiplies by (n values each).
+TS_OP_KIND(Softcap)
+TS_OP(Softcap, void, softcapForward, (float* x, float* grad, int64_t n, float cap),
+      (x, grad, n, cap))
+// dx *= grad (the soft-cap's derivative saved by forward).
+TS_OP(Softcap, void, softcapBackward, (float* dx, const float* grad, int64_t n), (dx, grad, n))
+
 #undef TS_OP
 #undef TS_OP_KIND

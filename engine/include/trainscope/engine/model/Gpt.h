@@ -161,6 +161,7 @@ struct Activations : DecoderActivations {
   Tensor logits;         // (B,T,V); after a loss forward it holds dlogits
   Tensor losses;         // (B,T)
   Tensor ropeTable, ropeTableLocal;  // (T, rotary dims): constants, uploaded by allocate
+  Tensor softcapGrad;  // (B,T,V) the logits' soft-cap derivative (final_softcap > 0)
 };
 
 class Gpt {

@@ -28,11 +28,15 @@ namespace ts::gui {
 // bf16 / fp16 / fp8 / pure bf16, ckpt, ZeRO-n, offload, compress, flash, accum, 8-bit opt,
 // LoRA / QLoRA, distill, profile. Missing or malformed keys count as "off".
 QStringList techniqueBadges(const nlohmann::json& config);
+// The Model column: the family's display name, and the base's folder when it fine-tunes one.
+QString modelLabel(const nlohmann::json& config);
 
 // One row of the Runs table: the summary plus what is derived from its config.
 struct RunEntry {
   core::RunSummary summary;
   QStringList badges;
+  // The model: its family and, when fine-tuned, the base's folder name ("Qwen3 · Qwen3-0.6B").
+  QString model;
   // Lowercase UTF-8: name, notes, tags, status, backend, badges and every config leaf value
   // (numbers as JSON writes them, e.g. 0.0003), separated by newlines.
   std::string searchText;
@@ -55,6 +59,7 @@ class RunsTableModel : public QAbstractTableModel {
     PeakMemory,
     Techniques,
     Tags,
+    Model,
     ColumnCount
   };
   // Qt::UserRole: the raw sort value (seconds, bytes, loss; missing values sort last).
