@@ -18,6 +18,8 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include "trainscope/core/model/ModelFamily.h"
+
 #include "MemoryBars.h"
 #include "trainscope/gui/Capabilities.h"
 #include "trainscope/gui/HfFolderInfo.h"
@@ -111,9 +113,11 @@ QGroupBox* PlannerPage::buildMachineBox() {
   modelRow->addWidget(model_, 1);
   auto* openHf = new QPushButton("config.json…");
   openHf->setObjectName("PlannerOpenHf");
-  openHf->setToolTip(
-      "A Hugging Face model's config.json (GPT2LMHeadModel, LlamaForCausalLM, "
-      "MistralForCausalLM), or the folder holding it, as the model");
+  QStringList hfClasses;
+  for (const auto* f : ts::core::modelFamilies())
+    for (const auto& a : f->hfArchitectures()) hfClasses << QString::fromStdString(a);
+  openHf->setToolTip("A Hugging Face model's config.json (" + hfClasses.join(", ") +
+                     "), or the folder holding it, as the model: every key of its shape");
   modelRow->addWidget(openHf);
   mf->addRow("Model", modelRow);
   modelNote_ = new QLabel;

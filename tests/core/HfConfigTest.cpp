@@ -168,18 +168,31 @@ TEST(HfConfig, RefusalsNameFileAndField) {
     writeJson(d / "config.json", base);
     return errorOf([&] { readHfConfig(d.string()); });
   };
-  EXPECT_THAT(with(llama, [](json& j) { j["architectures"] = {"Qwen2ForCausalLM"}; }),
-              HasSubstr(cfg + ": architecture 'Qwen2ForCausalLM' is not supported (its q/k/v "
-                              "projections have biases"));
+  EXPECT_THAT(with(llama, [](json& j) { j["architectures"] = {"MixtralForCausalLM"}; }),
+              HasSubstr(cfg + ": architecture 'MixtralForCausalLM' is not supported"));
   EXPECT_THAT(with(llama, [](json& j) { j["architectures"] = {"BertModel"}; }),
-              HasSubstr("allowed GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM"));
+              HasSubstr("allowed GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, "
+                        "Qwen2ForCausalLM, Qwen3ForCausalLM"));
   EXPECT_THAT(with(llama,
                    [](json& j) {
-                     j["rope_scaling"] = {{"rope_type", "llama3"}};
+                     j["rope_scaling"] = {{"rope_type", "mrope"}};
                    }),
-              HasSubstr(cfg + ": rope_scaling is set"));
+              HasSubstr(cfg + " (rope_scaling): rope_type 'mrope' is not supported"));
+  EXPECT_THAT(with(llama,
+                   [](json& j) {
+                     j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"mscale", 1.0}};
+                   }),
+              HasSubstr("mscale is set: yarn with mscale"));
   EXPECT_THAT(with(llama, [](json& j) { j["attention_bias"] = true; }),
-              HasSubstr("attention_bias / mlp_bias must be false"));
+              HasSubstr("attention_bias must be false"));
+  EXPECT_THAT(with(llama,
+                   [](json& j) {
+                     j["architectures"] = {"Phi3ForCausalLM"};
+                     j["rope_scaling"] = {{"rope_type", "longrope"},
+                                          {"short_factor", {1.0, 2.0}},
+                                          {"long_factor", {1.0, 2.0}}};
+                   }),
+              HasSubstr("longrope's short_factor and long_factor need rotary_dim / 2"));
   EXPECT_THAT(with(llama, [](json& j) { j.erase("hidden_size"); }),
               HasSubstr(cfg + ": field 'hidden_size' is missing or not an integer"));
   EXPECT_THAT(with(gpt2, [](json& j) { j["n_inner"] = 100; }),

@@ -328,10 +328,10 @@ TEST_F(WizardTest, HuggingFaceFolderOnTheModelPage) {
   // A folder the engine cannot load: the error names file and field, the document stays.
   QTemporaryDir bad;
   auto q = c;
-  q["architectures"] = {"Qwen2ForCausalLM"};
+  q["architectures"] = {"MixtralForCausalLM"};
   std::ofstream(bad.filePath("config.json").toStdString()) << q.dump();
   const QString err = wiz->openHfFolder(bad.path());
-  EXPECT_TRUE(err.contains(bad.filePath("config.json") + ": architecture 'Qwen2ForCausalLM'"))
+  EXPECT_TRUE(err.contains(bad.filePath("config.json") + ": architecture 'MixtralForCausalLM'"))
       << err.toStdString();
   EXPECT_EQ(info->text(), err);
   EXPECT_EQ(doc->value("finetune.base_checkpoint"), dir);

@@ -29,7 +29,8 @@ TEST_P(Softcap, ForwardAndBackwardMatchFp64) {
       return std::pair{d.down(xs, size_t(n)), d.down(dx, size_t(n))};
     };
     const auto [y, dy] = run(be());
-    std::vector<double> wy(size_t(n)), wdy(size_t(n)), fd(size_t(n));
+    const size_t count = static_cast<size_t>(n);
+    std::vector<double> wy(count), wdy(count), fd(count);
     for (size_t i = 0; i < size_t(n); ++i) {
       const double t = std::tanh(double(x[i]) / cap);
       wy[i] = cap * t;

@@ -13,6 +13,7 @@
 
 #include "../../support/TrainerHarness.h"
 #include "trainscope/core/model/ModelFamily.h"
+#include "trainscope/core/plan/Estimator.h"
 #include "trainscope/engine/io/Checkpoint.h"
 #include "trainscope/engine/io/HfExport.h"
 #include "trainscope/engine/io/HfModel.h"
@@ -50,14 +51,22 @@ class FamilyRun : public ::testing::TestWithParam<const char*> {
     std::vector<double> losses;
     for (const auto& e : rec.of(ts::core::EventType::Step)) losses.push_back(e["loss"]);
     // The estimator is exact: the plan's peaks are the measured ones, category by category.
-    const auto plans = rec.of(ts::core::EventType::MemoryPlan);
+    // (memory_plan as the run command computes it.)
+    auto backend = ts::kernels::makeCpuBackend();
+    backend->setThreads(c.device.threads);
+    ts::core::RunConfig planConfig = c;
+    planConfig.precision.gemm = useBf16Gemm(c, backend.get()) ? "bf16" : "fp32";
+    ts::core::EstimateOptions po;
+    po.cpu_kernel_threads = backend->scratchThreads();
+    if (!c.distill.teacher_checkpoint.empty())
+      po.teacher_model = openHfModel(c.distill.teacher_checkpoint).model;
+    const auto plan = ts::core::memoryPlanJson(planConfig, po);
     const auto mems = rec.of(ts::core::EventType::Memory);
-    EXPECT_FALSE(plans.empty());
     EXPECT_FALSE(mems.empty());
-    if (!plans.empty() && !mems.empty())
+    if (!mems.empty())
       for (const char* cat :
            {"parameters", "gradients", "optimizer_state", "activations", "workspace"})
-        EXPECT_EQ(plans.front()["ranks"][0]["tiers"]["device"][cat]["peak"],
+        EXPECT_EQ(plan["ranks"][0]["tiers"]["device"][cat]["peak"],
                   mems.back()["ranks"][0]["tiers"]["device"][cat]["peak"])
             << cat;
     return {losses, r.lastCheckpoint};

@@ -184,24 +184,23 @@ TEST(HfModel, BadFoldersAreRefusedNamingFileAndField) {
   std::vector<Case> cases;
   {
     auto c = cfg;
-    c["architectures"] = {"Qwen2ForCausalLM"};
-    cases.push_back({"arch", c, bytes,
-                     "'Qwen2ForCausalLM' is not supported (its q/k/v projections have biases"});
+    c["architectures"] = {"MixtralForCausalLM"};
+    cases.push_back({"arch", c, bytes, "'MixtralForCausalLM' is not supported"});
   }
   {
     auto c = cfg;
-    c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
-    cases.push_back({"rope", c, bytes, "rope_scaling is set"});
+    c["rope_scaling"] = {{"rope_type", "mrope"}, {"factor", 8.0}};
+    cases.push_back({"rope", c, bytes, "rope_type 'mrope' is not supported"});
   }
   {
     auto c = cfg;
     c["attention_bias"] = true;
-    cases.push_back({"bias", c, bytes, "attention_bias / mlp_bias must be false"});
+    cases.push_back({"bias", c, bytes, "attention_bias must be false"});
   }
   {
     auto c = cfg;
-    c["rms_norm_eps"] = 1e-6;
-    cases.push_back({"eps", c, bytes, "rms_norm_eps must be 1e-5"});
+    c["rms_norm_eps"] = -1e-6;
+    cases.push_back({"eps", c, bytes, "rms_norm_eps must be positive"});
   }
   {
     auto c = cfg;
