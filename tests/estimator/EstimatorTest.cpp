@@ -195,7 +195,9 @@ TEST(ModelPresets, ParameterCountsMatchPublishedModels) {
   EXPECT_TRUE(modelPreset("GPT2-1.5B"));
   EXPECT_TRUE(modelPreset("llama2-70b"));
   EXPECT_FALSE(modelPreset("gpt5"));
-  EXPECT_EQ(modelPresetNames().size(), 7u);
+  // Every family's shapes: GPT-2 4, LLaMA 8, Mistral 2, Qwen2.5 7, Qwen3 6, Gemma 2 3,
+  // Gemma 3 4, Phi 3, OLMo 2 4.
+  EXPECT_EQ(modelPresetNames().size(), 41u);
   EXPECT_EQ(modelPreset("llama-70b")->kv_heads, 8);
 }
 

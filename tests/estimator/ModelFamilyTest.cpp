@@ -87,8 +87,16 @@ TEST(ModelFamily, WrittenConfigJsonReadsBackAsTheSameShape) {
     EXPECT_EQ(back.dModel, a.dModel);
     EXPECT_EQ(back.dFf, a.dFf);
     EXPECT_EQ(back.vocab, a.vocab);
-    EXPECT_EQ(back.seqLen, a.seqLen);
+    // (config.json has the model's positions: max_position_embeddings.)
+    EXPECT_EQ(back.seqLen, a.maxPositions > 0 ? a.maxPositions : a.seqLen);
     EXPECT_EQ(back.ropeTheta, a.ropeTheta);
+    EXPECT_EQ(back.headDim(), a.headDim());
+    EXPECT_EQ(back.tiedHead, a.tiedHead);
+    EXPECT_EQ(back.rope, a.rope);
+    EXPECT_EQ(back.normEps, a.normEps);
+    EXPECT_EQ(back.slidingWindow, a.slidingWindow);
+    for (int64_t l = 0; l < a.layers; ++l) EXPECT_EQ(back.slidingLayer(l), a.slidingLayer(l)) << l;
+    EXPECT_EQ(back.partialRotary, a.partialRotary);
     // The same tensors, under the same names, in the same order.
     const auto want = modelTensors(a), got = modelTensors(back);
     ASSERT_EQ(want.size(), got.size());

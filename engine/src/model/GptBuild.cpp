@@ -66,9 +66,13 @@ void Gpt::validateConfig() const {
     throw std::invalid_argument("kv_heads " + std::to_string(arch.kvHeads) + " must divide heads " +
                                 std::to_string(config.heads));
   if (!arch.learnedPos && (arch.headDim() % 2 != 0 || arch.rotaryDim() < 2))  // rotary
-    throw std::invalid_argument("rotary embeddings need an even head dimension (head dim " +
-                                std::to_string(arch.headDim()) + ", rotated " +
-                                std::to_string(arch.rotaryDim()) + ")");
+    throw std::invalid_argument(
+        "rotary embeddings need an even head dimension (" +
+        (arch.headDimSet > 0 ? "head_dim " + std::to_string(arch.headDim())
+                             : "d_model " + std::to_string(C) + " / heads " +
+                                   std::to_string(config.heads) + " = " +
+                                   std::to_string(arch.headDim())) +
+        ", " + std::to_string(arch.rotaryDim()) + " of them rotated)");
 
   if (config.checkpointEvery < 0 || config.checkpointEvery > config.layers)
     throw std::invalid_argument("checkpoint segment must be 0 (off) or 1..layers");

@@ -11,8 +11,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "trainscope/core/model/HfConfig.h"
+#include "trainscope/core/model/ModelFamily.h"
 #include "trainscope/engine/io/HfModel.h"
 #include "trainscope/engine/io/Safetensors.h"
 #include "trainscope/engine/model/Gpt.h"
@@ -149,3 +153,108 @@ INSTANTIATE_TEST_SUITE_P(Families, FamilyGoldenBf16,
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace
+
+namespace {
+
+class FamilyPeft : public ::testing::TestWithParam<const char*> {};
+
+// PEFT's own adapter on the family's module names (tools/make_family_peft_golden.py, under
+// tests/data/families/<family>/peft): read by the names the engine's export writes
+// (peftPrefix + the engine's tensor name), the engine reproduces the logits PEFT computed with
+// it on the original folder, so the adapters the engine exports are the ones PEFT applies.
+TEST_P(FamilyPeft, ReproducesPeftsLogits) {
+  const std::string dir = dirOf(GetParam());
+  const fs::path peftDir = fs::path(dir) / "peft";
+  const HfModel hf = openHfModel(dir);
+  const auto ac = nlohmann::json::parse(std::ifstream(peftDir / "adapter_config.json"));
+  SafetensorsFile adapter = SafetensorsFile::load((peftDir / "adapter_model.safetensors").string());
+  SafetensorsFile want = SafetensorsFile::load((peftDir / "expected.safetensors").string());
+  SafetensorsFile expected = SafetensorsFile::load((fs::path(dir) / "expected.safetensors").string());
+  const auto inputs = expected.i32("inputs");
+  const int B = static_cast<int>(expected.entry("inputs").shape.at(0));
+  const int T = static_cast<int>(expected.entry("inputs").shape.at(1));
+  ts::core::RunConfig rc = ts::core::hfRunConfig(dir, hf.model, T);
+  rc.finetune.lora.r = ac.at("r");
+  rc.finetune.lora.alpha = ac.at("lora_alpha");
+  rc.finetune.lora.targets = ac.at("target_modules").get<std::vector<std::string>>();
+  auto backend = ts::kernels::makeCpuBackend();
+  MemoryTracker tracker;
+  Gpt model(gptConfigFrom(rc, hf.model.vocab, backend.get()), backend.get(), &tracker);
+  loadHfWeights(hf, model.arena());
+  const std::string prefix = ts::core::modelFamily(GetParam()).peftPrefix();
+  std::vector<float> host(size_t(model.arena().size()));
+  model.arena().valuesToHost(host.data());
+  size_t read = 0;
+  for (const auto& p : model.params())
+    if (p.spec.role == ts::core::TensorRole::LoraA || p.spec.role == ts::core::TensorRole::LoraB) {
+      ASSERT_TRUE(adapter.has(prefix + p.name)) << prefix + p.name;
+      adapter.readF32(prefix + p.name, host.data() + p.offset, p.numel);
+      ++read;
+    }
+  EXPECT_EQ(read, adapter.entries().size());
+  model.paramBuffer().copyFromHost(host.data());
+  model.allocate(B);
+  model.forward(inputs.data(), nullptr, B, T, 0.f);
+  const auto logits = want.f32("logits");
+  const int V = hf.model.vocab;
+  std::vector<float> row(V);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      model.logitsRow(b, t, row.data());
+      for (int v = 0; v < V; ++v) {
+        const float e = logits[(size_t(b) * T + t) * V + v];
+        ASSERT_NEAR(row[v], e, 1e-5 + 1e-4 * std::abs(e)) << "logit " << b << "," << t << "," << v;
+      }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, FamilyPeft,
+                         ::testing::Values("llama", "mistral", "qwen2", "qwen3", "gemma2",
+                                           "gemma3", "phi3", "olmo2"),
+                         [](const auto& info) { return std::string(info.param); });
+
+}  // namespace
+
+// Gemma 3's multimodal folders (4B and up) keep the language model's config under text_config
+// and its tensors under model.language_model.: the same golden model laid out that way loads
+// to the same logits.
+TEST(FamilyGoldenLayout, Gemma3MultimodalFolderLoadsItsLanguageModel) {
+  const fs::path src = dirOf("gemma3");
+  const fs::path dir = fs::temp_directory_path() / "ts_gemma3_multimodal";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto text = nlohmann::json::parse(std::ifstream(src / "config.json"));
+  const nlohmann::json cfg = {{"architectures", {"Gemma3ForConditionalGeneration"}},
+                              {"model_type", "gemma3"},
+                              {"text_config", text}};
+  std::ofstream(dir / "config.json") << cfg.dump(1);
+  SafetensorsFile weights = SafetensorsFile::load((src / "model.safetensors").string());
+  SafetensorsWriter w;
+  std::vector<std::vector<float>> keep;
+  for (const auto& [name, e] : weights.entries()) {
+    keep.push_back(weights.f32(name));
+    const std::string renamed =
+        name.rfind("model.", 0) == 0 ? "model.language_model." + name.substr(6) : name;
+    w.add(renamed, "F32", e.shape, keep.back().data(), keep.back().size() * sizeof(float));
+  }
+  std::ofstream(dir / "model.safetensors", std::ios::binary) << w.serialize();
+  const HfModel plain = openHfModel(src.string()), nested = openHfModel(dir.string());
+  EXPECT_EQ(nested.model.arch, "gemma3");
+  EXPECT_EQ(nested.architecture, "Gemma3ForConditionalGeneration");
+  auto backend = ts::kernels::makeCpuBackend();
+  MemoryTracker tracker;
+  auto logitsOf = [&](const HfModel& hf) {
+    ts::core::RunConfig rc = ts::core::hfRunConfig(hf.dir, hf.model, 16);
+    Gpt m(gptConfigFrom(rc, hf.model.vocab, backend.get()), backend.get(), &tracker);
+    loadHfWeights(hf, m.arena());
+    m.allocate(1);
+    std::vector<int32_t> tok(16);
+    for (int i = 0; i < 16; ++i) tok[size_t(i)] = (i * 37) % hf.model.vocab;
+    m.forward(tok.data(), nullptr, 1, 16, 0.f);
+    std::vector<float> row(size_t(hf.model.vocab));
+    m.logitsRow(0, 15, row.data());
+    return row;
+  };
+  EXPECT_EQ(logitsOf(nested), logitsOf(plain));
+  fs::remove_all(dir);
+}

@@ -353,7 +353,7 @@ TEST(Decoder, RefusesShapesTheDescriptionCannotTake) {
   };
   GptConfig c = tinyConfig();
   c.architecture = "mamba";
-  EXPECT_NE(message(c).find("unknown architecture 'mamba' (gpt2 or llama)"), std::string::npos);
+  EXPECT_NE(message(c).find("unknown architecture 'mamba' (gpt2 or llama or mistral"), std::string::npos);
   c = tinyConfig();
   c.architecture = "llama";
   c.heads = 4;
@@ -361,6 +361,6 @@ TEST(Decoder, RefusesShapesTheDescriptionCannotTake) {
   EXPECT_NE(message(c).find("kv_heads 3 must divide heads 4"), std::string::npos) << message(c);
   c.kvHeads = 2;
   c.d_model = 12;  // head dim 3
-  EXPECT_NE(message(c).find("even head dimension (d_model 12 / heads 4 = 3)"), std::string::npos)
+  EXPECT_NE(message(c).find("even head dimension (d_model 12 / heads 4 = 3,"), std::string::npos)
       << message(c);
 }

@@ -98,13 +98,18 @@ void LlamaLikeFamily::refusals(const RunConfig& c, const IssueSink& add) const {
   if (m.norm != "layernorm" && m.norm != "rmsnorm")
     add("model.norm", m.norm, t_.name + "'s norm is RMSNorm");
   const ArchSpec a = archSpecOf(m, 2);
-  if (a.rotaryDim() < 2)
+  if (a.rotaryDim() < 2 && a.headDim() % 2 == 0)
     add("model.partial_rotary_factor", m.partial_rotary_factor,
         "rotates fewer than 2 dims of a head of " + std::to_string(a.headDim()));
   if (m.head_dim == 0 && m.d_model % std::max(1, m.heads) != 0)
     add("model.heads", m.heads, "must divide d_model when model.head_dim is 0");
-  if (a.headDim() % 2 != 0)
-    add("model.head_dim", a.headDim(), "rotary embeddings need an even head dimension");
+  if (a.headDim() % 2 != 0) {
+    if (m.head_dim > 0)
+      add("model.head_dim", m.head_dim, "rotary embeddings need an even head dimension");
+    else
+      add("model.d_model", m.d_model,
+          "rotary embeddings need an even head dimension (d_model / heads)");
+  }
   if (c.memory.activation_compression == "sparse")
     add("memory.activation_compression", "sparse",
         "sparse compression needs a ReLU MLP; a gated MLP's output is not sparse (use int8)");
