@@ -29,13 +29,15 @@ TEST(HfFolderInfo, SummarySaysArchitectureShapeCountAndDtype) {
   ASSERT_TRUE(hf.ok()) << hf.error.toStdString();
   const json c = readJson(kTiny / "llama" / "config.json");
   const QString s = hf.summary();
-  EXPECT_TRUE(s.startsWith("LlamaForCausalLM: ")) << s.toStdString();
+  EXPECT_TRUE(s.startsWith("LLaMA (LlamaForCausalLM): ")) << s.toStdString();
   EXPECT_TRUE(s.contains(QStringLiteral("%1 layers").arg(c["num_hidden_layers"].get<int>())));
   EXPECT_TRUE(s.contains(QStringLiteral("d_model %1").arg(c["hidden_size"].get<int>())));
   EXPECT_TRUE(s.contains(QStringLiteral("(%1 KV)").arg(c["num_key_value_heads"].get<int>())));
   EXPECT_TRUE(s.contains(QStringLiteral("vocab %1").arg(c["vocab_size"].get<int>())));
   EXPECT_TRUE(s.contains("stored F32 (config.json: float32)")) << s.toStdString();
   EXPECT_TRUE(s.contains("in 1 file")) << s.toStdString();
+  // What the engine does with it: the family's description.
+  EXPECT_TRUE(s.contains("grouped-query attention")) << s.toStdString();
 }
 
 TEST(HfFolderInfo, ApplySetsTheModelAndTheBaseOnly) {

@@ -371,7 +371,7 @@ TEST(PlannerPageTest, HuggingFaceConfigIsTheModel) {
   EXPECT_EQ(cfg.model.d_model, 32);
   EXPECT_EQ(cfg.model.vocab, 384);
   EXPECT_EQ(cfg.finetune.base_checkpoint, dir);
-  EXPECT_TRUE(page.modelNote().startsWith("GPT2LMHeadModel")) << page.modelNote().toStdString();
+  EXPECT_TRUE(page.modelNote().startsWith("GPT-2 (GPT2LMHeadModel)")) << page.modelNote().toStdString();
 
   QTemporaryDir tmp;
   const QString lone = tmp.filePath("llama-config.json");

@@ -313,7 +313,7 @@ TEST_F(WizardTest, HuggingFaceFolderOnTheModelPage) {
   ASSERT_TRUE(doc->estimate());
   EXPECT_EQ(doc->estimate()->params.total, elements);
   EXPECT_NE(doc->estimate()->params.total, before);
-  EXPECT_TRUE(info->text().startsWith("LlamaForCausalLM")) << info->text().toStdString();
+  EXPECT_TRUE(info->text().startsWith("LLaMA (LlamaForCausalLM)")) << info->text().toStdString();
   EXPECT_TRUE(info->text().contains("stored F32")) << info->text().toStdString();
   EXPECT_TRUE(apply->isHidden());
 

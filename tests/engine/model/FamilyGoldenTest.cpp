@@ -41,10 +41,14 @@ TEST_P(FamilyGolden, MatchesTransformers) {
   const auto targets = expected.i32("targets");
   const int B = static_cast<int>(expected.entry("inputs").shape.at(0));
   const int T = static_cast<int>(expected.entry("inputs").shape.at(1));
-  for (bool flash : {false, true}) {
-    SCOPED_TRACE(flash ? "flash attention" : "naive attention");
+  // Naive and flash attention, and flash with every block recomputed in backward (activation
+  // checkpointing: the recomputation must rebuild every saved value, the branch norms' too).
+  for (int variant : {0, 1, 2}) {
+    const bool flash = variant > 0;
+    SCOPED_TRACE(variant == 0 ? "naive attention" : variant == 1 ? "flash" : "flash, checkpointing");
     ts::core::RunConfig rc = ts::core::hfRunConfig(dir, hf.model, T);
     rc.attention.impl = flash ? "flash" : "naive";
+    if (variant == 2) rc.memory.checkpointing = "all";
     auto backend = ts::kernels::makeCpuBackend();
     MemoryTracker tracker;
     Gpt model(gptConfigFrom(rc, hf.model.vocab, backend.get()), backend.get(), &tracker);
