@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "trainscope/core/model/ModelFamily.h"
 #include "trainscope/engine/train/Capabilities.h"
 #include "trainscope/engine/train/Trainer.h"
 
@@ -75,4 +76,19 @@ TEST(Capabilities, LlamaRefusalsNameTheKey) {
   c.model.kv_heads = 2;
   ASSERT_EQ(engine::unsupportedFeatures(c).size(), 1u);
   EXPECT_EQ(engine::unsupportedFeatures(c)[0].path, "model.kv_heads");
+}
+
+// The families the engine trains, as the GUI and scripts read them: every registered family
+// with its display name and the Hugging Face classes it reads.
+TEST(Capabilities, ListEveryModelFamily) {
+  const auto caps = ts::engine::capabilitiesJson();
+  const auto names = ts::core::modelFamilyNames();
+  ASSERT_EQ(caps["families"].size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto& f = caps["families"][i];
+    EXPECT_EQ(f["name"], names[i]);
+    EXPECT_EQ(f["display_name"], ts::core::modelFamily(names[i]).displayName());
+    EXPECT_EQ(f["hf_architectures"], ts::core::modelFamily(names[i]).hfArchitectures());
+  }
+  EXPECT_EQ(caps["architectures"], names);
 }

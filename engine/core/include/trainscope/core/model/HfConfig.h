@@ -2,8 +2,7 @@
 // A Hugging Face model folder's config.json in the run config's terms (model.*), plus what its
 // safetensors headers say about the stored weights. Qt-free and compute-free so the engine's
 // loader, the wizard and the planner read a folder the same way (the GUI does not link the
-// engine). Supported: GPT2LMHeadModel, LlamaForCausalLM, and MistralForCausalLM where its
-// config fits the llama description.
+// engine). Supported: the architectures of every model family (ModelFamily.h, docs/models.md).
 #include <cstdint>
 #include <map>
 #include <stdexcept>
@@ -25,9 +24,9 @@ class HfConfigError : public std::runtime_error {
 struct HfModelInfo {
   std::string dir;
   std::string configPath;
-  std::string architecture;  // "GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM"
+  std::string architecture;  // config.json's "architectures"[0] ("Qwen3ForCausalLM", ...)
   ModelConfig model;         // model.seq_len = the model's positions (n_positions, ...)
-  bool tiedHead = false;     // llama with tie_word_embeddings
+  bool tiedHead = false;     // tie_word_embeddings (llama-like families)
   std::string configDtype;   // config.json's torch_dtype / dtype ("bfloat16", ...), or ""
   nlohmann::json config;     // config.json as read
 };
@@ -35,8 +34,8 @@ struct HfModelInfo {
 // Whether `path` is a Hugging Face model folder (has config.json and no trainscope state.json).
 bool isHfModelFolder(const std::string& path);
 // `path`: the folder or its config.json. Throws HfConfigError naming the file and field:
-// unreadable or not JSON, unsupported architecture, an option the description does not have
-// (rope_scaling, biases, another norm epsilon or MLP width).
+// unreadable or not JSON, unsupported architecture, an option the family does not have (a rope
+// type, biases, an MLP width, ...).
 HfModelInfo readHfConfig(const std::string& path);
 
 // The model.* keys of the folder's shape differing from `run` (a run fine-tuning the folder
