@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "trainscope/core/plan/Estimator.h"
 #include "trainscope/core/model/HfConfig.h"
+#include "trainscope/core/plan/Estimator.h"
 
 namespace ts::core {
 namespace {

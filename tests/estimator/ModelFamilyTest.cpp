@@ -183,7 +183,8 @@ TEST(ModelFamily, PresetsHaveThePublishedParameterCounts) {
 // keys each family adds.
 TEST(ModelFamily, TransformersFoldersOfEveryFamilyRead) {
   const fs::path root = fs::path(TRAINSCOPE_TEST_DATA) / "families";
-  for (const char* fam : {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "olmo2"}) {
+  for (const char* fam :
+       {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "olmo2"}) {
     SCOPED_TRACE(fam);
     const HfModelInfo hf = readHfConfig((root / fam).string());
     EXPECT_EQ(hf.model.arch, fam);

@@ -251,8 +251,8 @@ TEST(PlannerPageTest, SelectingASuggestionExportsIt) {
 }
 
 namespace {
-// What this engine says of itself today (engine/src/train/Capabilities.cpp): LoRA, QLoRA, 8-bit state,
-// ZeRO and offload not implemented; 16-bit and fp8 policies on the cpu backend only.
+// What this engine says of itself today (engine/src/train/Capabilities.cpp): LoRA, QLoRA, 8-bit
+// state, ZeRO and offload not implemented; 16-bit and fp8 policies on the cpu backend only.
 nlohmann::json engineLikeCaps(bool gpu) {
   auto no = [](const char* why) { return nlohmann::json{{"supported", false}, {"why", why}}; };
   nlohmann::json cpuOnly = {{"supported", true}, {"backends", {"cpu"}}, {"backends_why", "cpu"}};
@@ -371,7 +371,8 @@ TEST(PlannerPageTest, HuggingFaceConfigIsTheModel) {
   EXPECT_EQ(cfg.model.d_model, 32);
   EXPECT_EQ(cfg.model.vocab, 384);
   EXPECT_EQ(cfg.finetune.base_checkpoint, dir);
-  EXPECT_TRUE(page.modelNote().startsWith("GPT-2 (GPT2LMHeadModel)")) << page.modelNote().toStdString();
+  EXPECT_TRUE(page.modelNote().startsWith("GPT-2 (GPT2LMHeadModel)"))
+      << page.modelNote().toStdString();
 
   QTemporaryDir tmp;
   const QString lone = tmp.filePath("llama-config.json");

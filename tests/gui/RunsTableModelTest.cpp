@@ -385,8 +385,8 @@ TEST(RunsModelColumn, NamesTheFamilyAndTheBase) {
   core::RunSummary s;
   s.id = 1;
   s.name = "a";
-  rows.push_back(makeRunEntry(s, {{"model", {{"arch", "llama"}}},
-                                  {"finetune", {{"base_checkpoint", "/x/Llama-3.2-1B"}}}}));
+  rows.push_back(makeRunEntry(
+      s, {{"model", {{"arch", "llama"}}}, {"finetune", {{"base_checkpoint", "/x/Llama-3.2-1B"}}}}));
   m.setEntries(rows);
   EXPECT_EQ(m.data(m.index(0, RunsTableModel::Model)).toString(), "LLaMA · Llama-3.2-1B");
   EXPECT_EQ(m.headerData(RunsTableModel::Model, Qt::Horizontal).toString(), "Model");

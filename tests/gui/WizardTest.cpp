@@ -17,8 +17,8 @@
 #include "MainWindow.h"
 #include "RunWizard.h"
 #include "trainscope/core/config/Config.h"
-#include "trainscope/core/plan/Estimator.h"
 #include "trainscope/core/model/HfConfig.h"
+#include "trainscope/core/plan/Estimator.h"
 
 using namespace ts::gui;
 

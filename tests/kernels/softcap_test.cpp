@@ -36,7 +36,8 @@ TEST_P(Softcap, ForwardAndBackwardMatchFp64) {
       wy[i] = cap * t;
       wdy[i] = g[i] * (1 - t * t);
       const double h = 1e-4 * std::max(1.0, std::abs(double(x[i])));
-      fd[i] = g[i] * (cap * std::tanh((x[i] + h) / cap) - cap * std::tanh((x[i] - h) / cap)) / (2 * h);
+      fd[i] =
+          g[i] * (cap * std::tanh((x[i] + h) / cap) - cap * std::tanh((x[i] - h) / cap)) / (2 * h);
     }
     EXPECT_TRUE(allClose(y, wy, 1e-6, 1e-6)) << n;
     EXPECT_TRUE(allClose(dy, wdy, 1e-5, 1e-6)) << n;

@@ -230,14 +230,13 @@ std::vector<core::RunConfig> techniqueGrid() {
   struct Family {
     const char *arch, *attention, *checkpointing, *compression, *policy;
   };
-  for (const Family& f :
-       {Family{"mistral", "flash", "none", "none", "fp32"},
-        Family{"qwen2", "naive", "every_k", "none", "bf16"},
-        Family{"qwen3", "flash", "all", "none", "fp32"},
-        Family{"gemma2", "naive", "none", "int8", "fp32"},
-        Family{"gemma3", "flash", "all", "none", "bf16"},
-        Family{"phi3", "naive", "none", "none", "fp32"},
-        Family{"olmo2", "flash", "every_k", "none", "fp32"}}) {
+  for (const Family& f : {Family{"mistral", "flash", "none", "none", "fp32"},
+                          Family{"qwen2", "naive", "every_k", "none", "bf16"},
+                          Family{"qwen3", "flash", "all", "none", "fp32"},
+                          Family{"gemma2", "naive", "none", "int8", "fp32"},
+                          Family{"gemma3", "flash", "all", "none", "bf16"},
+                          Family{"phi3", "naive", "none", "none", "fp32"},
+                          Family{"olmo2", "flash", "every_k", "none", "fp32"}}) {
     core::RunConfig c = base[(k * 5) % base.size()];
     c.model.arch = f.arch;
     c.model.layers = 3;
@@ -254,8 +253,7 @@ std::vector<core::RunConfig> techniqueGrid() {
     const std::string a = f.arch;
     if (a == "qwen3" || a == "gemma2" || a == "gemma3") c.model.head_dim = 12;
     if (a == "qwen3" || a == "gemma2" || a == "gemma3") c.model.tie_embeddings = true;
-    if (a == "mistral" || a == "gemma2" || a == "gemma3" || a == "phi3")
-      c.model.sliding_window = 5;
+    if (a == "mistral" || a == "gemma2" || a == "gemma3" || a == "phi3") c.model.sliding_window = 5;
     if (a == "gemma2" || a == "gemma3") c.model.sliding_window_pattern = 2;
     if (a == "gemma2") c.model.attn_softcap = c.model.final_softcap = 20.0;
     if (a == "gemma3") c.model.rope_local_theta = 10000.0;

@@ -204,20 +204,13 @@ void Gpt::allocate(int B) {
   // Every buffer of the shared description, allocated as described (the estimator sums the
   // same list, so the memory plan is exactly what the tracker measures).
   const std::map<std::string, Tensor Workspace::*> wsFields = {
-      {"ones", &Workspace::ones},
-      {"dres", &Workspace::dres},
-      {"dtmp", &Workspace::dtmp},
-      {"dqkv", &Workspace::dqkv},
-      {"datt", &Workspace::datt},
-      {"dfc", &Workspace::dfc},
-      {"dfc2", &Workspace::dfc2},
-      {"ddrop", &Workspace::ddrop},
-      {"dpost", &Workspace::dpost},
-      {"loraDU", &Workspace::loraDU},
-      {"loraX", &Workspace::loraX},
-      {"stream", &Workspace::stream},
-      {"attUnpack", &Workspace::attUnpack},
-      {"kernelScratch", &Workspace::kernelScratch}};
+      {"ones", &Workspace::ones},           {"dres", &Workspace::dres},
+      {"dtmp", &Workspace::dtmp},           {"dqkv", &Workspace::dqkv},
+      {"datt", &Workspace::datt},           {"dfc", &Workspace::dfc},
+      {"dfc2", &Workspace::dfc2},           {"ddrop", &Workspace::ddrop},
+      {"dpost", &Workspace::dpost},         {"loraDU", &Workspace::loraDU},
+      {"loraX", &Workspace::loraX},         {"stream", &Workspace::stream},
+      {"attUnpack", &Workspace::attUnpack}, {"kernelScratch", &Workspace::kernelScratch}};
   const std::map<std::string, Tensor*> scratch = {{"x16", &x16_},
                                                   {"g16", &g16_},
                                                   {"nf4W", &nf4W_},
@@ -387,7 +380,8 @@ void Gpt::backward() {
     backend_->dropout(dres, dres, n, ctx_.dropout.p, ctx_.dropout.seed, ctx_.dropout.stream(-1, 0));
   }
   arena_.openGrads(embeddings);
-  if (embedScale_ != 1.f) backend_->scale(dres, int64_t(ctx_.B) * ctx_.T * config_.d_model, embedScale_);
+  if (embedScale_ != 1.f)
+    backend_->scale(dres, int64_t(ctx_.B) * ctx_.T * config_.d_model, embedScale_);
   embedding_->backward(ctx_, dres, acts_.tokens.i32());
   arena_.closeGrads(embeddings, true);
   haveLoss_ = false;

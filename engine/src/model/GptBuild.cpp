@@ -7,8 +7,8 @@
 
 #include "trainscope/core/model/ModelFamily.h"
 #include "trainscope/core/model/RotaryTable.h"
-#include "trainscope/kernels/Numeric.h"
 #include "trainscope/engine/model/Gpt.h"
+#include "trainscope/kernels/Numeric.h"
 
 namespace ts::engine {
 
@@ -66,13 +66,13 @@ void Gpt::validateConfig() const {
     throw std::invalid_argument("kv_heads " + std::to_string(arch.kvHeads) + " must divide heads " +
                                 std::to_string(config.heads));
   if (!arch.learnedPos && (arch.headDim() % 2 != 0 || arch.rotaryDim() < 2))  // rotary
-    throw std::invalid_argument(
-        "rotary embeddings need an even head dimension (" +
-        (arch.headDimSet > 0 ? "head_dim " + std::to_string(arch.headDim())
-                             : "d_model " + std::to_string(C) + " / heads " +
-                                   std::to_string(config.heads) + " = " +
-                                   std::to_string(arch.headDim())) +
-        ", " + std::to_string(arch.rotaryDim()) + " of them rotated)");
+    throw std::invalid_argument("rotary embeddings need an even head dimension (" +
+                                (arch.headDimSet > 0
+                                     ? "head_dim " + std::to_string(arch.headDim())
+                                     : "d_model " + std::to_string(C) + " / heads " +
+                                           std::to_string(config.heads) + " = " +
+                                           std::to_string(arch.headDim())) +
+                                ", " + std::to_string(arch.rotaryDim()) + " of them rotated)");
 
   if (config.checkpointEvery < 0 || config.checkpointEvery > config.layers)
     throw std::invalid_argument("checkpoint segment must be 0 (off) or 1..layers");
@@ -173,8 +173,8 @@ const ParamInfo* Gpt::projectionWeight(int block, core::BlockSlot slot, core::Te
   f.numel = 0;
   for (const ParamInfo* p : parts) {
     if ((!f.quantized() && p->offset != f.offset + f.numel) ||
-        (!bias && p->shape[1] != f.shape[1]) ||
-        p->quantized() != f.quantized() || p->trainable() != f.trainable() ||
+        (!bias && p->shape[1] != f.shape[1]) || p->quantized() != f.quantized() ||
+        p->trainable() != f.trainable() ||
         (f.trainable() && p->gradOffset != f.gradOffset + f.numel))
       throw std::logic_error("model description: " + p->name + " does not follow " +
                              parts.front()->name + " (or trains differently)");
@@ -270,7 +270,7 @@ void Gpt::buildBlocks() {
   const float eps = static_cast<float>(arch.normEps), offset = arch.normOffset;
   as.normEps = eps;
   as.normOffset = offset;
-  const Mlp::Activation act = arch.geglu      ? Mlp::Activation::GeGlu
+  const Mlp::Activation act = arch.geglu     ? Mlp::Activation::GeGlu
                               : arch.swiglu  ? Mlp::Activation::SwiGlu
                               : config_.relu ? Mlp::Activation::Relu
                                              : Mlp::Activation::Gelu;
@@ -313,9 +313,9 @@ void Gpt::buildOuterLayers() {
   // Gemma: sqrt(d_model) in the compute dtype (transformers rounds the normalizer to it).
   if (arch_.embedScale) {
     const float s = std::sqrt(static_cast<float>(dm));
-    embedScale_ = config_.working == DType::BF16   ? kernels::bf16ToFloat(kernels::floatToBf16(s))
+    embedScale_ = config_.working == DType::BF16  ? kernels::bf16ToFloat(kernels::floatToBf16(s))
                   : config_.working == DType::F16 ? kernels::fp16ToFloat(kernels::floatToFp16(s))
-                                                   : s;
+                                                  : s;
   }
   const ParamInfo* lmHead = firstOfRole(params, R::Head);
   head_.emplace(lmHead ? lmHead : wte, bf16Tables);  // tied: the token table is the head

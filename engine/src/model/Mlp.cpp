@@ -40,10 +40,10 @@ void Mlp::forward(const LayerContext& c, float* out, MlpSaved& s, const float* i
   if (!in16) comp.store(s.in, in, N, C_, count);
   float* act = comp.sparse() ? ws.dfc2.f32() : comp.slot(s.act, ws.dfc2.f32());
   {
-    const char* name = act_ == Activation::SwiGlu ? "swiglu_fwd"
+    const char* name = act_ == Activation::SwiGlu  ? "swiglu_fwd"
                        : act_ == Activation::GeGlu ? "geglu_fwd"
-                       : act_ == Activation::Relu ? "relu_fwd"
-                                                  : "gelu_fwd";
+                       : act_ == Activation::Relu  ? "relu_fwd"
+                                                   : "gelu_fwd";
     ScopedRange r(name, SpanCategory::Elementwise);
     activate(c, act, pre);
   }
@@ -99,10 +99,10 @@ void Mlp::backward(const LayerContext& c, float* dinp, const float* dout, MlpSav
     const float* pre = s.pre.empty() ? act
                        : preF        ? preF
                                      : comp.load(s.pre, ws.dfc2.f32(), N, preCols);
-    const char* name = act_ == Activation::SwiGlu ? "swiglu_bwd"
+    const char* name = act_ == Activation::SwiGlu  ? "swiglu_bwd"
                        : act_ == Activation::GeGlu ? "geglu_bwd"
-                       : act_ == Activation::Relu ? "relu_bwd"
-                                                  : "gelu_bwd";
+                       : act_ == Activation::Relu  ? "relu_bwd"
+                                                   : "gelu_bwd";
     ScopedRange r(name, SpanCategory::Elementwise);
     // relu(x) > 0 exactly when x > 0, so the pre-activation gives the same mask.
     if (act_ == Activation::SwiGlu)

@@ -169,8 +169,8 @@ TEST_P(FamilyRun, QloraAndDistillationTrain) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyRun,
-                         ::testing::Values("llama", "mistral", "qwen2", "qwen3", "gemma2",
-                                           "gemma3", "phi3", "olmo2"),
+                         ::testing::Values("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3",
+                                           "phi3", "olmo2"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

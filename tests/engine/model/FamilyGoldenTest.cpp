@@ -36,7 +36,8 @@ TEST_P(FamilyGolden, MatchesTransformers) {
   const std::string dir = dirOf(GetParam());
   const HfModel hf = openHfModel(dir);
   EXPECT_EQ(hf.model.arch, GetParam());
-  SafetensorsFile expected = SafetensorsFile::load((fs::path(dir) / "expected.safetensors").string());
+  SafetensorsFile expected =
+      SafetensorsFile::load((fs::path(dir) / "expected.safetensors").string());
   const auto inputs = expected.i32("inputs");
   const auto targets = expected.i32("targets");
   const int B = static_cast<int>(expected.entry("inputs").shape.at(0));
@@ -45,7 +46,9 @@ TEST_P(FamilyGolden, MatchesTransformers) {
   // checkpointing: the recomputation must rebuild every saved value, the branch norms' too).
   for (int variant : {0, 1, 2}) {
     const bool flash = variant > 0;
-    SCOPED_TRACE(variant == 0 ? "naive attention" : variant == 1 ? "flash" : "flash, checkpointing");
+    SCOPED_TRACE(variant == 0   ? "naive attention"
+                 : variant == 1 ? "flash"
+                                : "flash, checkpointing");
     ts::core::RunConfig rc = ts::core::hfRunConfig(dir, hf.model, T);
     rc.attention.impl = flash ? "flash" : "naive";
     if (variant == 2) rc.memory.checkpointing = "all";
@@ -64,7 +67,8 @@ TEST_P(FamilyGolden, MatchesTransformers) {
         model.logitsRow(b, t, row.data());
         for (int v = 0; v < V; ++v) {
           const float e = logits[(size_t(b) * T + t) * V + v];
-          ASSERT_NEAR(row[v], e, 1e-5 + 1e-4 * std::abs(e)) << "logit " << b << "," << t << "," << v;
+          ASSERT_NEAR(row[v], e, 1e-5 + 1e-4 * std::abs(e))
+              << "logit " << b << "," << t << "," << v;
         }
       }
     int64_t count = 0;
@@ -98,8 +102,8 @@ TEST_P(FamilyGolden, MatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyGolden,
-                         ::testing::Values("llama", "mistral", "qwen2", "qwen3", "gemma2",
-                                           "gemma3", "phi3", "olmo2"),
+                         ::testing::Values("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3",
+                                           "phi3", "olmo2"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace
@@ -117,7 +121,8 @@ class FamilyGoldenBf16 : public ::testing::TestWithParam<const char*> {};
 TEST_P(FamilyGoldenBf16, StaysWithinBf16Bounds) {
   const std::string dir = dirOf(GetParam());
   const HfModel hf = openHfModel(dir);
-  SafetensorsFile expected = SafetensorsFile::load((fs::path(dir) / "expected.safetensors").string());
+  SafetensorsFile expected =
+      SafetensorsFile::load((fs::path(dir) / "expected.safetensors").string());
   const auto inputs = expected.i32("inputs");
   const auto targets = expected.i32("targets");
   const int B = static_cast<int>(expected.entry("inputs").shape.at(0));
@@ -152,8 +157,8 @@ TEST_P(FamilyGoldenBf16, StaysWithinBf16Bounds) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyGoldenBf16,
-                         ::testing::Values("llama", "mistral", "qwen2", "qwen3", "gemma2",
-                                           "gemma3", "phi3", "olmo2"),
+                         ::testing::Values("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3",
+                                           "phi3", "olmo2"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace
@@ -173,7 +178,8 @@ TEST_P(FamilyPeft, ReproducesPeftsLogits) {
   const auto ac = nlohmann::json::parse(std::ifstream(peftDir / "adapter_config.json"));
   SafetensorsFile adapter = SafetensorsFile::load((peftDir / "adapter_model.safetensors").string());
   SafetensorsFile want = SafetensorsFile::load((peftDir / "expected.safetensors").string());
-  SafetensorsFile expected = SafetensorsFile::load((fs::path(dir) / "expected.safetensors").string());
+  SafetensorsFile expected =
+      SafetensorsFile::load((fs::path(dir) / "expected.safetensors").string());
   const auto inputs = expected.i32("inputs");
   const int B = static_cast<int>(expected.entry("inputs").shape.at(0));
   const int T = static_cast<int>(expected.entry("inputs").shape.at(1));
@@ -213,8 +219,8 @@ TEST_P(FamilyPeft, ReproducesPeftsLogits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyPeft,
-                         ::testing::Values("llama", "mistral", "qwen2", "qwen3", "gemma2",
-                                           "gemma3", "phi3", "olmo2"),
+                         ::testing::Values("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3",
+                                           "phi3", "olmo2"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

@@ -353,7 +353,8 @@ TEST(Decoder, RefusesShapesTheDescriptionCannotTake) {
   };
   GptConfig c = tinyConfig();
   c.architecture = "mamba";
-  EXPECT_NE(message(c).find("unknown architecture 'mamba' (gpt2 or llama or mistral"), std::string::npos);
+  EXPECT_NE(message(c).find("unknown architecture 'mamba' (gpt2 or llama or mistral"),
+            std::string::npos);
   c = tinyConfig();
   c.architecture = "llama";
   c.heads = 4;

@@ -34,7 +34,8 @@ ModelConfig baseModel(const std::string& base) {
   std::set<std::string> bad;
   readSchema(s["config"], c, issues, bad);
   if (!issues.empty())
-    throw HfConfigError(state.string() + ": its run config is invalid: " + issues.front().toString());
+    throw HfConfigError(state.string() +
+                        ": its run config is invalid: " + issues.front().toString());
   return c.model;
 }
 

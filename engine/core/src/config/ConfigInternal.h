@@ -41,7 +41,7 @@ namespace ts::core::config {
 // config.json, or a trainscope checkpoint's run config); model.seq_len and model.dropout stay
 // the run's (seq_len, when not set, is the base's capped at 1024). Explicitly set keys that
 // disagree with the base, and a missing or unreadable base, are issues.
-void resolveAutoArch(const nlohmann::json& doc, RunConfig& config,
-                     std::vector<ConfigIssue>& issues, std::set<std::string>& bad);
+void resolveAutoArch(const nlohmann::json& doc, RunConfig& config, std::vector<ConfigIssue>& issues,
+                     std::set<std::string>& bad);
 
 }  // namespace ts::core::config

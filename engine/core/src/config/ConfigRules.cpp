@@ -83,10 +83,10 @@ void CrossFieldRules::checkFamilyKeys() {
   RunConfig defaults;
   defaults.model.arch = c_.model.arch;
   const json now = toJson(c_)["model"], def = toJson(defaults)["model"];
-  for (const char* k : {"head_dim", "norm_eps", "tie_embeddings", "rope_scaling", "max_positions",
-                        "partial_rotary_factor", "sliding_window", "sliding_window_pattern",
-                        "rope_local_theta", "query_pre_attn_scalar", "attn_softcap",
-                        "final_softcap"})
+  for (const char* k :
+       {"head_dim", "norm_eps", "tie_embeddings", "rope_scaling", "max_positions",
+        "partial_rotary_factor", "sliding_window", "sliding_window_pattern", "rope_local_theta",
+        "query_pre_attn_scalar", "attn_softcap", "final_softcap"})
     if (!family->readsModelKey(k) && now[k] != def[k])
       add(std::string("model.") + k, now[k],
           "does nothing for model.arch " + c_.model.arch + " (" + family->displayName() +

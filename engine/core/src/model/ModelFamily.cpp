@@ -8,7 +8,7 @@
 
 namespace ts::core {
 
-const ModelFamily& gpt2Family();   // families/gpt2/Gpt2Family.cpp
+const ModelFamily& gpt2Family();     // families/gpt2/Gpt2Family.cpp
 const ModelFamily& llamaFamily();    // families/llama/LlamaFamily.cpp
 const ModelFamily& mistralFamily();  // families/mistral/MistralFamily.cpp
 const ModelFamily& qwen2Family();    // families/qwen2/Qwen2Family.cpp

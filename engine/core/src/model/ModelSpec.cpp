@@ -370,7 +370,8 @@ void SavedStateList::outsideBlocks() {
   // The rotary tables (positions x rotated dims), the sliding layers' own where they differ.
   if (a_.rotaryDim() > 0) {
     add("ropeTable", {T_, a_.rotaryDim()}, E::F32, Cat::Workspace);
-    if (separateLocalRotary(a_)) add("ropeTableLocal", {T_, a_.rotaryDim()}, E::F32, Cat::Workspace);
+    if (separateLocalRotary(a_))
+      add("ropeTableLocal", {T_, a_.rotaryDim()}, E::F32, Cat::Workspace);
   }
 }
 
@@ -398,7 +399,7 @@ void SavedStateList::backwardWorkspace() {
   add("dfc2", {B_, T_, fcWide}, E::F32, ws);
   if (packedResidual_) add("stream", {B_, T_, C_}, E::F32, ws);  // forward's fp32 residual stream
   if (stored_ && !o_.flash) add("attUnpack", {B_, NH_, T_, T_}, E::F32, ws);
-  if (o_.dropout) add("ddrop", {B_, T_, C_}, E::F32, ws);  // a branch's gradient through its mask
+  if (o_.dropout) add("ddrop", {B_, T_, C_}, E::F32, ws);   // a branch's gradient through its mask
   if (a_.postNorm) add("dpost", {B_, T_, C_}, E::F32, ws);  // a branch's gradient before its norm
   if (!sites_.empty()) {
     add("loraDU", {N_, o_.lora.r}, E::F32, ws);  // an adapter's gradient of u

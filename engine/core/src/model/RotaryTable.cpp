@@ -61,8 +61,8 @@ double longrope(std::vector<double>& f, const ModelConfig::RopeScaling& r, int64
   if (ext.size() != f.size())
     throw std::invalid_argument(
         std::string("model.rope_scaling.") + (seqLen > orig ? "long_factor" : "short_factor") +
-        " has " + std::to_string(ext.size()) + " values: longrope needs rotary_dim / 2 = " +
-        std::to_string(f.size()));
+        " has " + std::to_string(ext.size()) +
+        " values: longrope needs rotary_dim / 2 = " + std::to_string(f.size()));
   for (size_t i = 0; i < f.size(); ++i) f[i] /= ext[i];
   if (r.attention_factor > 0) return r.attention_factor;
   const double factor = double(maxPositions) / orig;
@@ -71,14 +71,15 @@ double longrope(std::vector<double>& f, const ModelConfig::RopeScaling& r, int64
 
 }  // namespace
 
-RotaryFrequencies rotaryFrequencies(double theta, const ModelConfig::RopeScaling& r,
-                                    int64_t dim, int64_t seqLen, int64_t maxPositions) {
+RotaryFrequencies rotaryFrequencies(double theta, const ModelConfig::RopeScaling& r, int64_t dim,
+                                    int64_t seqLen, int64_t maxPositions) {
   RotaryFrequencies out;
   if (maxPositions <= 0) maxPositions = seqLen;
   if (r.type == "dynamic" && dim > 2) {
     // NTK: the base grows once sequences outrun the model's positions.
     const double len = double(std::max(seqLen, maxPositions));
-    theta *= std::pow(r.factor * len / double(maxPositions) - (r.factor - 1), double(dim) / (dim - 2));
+    theta *=
+        std::pow(r.factor * len / double(maxPositions) - (r.factor - 1), double(dim) / (dim - 2));
   }
   out.invFreq = plainInvFreq(theta, dim);
   if (r.type == "linear")

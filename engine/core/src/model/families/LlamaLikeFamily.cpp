@@ -6,9 +6,9 @@
 namespace ts::core {
 
 std::vector<std::string> LlamaLikeFamily::modelKeys() const {
-  std::vector<std::string> keys = {"kv_heads",       "d_ff",         "rope_theta", "mlp",
-                                   "norm",           "head_dim",     "norm_eps",   "tie_embeddings",
-                                   "rope_scaling",   "max_positions"};
+  std::vector<std::string> keys = {"kv_heads",     "d_ff",         "rope_theta", "mlp",
+                                   "norm",         "head_dim",     "norm_eps",   "tie_embeddings",
+                                   "rope_scaling", "max_positions"};
   for (const auto& k : t_.extraKeys) addUnique(keys, k);
   return keys;
 }
@@ -36,10 +36,11 @@ std::vector<Projection> LlamaLikeFamily::projections(const ArchSpec& a) const {
             {{"o"}, "o_proj", Q, C, "self_attn.o_proj"},
             {{"fc"}, "gate_up_proj", C, 2 * F, "mlp.gate_up_proj"},
             {{"proj"}, "down_proj", F, C, "mlp.down_proj"}};
-  return {{{"q"}, "q_proj", C, Q, "self_attn.q_proj"},     {{"k"}, "k_proj", C, KV, "self_attn.k_proj"},
-          {{"v"}, "v_proj", C, KV, "self_attn.v_proj"},    {{"o"}, "o_proj", Q, C, "self_attn.o_proj"},
-          {{"fc"}, "gate_proj", C, F, "mlp.gate_proj"},    {{"fc"}, "up_proj", C, F, "mlp.up_proj"},
-          {{"proj"}, "down_proj", F, C, "mlp.down_proj"}};
+  return {
+      {{"q"}, "q_proj", C, Q, "self_attn.q_proj"},   {{"k"}, "k_proj", C, KV, "self_attn.k_proj"},
+      {{"v"}, "v_proj", C, KV, "self_attn.v_proj"},  {{"o"}, "o_proj", Q, C, "self_attn.o_proj"},
+      {{"fc"}, "gate_proj", C, F, "mlp.gate_proj"},  {{"fc"}, "up_proj", C, F, "mlp.up_proj"},
+      {{"proj"}, "down_proj", F, C, "mlp.down_proj"}};
 }
 
 void LlamaLikeFamily::tensors(TensorListBuilder& b) const {
@@ -134,8 +135,9 @@ void readRopeObject(const HfFields& r, ModelConfig& m) {
   static const std::vector<std::string> known = {"default", "linear", "dynamic",
                                                  "llama3",  "yarn",   "longrope"};
   if (std::find(known.begin(), known.end(), s.type) == known.end())
-    r.refuse("rope_type", "'" + s.type +
-                              "' is not supported (default, linear, dynamic, llama3, yarn, longrope)");
+    r.refuse(
+        "rope_type",
+        "'" + s.type + "' is not supported (default, linear, dynamic, llama3, yarn, longrope)");
   m.rope_theta = r.number("rope_theta", m.rope_theta);
   s.factor = r.number("factor", 1.0);
   s.low_freq_factor = r.number("low_freq_factor", 1.0);
@@ -148,8 +150,8 @@ void readRopeObject(const HfFields& r, ModelConfig& m) {
   if (r.j.contains("mscale") || r.j.contains("mscale_all_dim"))
     r.refuse("mscale", "is set: yarn with mscale (DeepSeek's attention scaling) is not supported");
   if (!r.flag("truncate", true)) r.refuse("truncate", "false is not supported (yarn truncates)");
-  for (auto [key, list] : {std::pair{"short_factor", &s.short_factor},
-                           std::pair{"long_factor", &s.long_factor}})
+  for (auto [key, list] :
+       {std::pair{"short_factor", &s.short_factor}, std::pair{"long_factor", &s.long_factor}})
     if (r.j.contains(key) && r.j[key].is_array()) {
       list->clear();
       for (const auto& v : r.j[key]) {
@@ -207,8 +209,9 @@ void readSlidingWindow(const HfFields& f, ModelConfig& m, const char* patternKey
       m.sliding_window_pattern = k;
       return;
     }
-  f.refuse("layer_types", "mixes sliding and full attention layers in an order the engine does not "
-                          "describe (every layer sliding, or every k-th layer full)");
+  f.refuse("layer_types",
+           "mixes sliding and full attention layers in an order the engine does not "
+           "describe (every layer sliding, or every k-th layer full)");
 }
 
 nlohmann::json ropeScalingJson(const ModelConfig::RopeScaling& r) {

@@ -110,7 +110,8 @@ void LlamaLikeFamily::hfShapeMismatches(const HfModelInfo& hf, const ModelConfig
     if (k == "sliding_window") cmp("model.sliding_window", run.sliding_window, m.sliding_window);
     if (k == "sliding_window_pattern")
       cmp("model.sliding_window_pattern", run.sliding_window_pattern, m.sliding_window_pattern);
-    if (k == "rope_local_theta") cmp("model.rope_local_theta", run.rope_local_theta, m.rope_local_theta);
+    if (k == "rope_local_theta")
+      cmp("model.rope_local_theta", run.rope_local_theta, m.rope_local_theta);
     if (k == "query_pre_attn_scalar")
       cmp("model.query_pre_attn_scalar", run.query_pre_attn_scalar, m.query_pre_attn_scalar);
     if (k == "attn_softcap") cmp("model.attn_softcap", run.attn_softcap, m.attn_softcap);

@@ -20,11 +20,11 @@ struct AttentionSaved {
 
 struct AttentionShape {
   int dModel = 0, heads = 0, kvHeads = 0, headDim = 0;
-  int qkvDim = 0;     // row width of the packed projections
-  int rotaryDim = 0;  // > 0: rotary positions on the first rotaryDim dims of each head
+  int qkvDim = 0;          // row width of the packed projections
+  int rotaryDim = 0;       // > 0: rotary positions on the first rotaryDim dims of each head
   bool localRope = false;  // the sliding layers' own rotary table (LayerContext::ropeLocal)
   bool flash = false;
-  bool flashBf16 = false;  // flash on bf16 tensor cores (OpList.h: FlashAttentionBf16)
+  bool flashBf16 = false;             // flash on bf16 tensor cores (OpList.h: FlashAttentionBf16)
   kernels::AttentionOptions options;  // scale, sliding window, soft-capping
   // RMSNorms of q and k before the rotation: per head (groups of headDim) or over the whole
   // projection; null weights: none.

@@ -153,15 +153,15 @@ bool useBf16Gemm(const core::RunConfig& config, const kernels::Backend* backend)
 // the logits and the loss's per-token values.
 struct Activations : DecoderActivations {
   int B = 0, T = 0;
-  Tensor tokens;         // I32 (B,T)
-  Tensor targets;        // I32 (B,T)
-  SavedTensor residOut;  // (B,T,C) output of the last block
-  SavedTensor lnf;       // (B,T,C)
-  NormSaved lnfSaved;    // final norm's mean (LayerNorm) and rstd
-  Tensor logits;         // (B,T,V); after a loss forward it holds dlogits
-  Tensor losses;         // (B,T)
+  Tensor tokens;                     // I32 (B,T)
+  Tensor targets;                    // I32 (B,T)
+  SavedTensor residOut;              // (B,T,C) output of the last block
+  SavedTensor lnf;                   // (B,T,C)
+  NormSaved lnfSaved;                // final norm's mean (LayerNorm) and rstd
+  Tensor logits;                     // (B,T,V); after a loss forward it holds dlogits
+  Tensor losses;                     // (B,T)
   Tensor ropeTable, ropeTableLocal;  // (T, rotary dims): constants, uploaded by allocate
-  Tensor softcapGrad;  // (B,T,V) the logits' soft-cap derivative (final_softcap > 0)
+  Tensor softcapGrad;                // (B,T,V) the logits' soft-cap derivative (final_softcap > 0)
 };
 
 class Gpt {

@@ -27,19 +27,19 @@ struct ModelConfig {
   double rope_theta = 10000.0;     // llama: rotary embedding base
   // The llama-like families' shape beyond the sizes (docs/models.md; each family says which of
   // these it reads, ModelFamily::modelKeys).
-  int head_dim = 0;              // 0 = d_model / heads
-  double norm_eps = 1e-5;        // RMSNorm / LayerNorm epsilon (rms_norm_eps)
-  bool tie_embeddings = false;   // llama-like: the head is the token embedding (gpt2: always)
+  int head_dim = 0;             // 0 = d_model / heads
+  double norm_eps = 1e-5;       // RMSNorm / LayerNorm epsilon (rms_norm_eps)
+  bool tie_embeddings = false;  // llama-like: the head is the token embedding (gpt2: always)
   // transformers' rope_scaling / rope_parameters: type default | linear | dynamic | llama3 |
   // yarn | longrope, and that type's parameters (modeling_rope_utils).
   struct RopeScaling {
     std::string type = "default";
     double factor = 1.0;
-    double low_freq_factor = 1.0;   // llama3
-    double high_freq_factor = 4.0;  // llama3
-    int original_max_position_embeddings = 0;  // llama3, yarn, longrope (0 = max positions)
-    double attention_factor = 0.0;             // yarn, longrope: 0 = the type's default
-    double beta_fast = 32.0, beta_slow = 1.0;  // yarn
+    double low_freq_factor = 1.0;                   // llama3
+    double high_freq_factor = 4.0;                  // llama3
+    int original_max_position_embeddings = 0;       // llama3, yarn, longrope (0 = max positions)
+    double attention_factor = 0.0;                  // yarn, longrope: 0 = the type's default
+    double beta_fast = 32.0, beta_slow = 1.0;       // yarn
     std::vector<double> short_factor, long_factor;  // longrope: rotary_dim / 2 each
     bool operator==(const RopeScaling&) const = default;
   };
@@ -50,10 +50,10 @@ struct ModelConfig {
   // others slide (Gemma 2: 2, Gemma 3: 6); 0: every layer slides (Mistral, Phi-3).
   int sliding_window = 0;
   int sliding_window_pattern = 0;
-  double rope_local_theta = 0.0;        // Gemma 3: the sliding layers' rotary base (0 = rope_theta)
-  double query_pre_attn_scalar = 0.0;   // Gemma: scores scaled by its ^-0.5 (0 = head_dim)
-  double attn_softcap = 0.0;            // Gemma 2: tanh soft-capping of the scores (0 = off)
-  double final_softcap = 0.0;           // Gemma 2: of the logits (0 = off)
+  double rope_local_theta = 0.0;       // Gemma 3: the sliding layers' rotary base (0 = rope_theta)
+  double query_pre_attn_scalar = 0.0;  // Gemma: scores scaled by its ^-0.5 (0 = head_dim)
+  double attn_softcap = 0.0;           // Gemma 2: tanh soft-capping of the scores (0 = off)
+  double final_softcap = 0.0;          // Gemma 2: of the logits (0 = off)
 };
 
 struct DataConfig {

@@ -28,13 +28,13 @@ struct ArchSpec {
   int64_t headDimSet = 0;  // model.head_dim (0: dModel / heads)
   bool bias = true, learnedPos = true, tiedHead = true, fusedQkv = true;
   bool swiglu = false, rmsNorm = false, relu = false;
-  bool geglu = false;     // gelu_tanh(gate) * up (Gemma); swiglu is set too: the same [gate|up]
-  bool qkvBias = false;   // q/k/v projections have biases, the rest none (Qwen2)
+  bool geglu = false;    // gelu_tanh(gate) * up (Gemma); swiglu is set too: the same [gate|up]
+  bool qkvBias = false;  // q/k/v projections have biases, the rest none (Qwen2)
   enum class QkNorm { None, PerHead, Whole };  // RMSNorm of q and k before the rotation
   QkNorm qkNorm = QkNorm::None;
-  bool preNorm = true;    // norms before attention and MLP (OLMo 2 has none)
-  bool postNorm = false;  // norms on the branches' outputs before the residual add
-  float normOffset = 0.f; // RMSNorm multiplies by (normOffset + w): Gemma's 1 + w
+  bool preNorm = true;     // norms before attention and MLP (OLMo 2 has none)
+  bool postNorm = false;   // norms on the branches' outputs before the residual add
+  float normOffset = 0.f;  // RMSNorm multiplies by (normOffset + w): Gemma's 1 + w
   double normEps = 1e-5;
   bool embedScale = false;  // embeddings times sqrt(dModel) (Gemma)
   double ropeTheta = 10000.0;
@@ -62,7 +62,9 @@ struct ArchSpec {
     return slidingWindow > 0 && (slidingPattern <= 0 || (l + 1) % slidingPattern != 0);
   }
   // The attention scale (0: 1/sqrt(head dim)).
-  double attnScale() const { return queryPreAttnScalar > 0 ? 1.0 / std::sqrt(queryPreAttnScalar) : 0.0; }
+  double attnScale() const {
+    return queryPreAttnScalar > 0 ? 1.0 / std::sqrt(queryPreAttnScalar) : 0.0;
+  }
 };
 // model.* of a run config; `vocab` is the resolved vocabulary (model.vocab 0 = the data's).
 ArchSpec archSpecOf(const ModelConfig& model, int64_t vocab);

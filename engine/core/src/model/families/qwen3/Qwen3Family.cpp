@@ -38,9 +38,10 @@ class Qwen3Family final : public LlamaLikeFamily {
       m.max_positions = 40960;
       return m;
     };
-    return {{"qwen3-0.6b", q(28, 16, 1024, 3072, true)},  {"qwen3-1.7b", q(28, 16, 2048, 6144, true)},
-            {"qwen3-4b", q(36, 32, 2560, 9728, true)},    {"qwen3-8b", q(36, 32, 4096, 12288, false)},
-            {"qwen3-14b", q(40, 40, 5120, 17408, false)}, {"qwen3-32b", q(64, 64, 5120, 25600, false)}};
+    return {
+        {"qwen3-0.6b", q(28, 16, 1024, 3072, true)},  {"qwen3-1.7b", q(28, 16, 2048, 6144, true)},
+        {"qwen3-4b", q(36, 32, 2560, 9728, true)},    {"qwen3-8b", q(36, 32, 4096, 12288, false)},
+        {"qwen3-14b", q(40, 40, 5120, 17408, false)}, {"qwen3-32b", q(64, 64, 5120, 25600, false)}};
   }
   std::vector<std::pair<std::string, std::string>> presetAliases() const override { return {}; }
 };
