@@ -84,6 +84,53 @@ std::vector<core::RunConfig> baseGrid() {
   return grid;
 }
 
+// A row per llama-like family, each with what it adds to the llama block at a size where it
+// shows: head_dim unequal to d_model / heads, q/k norms, norms after the branches, windows,
+// soft-caps, partial rotary (docs/models.md).
+void familyRows(const std::vector<core::RunConfig>& base, int& k,
+                std::vector<core::RunConfig>& out) {
+  struct Family {
+    const char *arch, *attention, *checkpointing, *compression, *policy;
+  };
+  for (const Family& f : {Family{"mistral", "flash", "none", "none", "fp32"},
+                          Family{"qwen2", "naive", "every_k", "none", "bf16"},
+                          Family{"qwen3", "flash", "all", "none", "fp32"},
+                          Family{"gemma2", "naive", "none", "int8", "fp32"},
+                          Family{"gemma3", "flash", "all", "none", "bf16"},
+                          Family{"phi3", "naive", "none", "none", "fp32"},
+                          Family{"olmo2", "flash", "every_k", "none", "fp32"}}) {
+    core::RunConfig c = base[(k * 5) % base.size()];
+    c.model.arch = f.arch;
+    c.model.layers = 3;
+    c.model.heads = 4;
+    c.model.kv_heads = 2;
+    c.model.d_model = 32;
+    c.model.d_ff = 88;
+    c.model.activation = "gelu";
+    c.attention.impl = f.attention;
+    c.memory.checkpointing = f.checkpointing;
+    c.memory.checkpoint_every = 0;
+    c.memory.activation_compression = f.compression;
+    c.precision.policy = f.policy;
+    const std::string a = f.arch;
+    if (a == "qwen3" || a == "gemma2" || a == "gemma3") c.model.head_dim = 12;
+    if (a == "qwen3" || a == "gemma2" || a == "gemma3") c.model.tie_embeddings = true;
+    if (a == "mistral" || a == "gemma2" || a == "gemma3" || a == "phi3") c.model.sliding_window = 5;
+    if (a == "gemma2" || a == "gemma3") c.model.sliding_window_pattern = 2;
+    if (a == "gemma2") c.model.attn_softcap = c.model.final_softcap = 20.0;
+    if (a == "gemma3") c.model.rope_local_theta = 10000.0;
+    if (a == "phi3") {
+      c.model.partial_rotary_factor = 0.5;  // head 8: 4 dims rotated
+      c.model.rope_scaling.type = "longrope";
+      c.model.rope_scaling.short_factor = {1.0, 1.5};
+      c.model.rope_scaling.long_factor = {2.0, 4.0};
+      c.model.rope_scaling.original_max_position_embeddings = 4;
+    }
+    out.push_back(c);
+    ++k;
+  }
+}
+
 // Techniques that land over time; each is tried on a few shapes and kept when the engine
 // accepts it.
 std::vector<core::RunConfig> techniqueGrid() {
@@ -224,49 +271,7 @@ std::vector<core::RunConfig> techniqueGrid() {
     out.push_back(c);
     ++k;
   }
-  // A row per llama-like family, each with what it adds to the llama block at a size where it
-  // shows: head_dim unequal to d_model / heads, q/k norms, norms after the branches, windows,
-  // soft-caps, partial rotary (docs/models.md).
-  struct Family {
-    const char *arch, *attention, *checkpointing, *compression, *policy;
-  };
-  for (const Family& f : {Family{"mistral", "flash", "none", "none", "fp32"},
-                          Family{"qwen2", "naive", "every_k", "none", "bf16"},
-                          Family{"qwen3", "flash", "all", "none", "fp32"},
-                          Family{"gemma2", "naive", "none", "int8", "fp32"},
-                          Family{"gemma3", "flash", "all", "none", "bf16"},
-                          Family{"phi3", "naive", "none", "none", "fp32"},
-                          Family{"olmo2", "flash", "every_k", "none", "fp32"}}) {
-    core::RunConfig c = base[(k * 5) % base.size()];
-    c.model.arch = f.arch;
-    c.model.layers = 3;
-    c.model.heads = 4;
-    c.model.kv_heads = 2;
-    c.model.d_model = 32;
-    c.model.d_ff = 88;
-    c.model.activation = "gelu";
-    c.attention.impl = f.attention;
-    c.memory.checkpointing = f.checkpointing;
-    c.memory.checkpoint_every = 0;
-    c.memory.activation_compression = f.compression;
-    c.precision.policy = f.policy;
-    const std::string a = f.arch;
-    if (a == "qwen3" || a == "gemma2" || a == "gemma3") c.model.head_dim = 12;
-    if (a == "qwen3" || a == "gemma2" || a == "gemma3") c.model.tie_embeddings = true;
-    if (a == "mistral" || a == "gemma2" || a == "gemma3" || a == "phi3") c.model.sliding_window = 5;
-    if (a == "gemma2" || a == "gemma3") c.model.sliding_window_pattern = 2;
-    if (a == "gemma2") c.model.attn_softcap = c.model.final_softcap = 20.0;
-    if (a == "gemma3") c.model.rope_local_theta = 10000.0;
-    if (a == "phi3") {
-      c.model.partial_rotary_factor = 0.5;  // head 8: 4 dims rotated
-      c.model.rope_scaling.type = "longrope";
-      c.model.rope_scaling.short_factor = {1.0, 1.5};
-      c.model.rope_scaling.long_factor = {2.0, 4.0};
-      c.model.rope_scaling.original_max_position_embeddings = 4;
-    }
-    out.push_back(c);
-    ++k;
-  }
+  familyRows(base, k, out);
   return out;
 }
 

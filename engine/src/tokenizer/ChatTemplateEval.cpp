@@ -171,9 +171,11 @@ void Evaluator::defineMacro(const Stmt& s) {
            if (a.positional.size() > params.size())
              fail(a.pos, "macro '" + macro->text + "' takes " + std::to_string(params.size()) +
                              " arguments, got " + std::to_string(a.positional.size()));
-           for (const auto& [k, v] : a.named)
+           for (const auto& named : a.named) {
+             const auto& k = named.first;  // (clang 14 cannot capture a structured binding)
              if (std::none_of(params.begin(), params.end(), [&](auto& p) { return p.first == k; }))
                fail(a.pos, "macro '" + macro->text + "' has no parameter '" + k + "'");
+           }
            for (size_t i = 0; i < params.size(); ++i) {
              Value v = a.get(i, params[i].first.c_str());
              if (v.isUndefined() && params[i].second) v = eval(*params[i].second);
