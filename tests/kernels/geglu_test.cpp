@@ -32,7 +32,8 @@ class GeGlu : public OnBackend {};
 }  // namespace
 
 TEST_P(GeGlu, ForwardAndBackwardMatchFp64) {
-  for (auto [N, F] : {std::pair{7, 13}, {37, 67}, {1, 1}, {64, 600}}) {
+  for (auto shape : {std::pair{7, 13}, {37, 67}, {1, 1}, {64, 600}}) {
+    const int N = shape.first, F = shape.second;  // (lambdas capture them: no binding)
     auto x = randomVec(size_t(N) * 2 * F, 1, -4.0f, 4.0f);
     x[0] = 12.0f;
     if (F > 2) x[1] = -12.0f;

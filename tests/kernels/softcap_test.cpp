@@ -17,7 +17,9 @@ class Softcap : public OnBackend {};
 }  // namespace
 
 TEST_P(Softcap, ForwardAndBackwardMatchFp64) {
-  for (auto [n, cap] : {std::pair{int64_t(37), 2.0f}, {int64_t(4099), 30.0f}, {int64_t(1), 0.5f}}) {
+  for (auto c : {std::pair{int64_t(37), 2.0f}, {int64_t(4099), 30.0f}, {int64_t(1), 0.5f}}) {
+    const int64_t n = c.first;  // (lambdas capture them: no binding)
+    const float cap = c.second;
     auto x = randomVec(size_t(n), 5, -40.0f, 40.0f);
     const auto g = randomVec(size_t(n), 6);
     auto run = [&](Backend& b) {

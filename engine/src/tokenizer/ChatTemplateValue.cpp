@@ -62,10 +62,12 @@ void Args::expectAtMost(size_t count, std::initializer_list<const char*> names) 
   if (positional.size() > count)
     fail(pos, what + " takes at most " + std::to_string(count) + " positional argument" +
                   (count == 1 ? "" : "s") + ", got " + std::to_string(positional.size()));
-  for (const auto& [k, v] : named)
+  for (const auto& arg : named) {
+    const auto& k = arg.first;  // (clang 14 cannot capture a structured binding)
     if (std::find_if(names.begin(), names.end(), [&](const char* n) { return k == n; }) ==
         names.end())
       fail(pos, what + " has no argument named '" + k + "' in this renderer");
+  }
 }
 
 bool truthy(const Value& v) {
