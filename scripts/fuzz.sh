@@ -19,7 +19,7 @@
 # the fuzz targets). Exits non-zero when any target crashed, leaked, hung or hit a sanitizer
 # report, naming the target, its log and the input that did it (under <build>/fuzz-artifacts/).
 # Targets: config config_override protocol safetensors checkpoint hf_config hf_index token_file
-# text_dataset jsonl_dataset tokenizer deepspeed_import.
+# text_dataset jsonl_dataset tokenizer deepspeed_import chat_template.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -31,9 +31,10 @@ declare -A RUNS=(
   [config]=20000 [config_override]=12000 [protocol]=15000 [safetensors]=20000
   [checkpoint]=8000 [hf_config]=20000 [hf_index]=10000 [token_file]=20000
   [text_dataset]=4000 [jsonl_dataset]=5000 [tokenizer]=12000 [deepspeed_import]=60000
+  [chat_template]=20000
 )
 ALL=(config config_override protocol safetensors checkpoint hf_config hf_index token_file
-     text_dataset jsonl_dataset tokenizer deepspeed_import)
+     text_dataset jsonl_dataset tokenizer deepspeed_import chat_template)
 CAP_S=600  # -max_total_time of the deterministic run: a cap, never reached on a sane machine
 
 runs="" seconds="" targets=()
