@@ -71,3 +71,31 @@ TEST(AutoArch, NeedsAReadableBase) {
 
 }  // namespace
 }  // namespace ts::core
+
+namespace ts::core {
+namespace {
+
+// A trainscope checkpoint as the base: its run config's model, or an error naming state.json.
+TEST(AutoArch, ReadsACheckpointsRunConfig) {
+  const fs::path dir = fs::temp_directory_path() / "ts_autoarch_ck";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  RunConfig trained;
+  trained.model.arch = "qwen3";
+  trained.model.head_dim = 24;
+  trained.model.layers = 3;
+  std::ofstream(dir / "state.json") << nlohmann::json{{"config", toJson(trained)}}.dump();
+  auto r = parseConfigJson(autoRun(dir.string()));
+  ASSERT_TRUE(r.ok()) << r.issues.front().toString();
+  EXPECT_EQ(r.config->model.arch, "qwen3");
+  EXPECT_EQ(r.config->model.head_dim, 24);
+  EXPECT_EQ(r.config->model.layers, 3);
+  std::ofstream(dir / "state.json") << nlohmann::json{{"step", 3}}.dump();
+  r = parseConfigJson(autoRun(dir.string()));
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.issues.front().toString(), HasSubstr("state.json: has no run config ('config')"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ts::core

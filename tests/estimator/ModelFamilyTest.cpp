@@ -208,3 +208,26 @@ TEST(ModelFamily, TransformersFoldersOfEveryFamilyRead) {
 
 }  // namespace
 }  // namespace ts::core
+
+namespace ts::core {
+namespace {
+
+// A run fine-tuning a folder must describe it: the family's own keys are compared too.
+TEST(ModelFamily, ShapeMismatchesNameTheFamilysOwnKeys) {
+  const auto hf = readHfConfig((fs::path(TRAINSCOPE_TEST_DATA) / "families" / "gemma3").string());
+  ModelConfig run = hf.model;
+  EXPECT_TRUE(hfShapeMismatches(hf, run, run.vocab).empty());
+  run.sliding_window = 9;
+  run.query_pre_attn_scalar = 64;
+  run.head_dim = 16;
+  const auto m = hfShapeMismatches(hf, run, run.vocab);
+  std::string all;
+  for (const auto& s : m) all += s + "\n";
+  EXPECT_THAT(all, HasSubstr("model.head_dim: the run has 16"));
+  EXPECT_THAT(all, HasSubstr("model.sliding_window: the run has 9"));
+  EXPECT_THAT(all, HasSubstr("model.query_pre_attn_scalar: the run has 64.0"));
+  EXPECT_EQ(m.size(), 3u) << all;
+}
+
+}  // namespace
+}  // namespace ts::core

@@ -106,17 +106,14 @@ void LlamaLikeFamily::hfShapeMismatches(const HfModelInfo& hf, const ModelConfig
   if (!(run.rope_scaling == m.rope_scaling))
     cmp("model.rope_scaling.type", run.rope_scaling.type, m.rope_scaling.type);
   cmp("model.partial_rotary_factor", run.partial_rotary_factor, m.partial_rotary_factor);
-  for (const auto& k : modelKeys()) {
-    if (k == "sliding_window") cmp("model.sliding_window", run.sliding_window, m.sliding_window);
-    if (k == "sliding_window_pattern")
-      cmp("model.sliding_window_pattern", run.sliding_window_pattern, m.sliding_window_pattern);
-    if (k == "rope_local_theta")
-      cmp("model.rope_local_theta", run.rope_local_theta, m.rope_local_theta);
-    if (k == "query_pre_attn_scalar")
-      cmp("model.query_pre_attn_scalar", run.query_pre_attn_scalar, m.query_pre_attn_scalar);
-    if (k == "attn_softcap") cmp("model.attn_softcap", run.attn_softcap, m.attn_softcap);
-    if (k == "final_softcap") cmp("model.final_softcap", run.final_softcap, m.final_softcap);
-  }
+  // The family's own keys, compared as the run config writes them.
+  RunConfig rj, hj;
+  rj.model = run;
+  hj.model = m;
+  const auto rm = toJson(rj)["model"], hm = toJson(hj)["model"];
+  for (const char* k : {"sliding_window", "sliding_window_pattern", "rope_local_theta",
+                        "query_pre_attn_scalar", "attn_softcap", "final_softcap"})
+    if (readsModelKey(k)) cmp((std::string("model.") + k).c_str(), rm[k], hm[k]);
 }
 
 std::vector<std::string> LlamaLikeFamily::peftTargets(const RunConfig& c) const {

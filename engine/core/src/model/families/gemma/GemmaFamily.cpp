@@ -25,6 +25,27 @@ LlamaLikeTraits gemmaTraits() {
   return t;
 }
 
+// The keys both Gemmas read and write the same way: the score scale, the soft-caps, the window
+// and the layers' kinds.
+void readGemmaScalars(const HfFields& f, ModelConfig& m) {
+  m.query_pre_attn_scalar = f.number("query_pre_attn_scalar", 256);
+  m.attn_softcap = f.number("attn_logit_softcapping", 0.0);
+  m.final_softcap = f.number("final_logit_softcapping", 0.0);
+}
+
+void writeGemmaKeys(const ArchSpec& a, nlohmann::json& j) {
+  j.erase("hidden_act");
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  j["query_pre_attn_scalar"] = a.queryPreAttnScalar > 0 ? a.queryPreAttnScalar : a.headDim();
+  j["attn_logit_softcapping"] = a.attnSoftcap > 0 ? nlohmann::json(a.attnSoftcap) : nullptr;
+  j["final_logit_softcapping"] = a.finalSoftcap > 0 ? nlohmann::json(a.finalSoftcap) : nullptr;
+  j["sliding_window"] = a.slidingWindow > 0 ? a.slidingWindow : a.seqLen;
+  nlohmann::json types = nlohmann::json::array();
+  for (int64_t l = 0; l < a.layers; ++l)
+    types.push_back(a.slidingLayer(l) ? "sliding_attention" : "full_attention");
+  j["layer_types"] = types;
+}
+
 class Gemma2Family final : public LlamaLikeFamily {
  public:
   Gemma2Family() : LlamaLikeFamily(traits()) {}
@@ -45,9 +66,7 @@ class Gemma2Family final : public LlamaLikeFamily {
   }
   void readExtra(const HfFields& f, HfModelInfo& hf) const override {
     ModelConfig& m = hf.model;
-    m.query_pre_attn_scalar = f.number("query_pre_attn_scalar", 256);
-    m.attn_softcap = f.number("attn_logit_softcapping", 0.0);
-    m.final_softcap = f.number("final_logit_softcapping", 0.0);
+    readGemmaScalars(f, m);
     if (!f.j.contains("layer_types")) {
       // transformers 4: every other layer slides, the first one included.
       m.sliding_window = f.integerOr("sliding_window", 4096);
@@ -56,18 +75,7 @@ class Gemma2Family final : public LlamaLikeFamily {
       readSlidingWindow(f, m, nullptr);
     }
   }
-  void writeExtra(const ArchSpec& a, nlohmann::json& j) const override {
-    j.erase("hidden_act");
-    j["hidden_activation"] = "gelu_pytorch_tanh";
-    j["query_pre_attn_scalar"] = a.queryPreAttnScalar > 0 ? a.queryPreAttnScalar : a.headDim();
-    j["attn_logit_softcapping"] = a.attnSoftcap > 0 ? nlohmann::json(a.attnSoftcap) : nullptr;
-    j["final_logit_softcapping"] = a.finalSoftcap > 0 ? nlohmann::json(a.finalSoftcap) : nullptr;
-    j["sliding_window"] = a.slidingWindow > 0 ? a.slidingWindow : a.seqLen;
-    nlohmann::json types = nlohmann::json::array();
-    for (int64_t l = 0; l < a.layers; ++l)
-      types.push_back(a.slidingLayer(l) ? "sliding_attention" : "full_attention");
-    j["layer_types"] = types;
-  }
+  void writeExtra(const ArchSpec& a, nlohmann::json& j) const override { writeGemmaKeys(a, j); }
   std::vector<std::pair<std::string, ModelConfig>> presets() const override {
     auto g = [&](int L, int H, int KV, int C, int F, int hd, double qpas) {
       ModelConfig m = shape(L, H, KV, C, F, 256000, 8192);
@@ -112,9 +120,7 @@ class Gemma3Family final : public LlamaLikeFamily {
   }
   void readExtra(const HfFields& f, HfModelInfo& hf) const override {
     ModelConfig& m = hf.model;
-    m.query_pre_attn_scalar = f.number("query_pre_attn_scalar", 256);
-    m.attn_softcap = f.number("attn_logit_softcapping", 0.0);
-    m.final_softcap = f.number("final_logit_softcapping", 0.0);
+    readGemmaScalars(f, m);
     readSlidingWindow(f, m, "sliding_window_pattern");
     if (!f.j.contains("layer_types") && !f.j.contains("sliding_window_pattern"))
       readSlidingWindow(f, m, "_sliding_window_pattern");
@@ -132,17 +138,8 @@ class Gemma3Family final : public LlamaLikeFamily {
     }
   }
   void writeExtra(const ArchSpec& a, nlohmann::json& j) const override {
-    j.erase("hidden_act");
-    j["hidden_activation"] = "gelu_pytorch_tanh";
-    j["query_pre_attn_scalar"] = a.queryPreAttnScalar > 0 ? a.queryPreAttnScalar : a.headDim();
-    j["attn_logit_softcapping"] = a.attnSoftcap > 0 ? nlohmann::json(a.attnSoftcap) : nullptr;
-    j["final_logit_softcapping"] = a.finalSoftcap > 0 ? nlohmann::json(a.finalSoftcap) : nullptr;
-    j["sliding_window"] = a.slidingWindow > 0 ? a.slidingWindow : a.seqLen;
+    writeGemmaKeys(a, j);
     j["rope_local_base_freq"] = a.ropeLocalTheta > 0 ? a.ropeLocalTheta : a.ropeTheta;
-    nlohmann::json types = nlohmann::json::array();
-    for (int64_t l = 0; l < a.layers; ++l)
-      types.push_back(a.slidingLayer(l) ? "sliding_attention" : "full_attention");
-    j["layer_types"] = types;
   }
   std::vector<std::pair<std::string, ModelConfig>> presets() const override {
     auto g = [&](int L, int H, int KV, int C, int F, int hd, int V, int window, double qpas,
