@@ -13,12 +13,14 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <memory>
 #include <thread>
 
 #include "Commands.h"
 #include "HumanPrinter.h"
 #include "trainscope/core/config/Config.h"
 #include "trainscope/core/plan/Estimator.h"
+#include "trainscope/core/protocol/ControlSocket.h"
 #include "trainscope/core/protocol/Protocol.h"
 #include "trainscope/core/store/RunRecorder.h"
 #include "trainscope/engine/data/Dataset.h"
@@ -336,8 +338,21 @@ class EngineRun {
     to.comm = comm_.get();
     to.emit = [&](core::EventType t, nlohmann::json f, bool d) { emit(t, std::move(f), d); };
     engine::Trainer trainer(config_, backend_.get(), to);
+    // Rank 0 also listens in its run folder, so a run outlives the app that started it and
+    // stays controllable (the app reopened, `runs stop`).
+    std::unique_ptr<core::ControlServer> control;
+    if (root_) {
+      try {
+        control = std::make_unique<core::ControlServer>(ro_.runDir);
+        emit(core::EventType::Log, {{"message", "control socket " + control->path()},
+                                    {"control_socket", control->path()}});
+      } catch (const std::exception& e) {
+        emit(core::EventType::Warning,
+             {{"message", std::string(e.what()) + "; commands reach this run on stdin only"}});
+      }
+    }
     std::atomic<bool> readerStop{false};
-    std::thread reader([&] { readCommands(trainer, readerStop); });
+    std::thread reader([&] { readCommands(trainer, control.get(), readerStop); });
     engine::TrainResult tr;
     try {
       tr = trainer.run();
@@ -362,23 +377,37 @@ class EngineRun {
     return tr;
   }
 
-  static void readCommands(engine::Trainer& trainer, const std::atomic<bool>& stop) {
+  // Stdin and the control socket, polled together (so the reader can be stopped). EOF on stdin
+  // (the app gone) closes that source only: the socket keeps serving.
+  static void readCommands(engine::Trainer& trainer, core::ControlServer* control,
+                           const std::atomic<bool>& stop) {
     std::string buf;
     char chunk[4096];
+    bool stdinOpen = true;
+    auto post = [&](const std::string& line) { trainer.post(core::decodeCommand(line)); };
+    std::vector<pollfd> fds;
     while (!stop.load()) {
-      pollfd p{STDIN_FILENO, POLLIN, 0};
-      int r = ::poll(&p, 1, 100);
-      if (r <= 0) continue;
-      ssize_t n = ::read(STDIN_FILENO, chunk, sizeof chunk);
-      if (n <= 0) return;
-      buf.append(chunk, static_cast<size_t>(n));
-      size_t nl;
-      while ((nl = buf.find('\n')) != std::string::npos) {
-        std::string line = buf.substr(0, nl);
-        buf.erase(0, nl + 1);
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        trainer.post(core::decodeCommand(line));
+      fds.clear();
+      if (stdinOpen) fds.push_back({STDIN_FILENO, POLLIN, 0});
+      const size_t base = fds.size();
+      if (control) control->addPollFds(fds);
+      if (fds.empty()) return;
+      if (::poll(fds.data(), fds.size(), 100) <= 0) continue;
+      if (stdinOpen && fds[0].revents) {
+        const ssize_t n = ::read(STDIN_FILENO, chunk, sizeof chunk);
+        if (n <= 0) {
+          stdinOpen = false;
+        } else {
+          buf.append(chunk, static_cast<size_t>(n));
+          size_t nl;
+          while ((nl = buf.find('\n')) != std::string::npos) {
+            std::string line = buf.substr(0, nl);
+            buf.erase(0, nl + 1);
+            if (line.find_first_not_of(" \t\r") != std::string::npos) post(line);
+          }
+        }
       }
+      if (control) control->service(fds.data() + base, fds.size() - base, post);
     }
   }
 

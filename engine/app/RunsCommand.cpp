@@ -12,6 +12,8 @@
 #include <sstream>
 
 #include "Commands.h"
+#include "trainscope/core/protocol/ControlSocket.h"
+#include "trainscope/core/protocol/Protocol.h"
 #include "trainscope/core/store/RunRecorder.h"
 #include "trainscope/core/store/RunStore.h"
 #include "trainscope/profiler/Aggregation.h"
@@ -35,6 +37,7 @@ struct RunsOptions {
   std::string run;
   std::string format, output;
   std::string source;  // import
+  int steps = 0;       // profile
 };
 
 std::string dbPath(const RunsOptions& o) {
@@ -355,6 +358,30 @@ int doDelete(const RunsOptions& o) {
   return kExitOk;
 }
 
+// A command to a running run through the control socket in its run folder (the engine that
+// records it listens there), whoever started it.
+int doControl(const RunsOptions& o, core::CommandType type, const std::string& word) {
+  auto store = openStore(o, false);
+  const int64_t id = resolveRun(store, o.run);
+  const auto run = store.getRun(id);
+  core::Command c;
+  c.type = type;
+  c.steps = o.steps;
+  if (!run || run->status != "running") {
+    std::fprintf(stderr, "runs: run %lld is %s, not running: nothing to send %s to\n",
+                 static_cast<long long>(id), run ? run->status.c_str() : "gone", word.c_str());
+    return kExitBadInput;
+  }
+  const std::string err = core::sendControlLine(run->runDir, core::encodeCommand(c));
+  if (!err.empty()) {
+    std::fprintf(stderr, "runs: run %lld: %s\n", static_cast<long long>(id), err.c_str());
+    return kExitBadInput;
+  }
+  std::printf("sent %s to run %lld (pid %lld)\n", word.c_str(), static_cast<long long>(id),
+              static_cast<long long>(run->pid));
+  return kExitOk;
+}
+
 int doImport(const RunsOptions& o) {
   auto store = openStore(o, true);
   auto r = store.importEvents(o.source);
@@ -428,6 +455,26 @@ void addRunsCommand(CLI::App& app, int& exitCode) {
   del->add_option("run", opts->run, "Run id or name")->required();
   del->add_flag("--keep-files", opts->keepFiles, "Keep the run directory's files");
   del->callback(guarded([opts] { return doDelete(*opts); }, exitCode));
+
+  // The control commands of docs/protocol.md, to a run started anywhere on this machine.
+  const std::pair<const char*, core::CommandType> controls[] = {
+      {"stop", core::CommandType::Stop},
+      {"pause", core::CommandType::Pause},
+      {"resume", core::CommandType::Resume},
+      {"checkpoint", core::CommandType::Checkpoint},
+      {"profile", core::CommandType::Profile}};
+  for (const auto& [word, type] : controls) {
+    auto* c = runs->add_subcommand(
+        word, std::string("Send `") + word + "` to a running run (through its control socket)");
+    addDb(c);
+    c->add_option("run", opts->run, "Run id or name")->required();
+    if (type == core::CommandType::Profile)
+      c->add_option("--steps", opts->steps, "Steps to profile (0: the config's profile.active)")
+          ->check(CLI::NonNegativeNumber);
+    const core::CommandType t = type;
+    const std::string name = word;
+    c->callback(guarded([opts, t, name] { return doControl(*opts, t, name); }, exitCode));
+  }
 
   auto* imp = runs->add_subcommand("import",
                                    "Load a run directory's events.ndjson into the "

@@ -4,6 +4,7 @@
 #include <QCloseEvent>
 #include <QDateTime>
 #include <QDir>
+#include <QFutureWatcher>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
@@ -17,6 +18,7 @@
 #include <QTabWidget>
 #include <QTableWidget>
 #include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrentRun>
 
 #include "ComparePage.h"
 #include "PlannerPage.h"
@@ -272,11 +274,10 @@ QWidget* MainWindow::buildRunsPage() {
         showSection(1);
         return;
       }
-    auto detail = repo_.getRun(id);
-    if (!detail) return;
-    auto* run = new LiveRun(QString::fromStdString(detail->name));
-    new DatabaseFollower(repo_, id, run, run);
-    addDashboard(run, nullptr);
+    // The follower reads the name and folder from the database (off this thread).
+    const auto* row = runsPage_->runRow(id);
+    followRun(id, row ? QString::fromStdString(row->name) : QStringLiteral("run #%1").arg(id),
+              row ? QString::fromStdString(row->runDir) : QString());
     showSection(1);
   });
   return runsPage_;
@@ -313,24 +314,49 @@ void MainWindow::refreshRuns() {
   runsPage_->reload();  // on a worker thread; the wizard's past runs follow when it lands
 }
 
+// Runs still recording (kept running when the app last closed, or started elsewhere) get
+// their dashboards back, with their history, controllable through their control sockets. The
+// database is read on a worker thread; the window opens on Live when there are any.
 void MainWindow::reattachRunning() {
-  QString err;
-  for (const auto& r : repo_.listRuns(&err)) {
-    if (r.status != "running") continue;
-    auto* run = new LiveRun(QString::fromStdString(r.name));
-    run->addLog("info", QStringLiteral("Re-attached to run #%1 (pid %2): following its progress "
-                                       "from the database.")
-                            .arg(r.id)
-                            .arg(r.pid));
-    new DatabaseFollower(repo_, r.id, run, run);
-    addDashboard(run, nullptr);
-  }
+  auto* watcher = new QFutureWatcher<std::vector<core::RunSummary>>(this);
+  const RunRepository repo = repo_;
+  connect(watcher, &QFutureWatcher<std::vector<core::RunSummary>>::finished, this, [this, watcher] {
+    watcher->deleteLater();
+    int attached = 0;
+    for (const auto& r : watcher->result()) {
+      if (r.status != "running") continue;
+      bool open = false;
+      for (int i = 0; i < live_->count(); ++i) open |= dashboard(i)->run()->runId() == r.id;
+      if (open) continue;
+      followRun(r.id, QString::fromStdString(r.name), QString::fromStdString(r.runDir));
+      dashboard(live_->count() - 1)
+          ->run()
+          ->addLog("info", QStringLiteral("Re-attached to run #%1 (pid %2).").arg(r.id).arg(r.pid));
+      ++attached;
+    }
+    if (attached > 0) showSection(Live);
+    emit reattached(attached);
+  });
+  watcher->setFuture(QtConcurrent::run([repo] { return repo.listRuns(); }));
+}
+
+RunDashboard* MainWindow::followRun(int64_t id, const QString& name, const QString& runDir) {
+  auto* run = new LiveRun(name);
+  run->setRunDir(runDir);
+  new DatabaseFollower(repo_, id, run, run);
+  return addDashboard(run, nullptr);
 }
 
 void MainWindow::closeEvent(QCloseEvent* e) {
   QList<RunDashboard*> running;
   for (int i = 0; i < live_->count(); ++i)
     if (auto* d = dashboard(i); d && d->client() && d->client()->isRunning()) running << d;
+  if (closingAfterStop_) {
+    // Closed again while the stops land: they finish on their own (the command was sent).
+    for (auto* d : running) d->client()->detach();
+    e->accept();
+    return;
+  }
   if (running.isEmpty() || !options_.askOnClose) {
     for (auto* d : running) d->client()->detach();  // default: keep running
     e->accept();
@@ -353,10 +379,43 @@ void MainWindow::closeEvent(QCloseEvent* e) {
     for (auto* d : running) d->client()->detach();
     e->accept();
   } else if (box.clickedButton() == stop) {
-    e->accept();  // the clients' destructors ask each engine to stop, then make sure
+    e->ignore();
+    stopRunsAndClose();
   } else {
     e->ignore();
   }
+}
+
+// "Stop runs": each engine gets the stop command and the window stays until every one has
+// written its final checkpoint and exited; nothing is killed. Closing again leaves them
+// finishing their stop in the background.
+void MainWindow::stopRunsAndClose() {
+  QList<RunDashboard*> running;
+  for (int i = 0; i < live_->count(); ++i)
+    if (auto* d = dashboard(i); d && d->client() && d->client()->isRunning()) running << d;
+  if (running.isEmpty()) {
+    close();
+    return;
+  }
+  closingAfterStop_ = true;
+  for (auto* d : running) {
+    d->client()->send(core::CommandType::Stop);
+    d->run()->addLog("info", "stop requested: the app closes when the final checkpoint is written");
+    connect(d->client(), &EngineClient::exited, this, [this] {
+      for (int i = 0; i < live_->count(); ++i)
+        if (auto* o = dashboard(i); o && o->client() && o->client()->isRunning()) {
+          statusBar()->showMessage(
+              QStringLiteral("Stopping runs: waiting for their final "
+                             "checkpoints…"));
+          return;
+        }
+      close();
+    });
+  }
+  showSection(Live);
+  statusBar()->showMessage(QStringLiteral("Stopping %1 run%2: waiting for the final checkpoint…")
+                               .arg(running.size())
+                               .arg(running.size() == 1 ? "" : "s"));
 }
 
 }  // namespace ts::gui

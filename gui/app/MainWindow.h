@@ -60,6 +60,16 @@ class MainWindow : public QMainWindow {
   QString lastError() const { return lastError_; }
   // Opens a dashboard tab for a run (takes ownership of both).
   RunDashboard* addDashboard(LiveRun* run, EngineClient* client);
+  // Opens a dashboard that follows a recorded run from the database, controlled through the
+  // control socket in runDir.
+  RunDashboard* followRun(int64_t id, const QString& name, const QString& runDir);
+  // What "Stop runs" in the close dialog does: sends each run this app started the stop command
+  // and closes the window once every engine has written its final checkpoint and exited.
+  void stopRunsAndClose();
+
+ signals:
+  // The start-up re-attach finished: how many running runs got a dashboard.
+  void reattached(int count);
 
  public slots:
   void showStatusMessage(const QString& text);
@@ -97,6 +107,7 @@ class MainWindow : public QMainWindow {
   bool showDialogs_ = true;
   QString lastError_;
   int runCounter_ = 0;
+  bool closingAfterStop_ = false;
 };
 
 }  // namespace ts::gui

@@ -19,6 +19,7 @@
 #include "MemoryBars.h"
 #include "trainscope/gui/ChartReduction.h"
 #include "trainscope/gui/EngineClient.h"
+#include "trainscope/gui/RunControl.h"
 
 namespace ts::gui {
 namespace {
@@ -120,6 +121,8 @@ QLayout* RunDashboard::buildHeader() {
   profileSteps_->setSuffix(" steps");
   profileSteps_->setToolTip("How many steps to profile");
 
+  for (QPushButton* b : {pause_, resume_, stop_, checkpoint_, profile_})
+    b->setProperty("normalTip", b->toolTip());
   auto* controls = new QHBoxLayout;
   controls->addWidget(pause_);
   controls->addWidget(resume_);
@@ -252,8 +255,20 @@ QLayout* RunDashboard::buildGrid(QWidget* lossBox, QWidget* memBox) {
 }
 
 void RunDashboard::connectControls() {
+  // Through the engine's stdin when this app started it, else through the control socket in
+  // its run folder (a run re-attached after a restart, or followed from Runs).
   auto send = [this](core::CommandType t, int steps = 0) {
-    if (client_) client_->send(t, steps);
+    if (client_ && client_->isRunning()) {
+      client_->send(t, steps);
+    } else if (const QString err = RunControl::send(run_->runDir(), t, steps); !err.isEmpty()) {
+      run_->addLog("error", "command not delivered: " + err);
+      emit message("Command not delivered: " + err);
+      run_->setControllable(false);
+    } else if (t == core::CommandType::Pause) {
+      run_->setState(RunState::Paused);  // the engine's `paused` log confirms it
+    } else if (t == core::CommandType::Resume) {
+      run_->setState(RunState::Running);
+    }
     updateControls();
   };
   connect(pause_, &QPushButton::clicked, this, [send] { send(core::CommandType::Pause); });
@@ -274,22 +289,32 @@ void RunDashboard::connectControls() {
   connect(run_, &LiveRun::stateChanged, this, [this] { updateControls(); });
 }
 
+// Controls follow what the engine can still act on: none once the run finished (a stop or a
+// checkpoint would go nowhere), and for a run this app did not start, only while its engine
+// answers on the control socket.
 void RunDashboard::updateControls() {
-  const bool live = client_ && client_->isRunning();
   const RunState s = run_->state();
+  const bool reachable = (client_ && client_->isRunning()) || (!client_ && run_->controllable());
+  const bool live = reachable && run_->isActive() && s != RunState::Detached;
   pause_->setEnabled(live && s == RunState::Running);
   resume_->setEnabled(live && s == RunState::Paused);
   stop_->setEnabled(live);
   checkpoint_->setEnabled(live && s != RunState::Starting);
   profile_->setEnabled(live && s != RunState::Starting);
   profileSteps_->setEnabled(profile_->isEnabled());
-  const QString why = s == RunState::Detached
-                          ? "This run is followed from the database; controls need the process "
-                            "that started it."
+  const QString why =
+      s == RunState::Detached
+          ? QStringLiteral(
+                "This run is followed from the database: its engine does not answer "
+                "on %1 (another machine, or an engine without a control socket)")
+                .arg(run_->runDir().isEmpty() ? QStringLiteral("its control socket")
+                                              : run_->runDir() + "/control.sock")
+      : !run_->isActive() ? QStringLiteral("The run has ended")
                           : QString();
-  for (QWidget* w : {static_cast<QWidget*>(pause_), static_cast<QWidget*>(resume_),
-                     static_cast<QWidget*>(stop_)})
-    if (!why.isEmpty()) w->setToolTip(why);
+  for (QWidget* w :
+       {static_cast<QWidget*>(pause_), static_cast<QWidget*>(resume_), static_cast<QWidget*>(stop_),
+        static_cast<QWidget*>(checkpoint_), static_cast<QWidget*>(profile_)})
+    w->setToolTip(why.isEmpty() ? w->property("normalTip").toString() : why);
 }
 
 void RunDashboard::refresh() {

@@ -20,9 +20,12 @@
 #include <QPushButton>
 #include <QStyledItemDelegate>
 #include <QTableView>
+#include <QTimer>
 #include <QVBoxLayout>
 
 #include <utility>
+
+#include "trainscope/gui/RunControl.h"
 
 namespace ts::gui {
 
@@ -167,6 +170,11 @@ QLayout* RunsPage::buildActions() {
   csv_ = new QPushButton("Export CSV…");
   json_ = new QPushButton("Export JSON…");
   trace_ = new QPushButton("Export trace…");
+  stop_ = new QPushButton("Stop");
+  stop_->setObjectName("Danger");
+  stop_->setToolTip(
+      "Stop the selected running run after its current step (it writes a final "
+      "checkpoint), whoever started it");
   follow_ = new QPushButton("Follow live");
   follow_->setToolTip("Open a dashboard for a run that is still running (read from the database)");
   resume_ = new QPushButton("Resume");
@@ -175,6 +183,7 @@ QLayout* RunsPage::buildActions() {
   compare_->setObjectName("Primary");
   for (auto* b : {edit_, delete_, csv_, json_, trace_}) row->addWidget(b);
   row->addStretch(1);
+  row->addWidget(stop_);
   row->addWidget(follow_);
   row->addWidget(resume_);
   row->addWidget(clone_);
@@ -217,6 +226,12 @@ void RunsPage::connectModel() {
 void RunsPage::connectActions() {
   connect(edit_, &QPushButton::clicked, this, &RunsPage::editSelected);
   connect(delete_, &QPushButton::clicked, this, &RunsPage::deleteSelected);
+  connect(stop_, &QPushButton::clicked, this, &RunsPage::stopSelected);
+  // Runs stopped for deletion are deleted once the database says they finished.
+  pendingTimer_ = new QTimer(this);
+  pendingTimer_->setInterval(1000);
+  connect(pendingTimer_, &QTimer::timeout, browser_, &RunsBrowser::reload);
+  connect(browser_, &RunsBrowser::loaded, this, &RunsPage::deletePendingStopped);
   connect(csv_, &QPushButton::clicked, this,
           [this] { exportSelected(RunsBrowser::ExportFormat::Csv); });
   connect(json_, &QPushButton::clicked, this,
@@ -297,6 +312,7 @@ void RunsPage::updateButtons() {
   const auto* r = model_->run(model_->rowOfRun(selectedRunId()));
   for (auto* b : {edit_, delete_, csv_, json_, clone_}) b->setEnabled(r != nullptr);
   follow_->setEnabled(r && r->status == "running");
+  stop_->setEnabled(r && r->status == "running" && !pendingDeletes_.contains(r->id));
   compare_->setEnabled(selected >= 2);
   compare_->setToolTip(selected >= 2
                            ? QStringLiteral("Overlay the %1 selected runs' curves, config "
@@ -390,11 +406,63 @@ void RunsPage::editSelected() {
     browser_->setNotes(run.id, notes->toPlainText());
 }
 
+void RunsPage::stopSelected() {
+  const auto* r = runRow(selectedRunId());
+  if (!r || r->status != "running") return;
+  const QString err = RunControl::send(QString::fromStdString(r->runDir), core::CommandType::Stop);
+  if (!err.isEmpty()) {
+    const QString m = QStringLiteral("Run %1 could not be stopped: %2").arg(r->id).arg(err);
+    if (showDialogs_) QMessageBox::warning(this, "Stop", m);
+    emit message(m);
+    return;
+  }
+  emit message(QStringLiteral("Stop sent to run %1: it stops after its current step and writes "
+                              "a final checkpoint")
+                   .arg(r->id));
+  pendingTimer_->start();  // its row follows the stop
+}
+
 void RunsPage::deleteSelected() {
   const auto* r = model_->run(model_->rowOfRun(selectedRunId()));
   if (!r) return;
   const int64_t id = r->id;
   bool files = true;
+  if (r->status == "running") {
+    // Deleting under a live engine would orphan it: it would train on and write its final
+    // checkpoint into the folder deleted under it. Stop it, delete it once it has finished.
+    if (showDialogs_) {
+      QMessageBox box(QMessageBox::Warning, "Delete a running run",
+                      QStringLiteral("Run %1 “%2” is still training.\n\nStop it now and delete "
+                                     "it once it has stopped?")
+                          .arg(id)
+                          .arg(QString::fromStdString(r->name)),
+                      QMessageBox::Cancel, this);
+      auto* del = box.addButton("Stop and delete", QMessageBox::DestructiveRole);
+      auto* withFiles = new QCheckBox("Also delete its files (events, checkpoints, traces)");
+      withFiles->setChecked(true);
+      box.setCheckBox(withFiles);
+      box.exec();
+      if (box.clickedButton() != del) return;
+      files = withFiles->isChecked();
+    }
+    const QString err =
+        RunControl::send(QString::fromStdString(r->runDir), core::CommandType::Stop);
+    if (!err.isEmpty()) {
+      const QString m = QStringLiteral(
+                            "Run %1 is still running and could not be stopped (%2); it was not "
+                            "deleted")
+                            .arg(id)
+                            .arg(err);
+      if (showDialogs_) QMessageBox::warning(this, "Delete run", m);
+      emit message(m);
+      return;
+    }
+    pendingDeletes_[id] = files;
+    emit message(QStringLiteral("Stopping run %1; it is deleted once it has stopped").arg(id));
+    pendingTimer_->start();
+    updateButtons();
+    return;
+  }
   if (showDialogs_) {
     QMessageBox box(QMessageBox::Warning, "Delete run",
                     QStringLiteral("Delete run %1 “%2” from the database?")
@@ -410,6 +478,28 @@ void RunsPage::deleteSelected() {
     files = withFiles->isChecked();
   }
   browser_->deleteRun(id, files);
+}
+
+void RunsPage::deletePendingStopped() {
+  if (pendingDeletes_.isEmpty()) {
+    // A plain Stop: follow the rows until none is running.
+    bool anyRunning = false;
+    for (int i = 0; i < model_->rowCount(); ++i)
+      if (const auto* r = model_->run(i); r && r->status == "running") anyRunning = true;
+    if (!anyRunning) pendingTimer_->stop();
+    return;
+  }
+  for (auto it = pendingDeletes_.begin(); it != pendingDeletes_.end();) {
+    const auto* r = runRow(it.key());
+    // Finished in the database is not enough: its engine may still be closing its files.
+    if (r && (r->status == "running" || RunControl::engineAlive(r->pid, r->host))) {
+      ++it;
+      continue;
+    }
+    if (r) browser_->deleteRun(it.key(), it.value());
+    it = pendingDeletes_.erase(it);
+  }
+  if (pendingDeletes_.isEmpty()) pendingTimer_->stop();
 }
 
 void RunsPage::exportSelected(RunsBrowser::ExportFormat format) {

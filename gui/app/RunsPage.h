@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include <QList>
+#include <QMap>
 #include <QWidget>
 
 #include "trainscope/gui/RunsTableModel.h"
@@ -17,6 +18,7 @@ class QLayout;
 class QLineEdit;
 class QPushButton;
 class QTableView;
+class QTimer;
 
 namespace ts::gui {
 
@@ -36,8 +38,14 @@ class RunsPage : public QWidget {
   QPushButton* resumeButton() const { return resume_; }
   QPushButton* traceButton() const { return trace_; }
   QPushButton* compareButton() const { return compare_; }
+  QPushButton* stopButton() const { return stop_; }
+  // The loaded row of a run, or null.
+  const core::RunSummary* runRow(int64_t id) const { return model_->run(model_->rowOfRun(id)); }
+  // Sends `stop` to the selected running run through its control socket (Stop).
+  void stopSelected();
   void reload();
-  // Asks first unless dialogs are off (tests, screenshots).
+  // Asks first unless dialogs are off (tests, screenshots). A running run is stopped first and
+  // deleted once its engine has finished (never deleted under a live engine).
   void deleteSelected();
   void setShowDialogs(bool v) { showDialogs_ = v; }
 
@@ -60,6 +68,7 @@ class RunsPage : public QWidget {
   void exportSelected(RunsBrowser::ExportFormat format);
   void exportTraceSelected();
   void updateButtons();
+  void deletePendingStopped();
 
   RunsTableModel* model_;
   RunsBrowser* browser_;
@@ -69,7 +78,10 @@ class RunsPage : public QWidget {
   QLabel* count_;
   QPushButton* refresh_;
   QList<qint64> keptSelection_;  // across model resets (filtering, reloads)
-  QPushButton *edit_, *delete_, *csv_, *json_, *trace_, *clone_, *follow_, *resume_, *compare_;
+  QPushButton *edit_, *delete_, *csv_, *json_, *trace_, *clone_, *follow_, *resume_, *compare_,
+      *stop_;
+  QMap<qint64, bool> pendingDeletes_;  // stopped for deletion: id -> also delete its files
+  QTimer* pendingTimer_;
   bool showDialogs_ = true;
 };
 

@@ -11,11 +11,16 @@ void TrainingSession::drainCommands() {
         stopRequested_ = true;
         break;
       case core::CommandType::Pause:
-        if (!paused_) log("paused at step " + std::to_string(step_));
+        // `state` lets a follower of the database (the app reopened) show the true state.
+        if (!paused_)
+          emit(core::EventType::Log,
+               {{"message", "paused at step " + std::to_string(step_)}, {"state", "paused"}});
         paused_ = true;
         break;
       case core::CommandType::Resume:
-        if (paused_) log("resumed at step " + std::to_string(step_));
+        if (paused_)
+          emit(core::EventType::Log,
+               {{"message", "resumed at step " + std::to_string(step_)}, {"state", "running"}});
         paused_ = false;
         break;
       case core::CommandType::Checkpoint:

@@ -181,6 +181,9 @@ void TrainingSession::memoryEvent() {
     f["ranks"] = std::move(rs);
     f["rank_process"] = std::move(procs);
   }
+  // The step it was sampled at (the steps done so far), so a follower of the database can place
+  // the sample on the memory-over-time chart.
+  f["step"] = step_;
   emit(core::EventType::Memory, std::move(f));
 }
 

@@ -35,6 +35,11 @@ void TrainingSession::loop() {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       drainCommands();
       syncControl();
+      // "Checkpoint now" on a paused run writes it now, not after the resume.
+      if (ckptRequested_) {
+        saveCheckpoint("requested");
+        ckptRequested_ = false;
+      }
     }
     if (stopNow()) break;
 

@@ -118,14 +118,16 @@ EngineClient::EngineClient(LiveRun* run, QObject* parent) : QObject(parent), run
 EngineClient::~EngineClient() {
   if (process_) disconnect(process_, nullptr, this, nullptr);
   if (process_ && !detached_ && process_->state() != QProcess::NotRunning) {
-    // Owner decided to stop: ask nicely first, then make sure.
+    // Owner decided to stop: the engine gets the stop command and finishes it on its own (a
+    // final checkpoint may take minutes; killing it would lose it). Released, not destroyed:
+    // destroying a QProcess kills its child.
     core::Command stop;
     stop.type = core::CommandType::Stop;
     process_->write(QByteArray::fromStdString(core::encodeCommand(stop)));
-    if (!process_->waitForFinished(3000)) {
-      process_->kill();
-      process_->waitForFinished(2000);
-    }
+    process_->waitForBytesWritten(1000);
+    process_->closeWriteChannel();
+    process_->setParent(nullptr);
+    process_ = nullptr;
   }
   if (decoding_) {
     // Chunks not decoded yet are dropped, as are results not applied: nothing will show them.

@@ -123,6 +123,7 @@ void LiveRun::apply(const core::Event& e) {
         addLog(QString::fromStdString(e.body.value("level", std::string("info"))),
                QString::fromStdString(e.body.value("message", e.body.value("text", std::string()))),
                e.time);
+        applyLogFields(e.body);
         break;
       case EventType::Warning:
         addLog("warning", QString::fromStdString(e.body.value("message", e.body.dump())), e.time);
@@ -144,6 +145,18 @@ void LiveRun::apply(const core::Event& e) {
                           .arg(QString::fromStdString(e.typeName), ex.what()));
   }
   dirty_ = true;
+}
+
+// What the engine confirms in structured log fields: its pause state and its control socket.
+void LiveRun::applyLogFields(const nlohmann::json& body) {
+  if (auto it = body.find("state"); it != body.end() && it->is_string() && isActive()) {
+    if (*it == "paused") setState(RunState::Paused);
+    if (*it == "running") setState(RunState::Running);
+  }
+  if (auto it = body.find("control_socket"); it != body.end() && it->is_string())
+    controlSocket_ = QString::fromStdString(it->get<std::string>());
+  if (auto it = body.find("run_dir"); it != body.end() && it->is_string() && runDir_.isEmpty())
+    runDir_ = QString::fromStdString(it->get<std::string>());
 }
 
 void LiveRun::applyHello(const nlohmann::json& body) {

@@ -7,6 +7,7 @@
 #include <QFutureWatcher>
 #include <QtConcurrent/QtConcurrentRun>
 
+#include "trainscope/gui/RunControl.h"
 #include "trainscope/profiler/Aggregation.h"
 
 namespace ts::gui {
@@ -120,6 +121,43 @@ RunRepository::MemoryState RunRepository::memory(int64_t id, QString* error) con
   return out;
 }
 
+std::vector<RunRepository::MemorySnapshot> RunRepository::memoryHistory(int64_t id,
+                                                                        int64_t afterSeq,
+                                                                        QString* error) const {
+  std::vector<MemorySnapshot> out;
+  auto store = openStore(error);
+  if (!store) return out;
+  auto rows = guarded(error, [&] { return store->memorySamples(id, false, afterSeq); });
+  // Rows come by seq: one report per event, its ranks in rank order.
+  std::map<int, core::RankMemory> ranks;
+  auto flush = [&] {
+    if (ranks.empty()) return;
+    for (auto& [k, v] : ranks) out.back().report.ranks.push_back(v);
+    ranks.clear();
+  };
+  for (const auto& r : rows) {
+    if (out.empty() || out.back().seq != r.seq) {
+      flush();
+      out.push_back({r.seq, r.step, {}});
+    }
+    auto tier = core::memoryTierFromString(r.tier);
+    auto cat = core::memoryCategoryFromString(r.category);
+    if (!tier || !cat) continue;
+    auto& rm = ranks[r.rank];
+    rm.rank = r.rank;
+    rm.at(*tier, *cat) = {r.current, r.peak};
+  }
+  flush();
+  return out;
+}
+
+std::vector<core::EventRow> RunRepository::events(int64_t id, const std::vector<std::string>& types,
+                                                  int offset, QString* error) const {
+  auto store = openStore(error);
+  if (!store) return {};
+  return guarded(error, [&] { return store->events(id, types, -1, offset); });
+}
+
 std::vector<RunRepository::CheckpointRef> RunRepository::checkpoints(QString* error) const {
   std::vector<CheckpointRef> out;
   auto store = openStore(error);
@@ -188,8 +226,10 @@ std::vector<profiler::Span> RunRepository::kernelSpans(int64_t id, QString* erro
 struct DatabaseFollower::Delta {
   std::vector<core::StepRow> steps;
   std::vector<core::EvalRow> evals;
-  RunRepository::MemoryState memory;
+  std::vector<core::EventRow> events;
+  std::vector<RunRepository::MemorySnapshot> memory;
   std::optional<core::RunDetail> detail;
+  bool controllable = false;
   QString error;
 };
 
@@ -202,38 +242,65 @@ DatabaseFollower::DatabaseFollower(RunRepository repo, int64_t runId, LiveRun* r
   pollNow();
 }
 
+// What the log replays: the events not kept in tables of their own (steps, evals and memory
+// are), so nothing shows twice.
+static const std::vector<std::string> kReplayedEvents = {
+    "hello", "log", "warning", "error", "checkpoint", "memory_plan", "finished"};
+
 void DatabaseFollower::pollNow() {
   if (busy_) return;
   busy_ = true;
   auto* watcher = new QFutureWatcher<Delta>(this);
   const RunRepository repo = repo_;
-  const int64_t id = runId_, from = nextStep_;
-  const bool needDetail = true;
+  const int64_t id = runId_, from = nextStep_, memSeq = memorySeq_;
+  const int eventsFrom = eventsSeen_;
   connect(watcher, &QFutureWatcher<Delta>::finished, this, [this, watcher] {
     applyDelta(watcher->result());
     watcher->deleteLater();
     busy_ = false;
   });
-  watcher->setFuture(QtConcurrent::run([repo, id, from, needDetail] {
+  watcher->setFuture(QtConcurrent::run([repo, id, from, memSeq, eventsFrom] {
     Delta d;
+    d.detail = repo.getRun(id, &d.error);
+    if (!d.detail) return d;
     d.steps = repo.steps(id, from, &d.error);
     d.evals = repo.evals(id, &d.error);
-    d.memory = repo.memory(id, &d.error);
-    if (needDetail) d.detail = repo.getRun(id, &d.error);
+    d.events = repo.events(id, kReplayedEvents, eventsFrom, &d.error);
+    d.memory = repo.memoryHistory(id, memSeq, &d.error);
+    if (d.detail->status == "running")
+      d.controllable = RunControl::listening(QString::fromStdString(d.detail->runDir));
     return d;
   }));
 }
 
 void DatabaseFollower::applyDelta(const Delta& d) {
   if (!d.error.isEmpty()) run_->addLog("warning", "database: " + d.error);
-  if (d.detail) {
-    if (run_->config().is_null() && !d.detail->config.is_null()) {
-      core::Event e;
-      e.type = core::EventType::Config;
-      e.body = d.detail->config;
-      run_->apply(e);
-    }
+  if (!d.detail) {
+    // Deleted (or the database went): nothing more will come.
+    if (d.error.isEmpty() && run_->isActive())
+      run_->setState(RunState::Failed,
+                     QStringLiteral("run #%1 is no longer in the database").arg(runId_));
+    run_->setControllable(false);
+    timer_.stop();
+    return;
   }
+  if (run_->runDir().isEmpty()) run_->setRunDir(QString::fromStdString(d.detail->runDir));
+  if (run_->config().is_null() && !d.detail->config.is_null()) {
+    core::Event e;
+    e.type = core::EventType::Config;
+    e.body = d.detail->config;
+    run_->apply(e);
+  }
+  for (const auto& row : d.events) {
+    if (row.type == "finished") continue;  // the status below says it, with the reason
+    core::Event e;
+    e.type = core::eventTypeFromString(row.type);
+    e.typeName = row.type;
+    e.time = row.time;
+    e.body = row.body.is_object() ? row.body : nlohmann::json::object();
+    run_->apply(e);
+  }
+  eventsSeen_ += static_cast<int>(d.events.size());
   for (const auto& s : d.steps) {
     core::StepEvent ev;
     ev.step = s.step;
@@ -257,26 +324,33 @@ void DatabaseFollower::applyDelta(const Delta& d) {
     run_->apply(e);
   }
   evalsSeen_ = std::max(evalsSeen_, d.evals.size());
-  if (d.memory.planned) run_->setPredicted(*d.memory.planned);
-  if (d.memory.measured) {
+  // Every measured sample, so the memory-over-time chart has the history from before.
+  for (const auto& m : d.memory) {
     core::Event e;
     e.type = core::EventType::Memory;
-    e.body = core::toJson(*d.memory.measured);
-    e.body["step"] = run_->lastStep();
+    e.body = core::toJson(m.report);
+    e.body["step"] = m.step >= 0 ? m.step : run_->lastStep();
     run_->apply(e);
+    memorySeq_ = std::max(memorySeq_, m.seq);
   }
-  if (d.detail) {
-    const auto& st = d.detail->status;
-    if (st != "running") {
-      const QString reason = QString::fromStdString(d.detail->reason);
-      run_->setState(st == "completed" ? RunState::Completed
-                     : st == "stopped" ? RunState::Stopped
-                                       : RunState::Failed,
-                     reason.isEmpty() ? QString::fromStdString(st) : reason);
-      timer_.stop();
-    } else if (run_->state() != RunState::Detached) {
-      run_->setState(RunState::Detached);
-    }
+  const auto& st = d.detail->status;
+  if (st != "running") {
+    const QString reason = QString::fromStdString(d.detail->reason);
+    run_->setControllable(false);
+    run_->setState(st == "completed" ? RunState::Completed
+                   : st == "stopped" ? RunState::Stopped
+                                     : RunState::Failed,
+                   reason.isEmpty() ? QString::fromStdString(st) : reason);
+    timer_.stop();
+    return;
+  }
+  run_->setControllable(d.controllable);
+  if (!d.controllable) {
+    // Its engine does not answer on the socket (another machine, or older than sockets):
+    // followed, not controlled.
+    if (run_->state() != RunState::Detached) run_->setState(RunState::Detached);
+  } else if (run_->state() == RunState::Starting || run_->state() == RunState::Detached) {
+    run_->setState(RunState::Running);
   }
 }
 

@@ -69,10 +69,17 @@ bool RunStore::deleteRun(int64_t id, bool deleteFiles) {
   std::string runDir;
   std::vector<std::string> files;
   {
-    auto s = db.prepare("SELECT run_dir FROM runs WHERE id=?");
+    auto s = db.prepare("SELECT run_dir, status, pid, host FROM runs WHERE id=?");
     s.bind(1, id);
     if (!s.step()) return false;
     runDir = s.text(0);
+    // A live engine would train on and write into the folder deleted under it: stop it first.
+    if (s.text(1) == "running" && s.text(3) == store::hostName() && store::processAlive(s.i64(2)))
+      throw StoreError(StoreError::Kind::BadInput,
+                       "run " + std::to_string(id) + " is still running (pid " +
+                           std::to_string(s.i64(2)) +
+                           "): stop it first (Stop in the app, or `trainscope-engine runs stop " +
+                           std::to_string(id) + "`), then delete it");
     auto a = db.prepare(
         "SELECT path FROM artifacts WHERE run_id=?1 UNION SELECT path FROM checkpoints "
         "WHERE run_id=?1");
@@ -95,11 +102,15 @@ bool RunStore::deleteRun(int64_t id, bool deleteFiles) {
   if (deleteFiles && !runDir.empty() && !sharedDir) {
     std::error_code ec;
     fs::path dir(runDir);
-    fs::remove(dir / "events.ndjson", ec);
-    fs::remove(dir / "recorder.json", ec);
+    // What the engine and the app write there (never anything else a user put in it).
+    for (const char* name :
+         {"events.ndjson", "recorder.json", "recorded.ndjson", "run.json", "control.sock"})
+      fs::remove(dir / name, ec);
     // Only files inside the run directory: never delete what lives elsewhere.
     for (auto& f : files)
       if (isInside(f, dir)) fs::remove_all(f, ec);
+    if (fs::is_directory(dir / "checkpoints", ec) && fs::is_empty(dir / "checkpoints", ec))
+      fs::remove(dir / "checkpoints", ec);
     if (fs::is_directory(dir, ec) && fs::is_empty(dir, ec)) fs::remove(dir, ec);
   }
   return true;

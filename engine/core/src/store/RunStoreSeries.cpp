@@ -157,12 +157,13 @@ std::vector<EvalRow> RunStore::evals(int64_t id) {
   return out;
 }
 
-std::vector<MemorySampleRow> RunStore::memorySamples(int64_t id, bool includePlan) {
+std::vector<MemorySampleRow> RunStore::memorySamples(int64_t id, bool includePlan,
+                                                     int64_t afterSeq) {
   std::lock_guard lock(impl_->mutex);
   auto s = impl_->db.prepare(
       "SELECT seq, time, step, planned, rank, tier, category, current, peak FROM memory_samples "
-      "WHERE run_id=?1 AND (?2 OR planned = 0) ORDER BY seq, id");
-  s.bind(1, id).bind(2, static_cast<int64_t>(includePlan));
+      "WHERE run_id=?1 AND (?2 OR planned = 0) AND seq > ?3 ORDER BY seq, id");
+  s.bind(1, id).bind(2, static_cast<int64_t>(includePlan)).bind(3, afterSeq);
   std::vector<MemorySampleRow> out;
   while (s.step()) {
     MemorySampleRow r;

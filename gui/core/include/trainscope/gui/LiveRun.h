@@ -104,6 +104,18 @@ class LiveRun : public QObject {
   const std::deque<LogLine>& log() const { return log_; }
   uint64_t logAppended() const { return logAppended_; }
 
+  // The run's folder, where its engine listens for commands (ControlSocket.h); empty when
+  // unknown. controllable(): an engine answered there at the last look (followed runs).
+  const QString& runDir() const { return runDir_; }
+  void setRunDir(const QString& dir) { runDir_ = dir; }
+  bool controllable() const { return controllable_; }
+  void setControllable(bool v) {
+    if (v != controllable_) dirty_ = true;
+    controllable_ = v;
+  }
+  // The socket path the engine announced (a `log` event's `control_socket`), if any.
+  const QString& controlSocket() const { return controlSocket_; }
+
   bool dirty() const { return dirty_; }
   void clearDirty() { dirty_ = false; }
   size_t bytes() const;
@@ -113,6 +125,7 @@ class LiveRun : public QObject {
 
  private:
   void applyHello(const nlohmann::json& body);
+  void applyLogFields(const nlohmann::json& body);
   void applyConfig(const nlohmann::json& body);
   void applyStepExtras(const nlohmann::json& body);
   void applyMemory(const nlohmann::json& body);
@@ -124,6 +137,8 @@ class LiveRun : public QObject {
   QString name_;
   RunState state_ = RunState::Starting;
   QString reason_;
+  QString runDir_, controlSocket_;
+  bool controllable_ = false;
   int64_t runId_ = 0;
   std::vector<std::pair<int64_t, int64_t>> profiled_;
   int64_t lastStep_ = 0, totalSteps_ = 0, tokens_ = 0, skipped_ = 0;

@@ -33,6 +33,16 @@ class RunRepository {
     std::optional<core::MemoryReport> measured, planned;
   };
   MemoryState memory(int64_t id, QString* error = nullptr) const;
+  // Measured memory reports of the events after afterSeq, in order: (event seq, step, report).
+  struct MemorySnapshot {
+    int64_t seq = 0, step = -1;
+    core::MemoryReport report;
+  };
+  std::vector<MemorySnapshot> memoryHistory(int64_t id, int64_t afterSeq,
+                                            QString* error = nullptr) const;
+  // Stored events of the given types from the offset-th on (RunStore::events).
+  std::vector<core::EventRow> events(int64_t id, const std::vector<std::string>& types, int offset,
+                                     QString* error = nullptr) const;
   // (run, checkpoint path) of every recorded checkpoint, newest run first (distillation teachers).
   struct CheckpointRef {
     int64_t runId = 0;
@@ -88,8 +98,10 @@ class RunRepository {
   std::string path_;
 };
 
-// Follows a run the GUI did not start (or detached from) by polling the database: new steps,
-// evals, memory samples and the status. Queries run on a worker thread.
+// Follows a run the GUI did not start (or detached from) by polling the database: its history
+// first (steps, evals, log lines, checkpoints, every memory sample), then what is new, and the
+// status. Queries run on a worker thread. The run is controllable while its engine listens on
+// the control socket in its folder (LiveRun::controllable).
 class DatabaseFollower : public QObject {
   Q_OBJECT
  public:
@@ -105,6 +117,8 @@ class DatabaseFollower : public QObject {
   LiveRun* run_;
   int64_t nextStep_ = 0;
   size_t evalsSeen_ = 0;
+  int eventsSeen_ = 0;
+  int64_t memorySeq_ = -1;
   bool busy_ = false;
   QTimer timer_;
 };

@@ -218,7 +218,9 @@ class RunStore {
   std::vector<StepRow> steps(int64_t id, std::optional<int64_t> fromStep = {},
                              std::optional<int64_t> toStep = {});
   std::vector<EvalRow> evals(int64_t id);
-  std::vector<MemorySampleRow> memorySamples(int64_t id, bool includePlan = true);
+  // afterSeq: only samples of later events (a follower's next poll).
+  std::vector<MemorySampleRow> memorySamples(int64_t id, bool includePlan = true,
+                                             int64_t afterSeq = -1);
   std::vector<KernelSummaryRow> kernelSummaries(int64_t id);
   // Stored events (all types except step, memory and kernel_summary, which live in their own
   // tables; memory_plan, eval and checkpoint are in both), by seq.
