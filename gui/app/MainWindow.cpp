@@ -247,22 +247,27 @@ QWidget* MainWindow::buildRunsPage() {
           [this](const QString& m) { statusBar()->showMessage(m, 8000); });
   connect(runsPage_->browser(), &RunsBrowser::loaded, wizard_, &RunWizard::refreshPastRuns);
   connect(runsPage_, &RunsPage::cloneRequested, this, [this](int64_t id) {
-    QString err;
-    auto run = repo_.getRun(id, &err);
-    if (!run || run->config.is_null()) {
-      if (showDialogs_)
-        QMessageBox::information(this, "Clone",
-                                 err.isEmpty() ? "That run has no recorded config." : err);
-      return;
-    }
-    auto cfg = run->config;
-    cfg["name"] = run->name + "-clone";
-    doc_->reset(cfg);
-    wizard_->goToPage(0);
-    showSection(0);
+    withRun(id, [this](const std::optional<core::RunDetail>& run, const QString& err) {
+      if (!run || run->config.is_null()) {
+        if (showDialogs_)
+          QMessageBox::information(this, "Clone",
+                                   err.isEmpty() ? "That run has no recorded config." : err);
+        return;
+      }
+      auto cfg = run->config;
+      cfg["name"] = run->name + "-clone";
+      doc_->reset(cfg);
+      wizard_->goToPage(0);
+      showSection(0);
+    });
   });
   connect(runsPage_, &RunsPage::resumeRequested, this,
-          [this](int64_t id, const QString& checkpoint) { resumeRun(id, checkpoint); });
+          [this](int64_t id, const QString& checkpoint) {
+            withRun(id, [this, id, checkpoint](const std::optional<core::RunDetail>& run,
+                                               const QString& err) {
+              resumeFrom(run, err, id, checkpoint);
+            });
+          });
   connect(runsPage_, &RunsPage::compareRequested, this, [this](const QList<qint64>& ids) {
     compare_->compareRuns(ids);
     showSection(Compare);
@@ -285,7 +290,12 @@ QWidget* MainWindow::buildRunsPage() {
 
 RunDashboard* MainWindow::resumeRun(int64_t runId, const QString& checkpointPath) {
   QString err;
-  auto run = repo_.getRun(runId, &err);
+  const auto run = repo_.getRun(runId, &err);
+  return resumeFrom(run, err, runId, checkpointPath);
+}
+
+RunDashboard* MainWindow::resumeFrom(const std::optional<core::RunDetail>& run, const QString& err,
+                                     int64_t runId, const QString& checkpointPath) {
   if (!run || run->config.is_null()) {
     lastError_ = err.isEmpty()
                      ? QStringLiteral("Run #%1 has no recorded config to resume with.").arg(runId)
@@ -296,6 +306,25 @@ RunDashboard* MainWindow::resumeRun(int64_t runId, const QString& checkpointPath
   // The recorded config goes through the wizard's document, so the same validation applies.
   doc_->reset(run->config);
   return launch({"--resume", checkpointPath});
+}
+
+// One run's record, read on a worker thread (a busy database may hold a query for seconds),
+// handed to `then` on this thread.
+void MainWindow::withRun(
+    int64_t id, std::function<void(const std::optional<core::RunDetail>&, const QString&)> then) {
+  using Result = std::pair<std::optional<core::RunDetail>, QString>;
+  auto* watcher = new QFutureWatcher<Result>(this);
+  connect(watcher, &QFutureWatcher<Result>::finished, this, [watcher, then = std::move(then)] {
+    watcher->deleteLater();
+    const Result r = watcher->result();
+    then(r.first, r.second);
+  });
+  const RunRepository repo = repo_;
+  watcher->setFuture(QtConcurrent::run([repo, id] {
+    QString err;
+    auto run = repo.getRun(id, &err);
+    return Result{std::move(run), err};
+  }));
 }
 
 void MainWindow::setShowDialogs(bool v) {

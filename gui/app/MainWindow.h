@@ -1,7 +1,9 @@
 #pragma once
 // The main window: side bar (New run, Live, Runs, Planner, Compare, Timeline), status bar
 // (database, backends found).
+#include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <QMainWindow>
@@ -49,12 +51,14 @@ class MainWindow : public QMainWindow {
   RunsPage* runsPage() const { return runsPage_; }
   ComparePage* comparePage() const { return compare_; }
   TimelinePage* timelinePage() const { return timeline_; }
-  // Starts the run again from a checkpoint with its recorded config (Runs page "Resume").
+  // Starts the run again from a checkpoint with its recorded config (what the Runs page's
+  // Resume does, there with the record read off the GUI thread; this one reads it in place).
   RunDashboard* resumeRun(int64_t runId, const QString& checkpointPath);
   // Starts a run of the current document (what Launch does). Returns the dashboard, or null
   // after a clear dialog when it could not start.
   RunDashboard* launch(const QStringList& extraArgs = {});
   const QString& databasePath() const { return dbPath_; }
+  const Options& options() const { return options_; }
   const CapabilitySummary& capabilities() const { return caps_; }  // known once probed
   void setShowDialogs(bool v);
   QString lastError() const { return lastError_; }
@@ -87,6 +91,10 @@ class MainWindow : public QMainWindow {
   QWidget* buildRunsPage();
   void refreshRuns();
   void reattachRunning();
+  RunDashboard* resumeFrom(const std::optional<core::RunDetail>& run, const QString& err,
+                           int64_t runId, const QString& checkpointPath);
+  void withRun(int64_t id,
+               std::function<void(const std::optional<core::RunDetail>&, const QString&)> then);
 
   Options options_;
   QString dbPath_;

@@ -6,6 +6,8 @@
 #include <QDir>
 #include <QElapsedTimer>
 #include <QLabel>
+#include <QPushButton>
+#include <QTabWidget>
 #include <QTableView>
 #include <QThread>
 
@@ -51,7 +53,7 @@ class Tour {
     if (log_) *log_ << s;
   }
   void shoot(const QString& name, const std::function<void(ScreenshotCheck&)>& checks,
-             bool settleFirst = true);
+             bool settleFirst = true, QWidget* window = nullptr);
   void fail(const QString& name, const QString& why);
   QStringList runArgs(const QStringList& extra) const;
   void showWindow();
@@ -62,6 +64,7 @@ class Tour {
   void compare();
   void timeline();
   void planner();
+  void reopened();
 
   MainWindow& win_;
   const TourOptions& o_;
@@ -80,17 +83,19 @@ std::vector<TourShot> Tour::run() {
   compare();
   timeline();
   planner();
+  reopened();
   return shots_;
 }
 
 void Tour::shoot(const QString& name, const std::function<void(ScreenshotCheck&)>& checks,
-                 bool settleFirst) {
+                 bool settleFirst, QWidget* window) {
   if (settleFirst) settle();
+  if (!window) window = &win_;
   TourShot shot;
   shot.name = name;
   shot.path = QDir(o_.outDir).filePath(name + ".png");
-  const QImage img = grabShot(&win_);
-  ScreenshotCheck check(&win_, img);
+  const QImage img = grabShot(window);
+  ScreenshotCheck check(window, img);
   check.noText("engine not found");
   checks(check);
   shot.problems = check.problems();
@@ -261,6 +266,61 @@ void Tour::planner() {
         .text("Suggestions that fit");
     if (planner->planModel()->rowCount() == 0) c.text("a suggestion row");
   });
+}
+
+// 7. A long run kept running when the app closed ("Keep running"), then the app reopened: it
+// opens on Live with the run's history and working controls (through the engine's control
+// socket). The run is then stopped from the reopened window.
+void Tour::reopened() {
+  RunDashboard* d = win_.launch({"--set", QStringLiteral("train.steps=%1").arg(o_.steps * 100),
+                                 "--set", "name=kept-running"});
+  if (!d) {
+    fail("reopened-run", "launch failed: " + win_.lastError());
+    return;
+  }
+  LiveRun* run = d->run();
+  if (!spinUntil([&] { return run->lastStep() >= o_.steps / 4 && run->measured(); },
+                 o_.timeoutMs)) {
+    fail("reopened-run", "the kept run made no progress");
+    return;
+  }
+  d->client()->detach();  // what "Keep running" does when the app closes
+  MainWindow::Options o = win_.options();
+  o.reattach = true;
+  o.askOnClose = false;
+  MainWindow again(o);
+  again.setShowDialogs(false);
+  again.resize(win_.size());
+  again.show();
+  RunDashboard* back = nullptr;
+  spinUntil(
+      [&] {
+        for (int i = 0; i < again.liveTabs()->count(); ++i)
+          if (again.dashboard(i)->run()->runId() == run->runId()) back = again.dashboard(i);
+        if (back) back->refresh();
+        return back && back->stopButton()->isEnabled() && back->run()->lastStep() > 0;
+      },
+      o_.timeoutMs);
+  if (!back) {
+    fail("reopened-run", "the reopened app did not re-attach to the kept run");
+    return;
+  }
+  settle(1500);  // a few more steps on the charts
+  back->refresh();
+  shoot(
+      "reopened-run",
+      [&](ScreenshotCheck& c) {
+        c.chart(back->lossChart(), "loss chart", 10)
+            .text("Re-attached")
+            .text("kept-running — running")
+            .noText("followed from the database");
+        if (!back->stopButton()->isEnabled()) c.text("an enabled Stop button");
+      },
+      /*settleFirst=*/false, &again);
+  back->stopButton()->click();
+  if (!spinUntil([&] { return !back->run()->isActive(); }, o_.timeoutMs))
+    say("reopened-run: the kept run did not stop");
+  again.close();
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // The screenshot tour (`trainscope --screenshots DIR`, scripts/screenshots.sh): drives the real
 // app against the real engine as a user would and saves what the screen shows — the live
 // dashboard mid-run, the runs browser, the compare page with the two runs, the timeline of a
-// profiled run, the planner with LLaMA-7B on a 24 GB GPU. Every shot is checked
+// profiled run, the planner with LLaMA-7B on a 24 GB GPU, and a run kept running while the app
+// closed, re-attached by the reopened app. Every shot is checked
 // (ScreenshotCheck); a shot that fails its checks is reported and the tour exits non-zero.
 #include <QString>
 #include <QStringList>

@@ -79,7 +79,10 @@ TEST(GuiProcessE2e, KilledGuiLeavesTheEngineTrainingAndTheNextGuiShowsTheRun) {
   MainWindow next(o);
   next.setShowDialogs(false);
   next.show();
-  ASSERT_EQ(next.liveTabs()->count(), 1) << "the next GUI does not show the running run";
+  // The database is read off the GUI thread: the tab comes when that read lands.
+  ASSERT_TRUE(waitFor([&] { return next.liveTabs()->count() > 0; }, kWaitCapMs))
+      << "the next GUI does not show the running run";
+  ASSERT_EQ(next.liveTabs()->count(), 1);
   RunDashboard* d = next.dashboard(0);
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(d->run()->name().toStdString(), mid->name);

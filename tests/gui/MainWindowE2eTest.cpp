@@ -126,7 +126,9 @@ TEST(MainWindowE2e, ResumeContinuesARunFromItsCheckpoint) {
 
   // What the Runs page's Resume button asks for.
   emit win.runsPage()->resumeRequested(id, QString::fromStdString(mid));
-  ASSERT_EQ(win.liveTabs()->count(), 2) << win.lastError().toStdString();
+  // The run's record is read off the GUI thread; the dashboard opens when it lands.
+  ASSERT_TRUE(waitFor([&] { return win.liveTabs()->count() == 2; }, testutil::kWaitCapMs))
+      << win.lastError().toStdString();
   RunDashboard* r = win.dashboard(1);
   ASSERT_TRUE(waitFor([&] { return !r->run()->isActive(); }, testutil::kWaitCapMs));
   EXPECT_EQ(r->run()->state(), RunState::Completed) << r->run()->finishReason().toStdString();

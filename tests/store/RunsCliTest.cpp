@@ -1,10 +1,14 @@
 // `trainscope-engine runs ...` through the real command registration (RunsCommand.cpp).
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <sstream>
 
 #include "Commands.h"
 #include "StoreTestUtil.h"
+#include "trainscope/core/protocol/ControlSocket.h"
+#include "trainscope/core/protocol/Protocol.h"
+#include "trainscope/core/store/RunRecorder.h"
 #include "trainscope/core/store/RunStore.h"
 
 using namespace ts::test;
@@ -178,4 +182,69 @@ TEST(RunsCli, ImportListShowExportDelete) {
   EXPECT_EQ(json::parse(runCli({"runs", "list", "--db", db, "--json"}).out).size(), 0u);
   EXPECT_FALSE(fs::exists(tmp.path() / "run" / "events.ndjson"));
   EXPECT_EQ(runCli({"runs", "list", "--db", tmp / "none.db"}).code, 2);  // no such database
+}
+
+// A run recorded by a live process (this one) with a control socket in its folder, as the
+// engine's rank 0 has: the control commands reach it, delete is refused while it lives.
+TEST(RunsCli, ControlCommandsReachARunningRunAndDeleteWaitsForItsEnd) {
+  TempDir tmp;
+  const std::string db = tmp / "runs.db";
+  const fs::path runDir = tmp.path() / "live";
+  ts::core::RunRecorder::Options ro;
+  ro.dbPath = db;
+  ro.runDir = runDir.string();
+  ro.name = "live";
+  auto rec = std::make_unique<ts::core::RunRecorder>(ro);
+  rec->record({{"type", "hello"}, {"seq", 0}, {"time", 1.0}, {"backend", "cpu"}});
+  rec->record({{"type", "step"}, {"seq", 1}, {"time", 2.0}, {"step", 1}, {"loss", 2.0}});
+  rec.reset();  // committed; the row stays `running` with this process as its writer
+  ts::core::ControlServer server(runDir.string());
+
+  auto received = [&](size_t want) {
+    std::vector<std::string> lines;
+    for (int i = 0; i < 100 && lines.size() < want; ++i) {
+      std::vector<pollfd> fds;
+      server.addPollFds(fds);
+      if (::poll(fds.data(), fds.size(), 20) > 0)
+        server.service(fds.data(), fds.size(), [&](const std::string& l) { lines.push_back(l); });
+    }
+    return lines;
+  };
+  auto sent = runCli({"runs", "pause", "1", "--db", db});
+  EXPECT_EQ(sent.code, 0);
+  EXPECT_NE(sent.out.find("sent pause to run 1"), std::string::npos) << sent.out;
+  EXPECT_EQ(runCli({"runs", "profile", "live", "--steps", "4", "--db", db}).code, 0);
+  EXPECT_EQ(runCli({"runs", "stop", "1", "--db", db}).code, 0);
+  const auto lines = received(3);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(ts::core::decodeCommand(lines[0]).type, ts::core::CommandType::Pause);
+  EXPECT_EQ(ts::core::decodeCommand(lines[1]).type, ts::core::CommandType::Profile);
+  EXPECT_EQ(ts::core::decodeCommand(lines[1]).steps, 4);
+  EXPECT_EQ(ts::core::decodeCommand(lines[2]).type, ts::core::CommandType::Stop);
+
+  // Its writer (this process) is alive: the row and the folder stay.
+  EXPECT_EQ(runCli({"runs", "delete", "1", "--db", db}).code, 2);
+  {
+    auto store = ts::core::RunStore::open(db, ts::core::RunStore::Mode::ReadOnly);
+    EXPECT_TRUE(store.getRun(1));
+  }
+  EXPECT_TRUE(fs::exists(runDir / "events.ndjson"));
+}
+
+TEST(RunsCli, ControlCommandsSayWhyTheyCannotBeDelivered) {
+  TempDir tmp;
+  const std::string db = tmp / "runs.db";
+  writeRun(tmp.path() / "run");
+  ASSERT_EQ(runCli({"runs", "import", tmp / "run", "--db", db}).code, 0);
+  // Finished: nothing to stop.
+  EXPECT_EQ(runCli({"runs", "stop", "1", "--db", db}).code, 2);
+  // Recorded as running by a live writer, but nobody listens on its socket.
+  ts::core::RunRecorder::Options ro;
+  ro.dbPath = db;
+  ro.runDir = (tmp.path() / "mute").string();
+  ro.name = "mute";
+  auto rec = std::make_unique<ts::core::RunRecorder>(ro);
+  rec->record({{"type", "hello"}, {"seq", 0}, {"time", 1.0}});
+  rec.reset();
+  EXPECT_EQ(runCli({"runs", "pause", "mute", "--db", db}).code, 2);
 }
