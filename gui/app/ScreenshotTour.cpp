@@ -62,6 +62,7 @@ class Tour {
   void compare();
   void timeline();
   void planner();
+  void plannerOnCuda();
 
   MainWindow& win_;
   const TourOptions& o_;
@@ -80,6 +81,7 @@ std::vector<TourShot> Tour::run() {
   compare();
   timeline();
   planner();
+  plannerOnCuda();
   return shots_;
 }
 
@@ -260,6 +262,29 @@ void Tour::planner() {
         .text("Runs here")
         .text("Suggestions that fit");
     if (planner->planModel()->rowCount() == 0) c.text("a suggestion row");
+  });
+}
+
+// 7. Planner on cuda as a user leaves it (the default filter, "fits and runs here"): planned
+// for the 24 GB device whether or not this machine has one; without one every suggestion says
+// so, and the reason is said once, in plain words (issue 47: an empty table and the CUDA
+// runtime's error twice).
+void Tour::plannerOnCuda() {
+  PlannerPage* planner = win_.planner();
+  win_.showSection(MainWindow::Planner);
+  planner->selectModel("shape:llama-7b");
+  planner->setDeviceMemoryGiB(24);
+  planner->setRanks(1);
+  planner->setBackend("cuda");
+  planner->setRunnableOnly(true);
+  planner->planView()->clearSelection();
+  planner->recompute();
+  settle(200);
+  spinUntil([&] { return !planner->computing() && planner->lastOutput(); }, 60000);
+  shoot("planner-cuda", [&](ScreenshotCheck& c) {
+    c.widget(planner->planView(), "suggestions").text("llama-7b").text("QLoRA").noText("cudaError");
+    if (planner->planModel()->rowCount() == 0) c.text("a suggestion row");
+    if (!win_.capabilities().cudaAvailable) c.text("no usable CUDA device on this machine");
   });
 }
 

@@ -1,6 +1,7 @@
 // End to end: the screenshot tour (scripts/screenshots.sh) drives the real app against the real
 // engine and every shot passes its checks: charts with their points drawn inside the plot
-// area, tables filled, the newest run's profile on the timeline, suggestions on the planner.
+// area, tables filled, the newest run's profile on the timeline, suggestions on the planner
+// (also on cuda with the default filter, GPU or not).
 #include <gtest/gtest.h>
 #include <QDir>
 #include <QFileInfo>
@@ -23,8 +24,9 @@ TEST(ScreenshotTourE2e, EveryShotOfTheRealAppPassesItsChecks) {
   QStringList log;
   const auto shots = runScreenshotTour(win, t, &log);
   const std::string said = log.join("\n").toStdString();
-  ASSERT_EQ(shots.size(), 5u) << said;
-  const char* names[] = {"live-dashboard", "runs", "compare", "timeline", "planner"};
+  ASSERT_EQ(shots.size(), 6u) << said;
+  const char* names[] = {"live-dashboard", "runs",    "compare",
+                         "timeline",       "planner", "planner-cuda"};
   for (const char* n : names) {
     bool found = false;
     for (const auto& s : shots) found = found || s.name == n;
