@@ -117,9 +117,9 @@ QGroupBox* PlannerPage::buildMachineBox() {
   backend_->setToolTip(
       "The engine backend the setup would run on: suggestions say whether this engine can run "
       "them there");
-  auto* modelRow = new QHBoxLayout;
-  modelRow->addWidget(model_, 1);
-  auto* openHf = new QPushButton("config.json…");
+  // The button under the list, not beside it: side by side they needed more than the form's
+  // column and Qt squeezed both ("default (p", "ɔnfig.json").
+  auto* openHf = new QPushButton("Open config.json…");
   openHf->setObjectName("PlannerOpenHf");
   openHf->setMinimumWidth(openHf->sizeHint().width());  // its text whole, never squeezed
   QStringList hfClasses;
@@ -127,8 +127,11 @@ QGroupBox* PlannerPage::buildMachineBox() {
     for (const auto& a : f->hfArchitectures()) hfClasses << QString::fromStdString(a);
   openHf->setToolTip("A Hugging Face model's config.json (" + hfClasses.join(", ") +
                      "), or the folder holding it, as the model: every key of its shape");
-  modelRow->addWidget(openHf);
-  mf->addRow("Model", modelRow);
+  auto* hfRow = new QHBoxLayout;
+  hfRow->addWidget(openHf);
+  hfRow->addStretch(1);
+  mf->addRow("Model", model_);
+  mf->addRow("", hfRow);
   modelNote_ = new QLabel;
   modelNote_->setObjectName("PlannerModelNote");
   modelNote_->setWordWrap(true);
@@ -441,7 +444,7 @@ void PlannerPage::showOutput(const PlannerInput& in, const PlannerOutput& out) {
     if (e.peak_nvme > 0) d += " · NVMe " + formatBytes(double(e.peak_nvme));
     // Said once here (not again above the suggestions): the rows say "no CUDA device here".
     if (!out.machine.isEmpty())
-      d += QStringLiteral("\nRuns here: no: %1. The figures are for a %2 %3 device elsewhere.")
+      d += QStringLiteral("\nRuns here: no — %1. The figures are for a %2 %3 device elsewhere.")
                .arg(out.machine, formatBytes(double(in.deviceMemory)),
                     in.config.device.backend == "cuda"
                         ? QStringLiteral("CUDA")
@@ -450,20 +453,20 @@ void PlannerPage::showOutput(const PlannerInput& in, const PlannerOutput& out) {
       d += QStringLiteral("\nThis engine cannot run this setup on %1: %2")
                .arg(QString::fromStdString(in.config.device.backend), out.limitations.join("; "));
     if (out.stepTime)
-      d += QStringLiteral("\nTime here: %1%2")
+      d += QStringLiteral("\nTime here: %1%2 (the step's FLOPs at %3)")
                .arg(out.stepTime->sentence(),
                     out.stepTime->impractical
                         ? QStringLiteral(": impractically slow on this machine")
-                        : QString());
+                        : QString(),
+                    out.gemm.basis);
     details_->setText(d);
     bars_->setReports(e.report, std::nullopt, in.deviceMemory, true);
   }
   verdict_->style()->unpolish(verdict_);
   verdict_->style()->polish(verdict_);
-  plans_->setPlans(out.plans.plans, QString::fromStdString(out.plans.baseline_summary),
-                   out.gemmFlops);
-  // The measured time column only where there is a measured rate (the cpu backend).
-  table_->setColumnHidden(PlanTableModel::TimeHere, out.gemmFlops <= 0);
+  plans_->setPlans(out.plans.plans, QString::fromStdString(out.plans.baseline_summary), out.gemm);
+  // The time column only where there is a rate (the cpu backend).
+  table_->setColumnHidden(PlanTableModel::TimeHere, out.gemm.flopsPerS <= 0);
   QStringList kinds;
   for (const auto& p : out.plans.plans)
     if (!kinds.contains(QString::fromStdString(p.kind))) kinds << QString::fromStdString(p.kind);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <QAbstractItemModelTester>
 #include <QComboBox>
+#include <QDir>
 #include <QFile>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -15,6 +16,7 @@
 #include <QTest>
 
 #include "GuiTestUtil.h"
+#include "MainWindow.h"
 #include "PlannerPage.h"
 #include "trainscope/core/config/ConfigExport.h"
 #include "trainscope/core/model/HfConfig.h"
@@ -494,7 +496,7 @@ TEST(PlannerPageTest, DefaultViewShowsTheBestOfEachKindFirst) {
                              << " listed after a repeat: " << kinds.join(" | ").toStdString();
     seen << k;
   }
-  // Full fine-tunes keep the form's own choice of rows: a QLoRA row is 4-bit, a full one not.
+  // Each row is what its kind says: a QLoRA row has a 4-bit base, a full one no adapters.
   for (int r = 0; r < m->rowCount(); ++r) {
     const auto& c = m->plan(r)->config;
     if (kinds[r].startsWith("full")) EXPECT_EQ(c.finetune.lora.r, 0);
@@ -508,7 +510,8 @@ TEST(PlannerPageTest, DefaultViewShowsTheBestOfEachKindFirst) {
 }
 
 // With the cpu backend LLaMA-7B "runs here" on two cores: the page says how long a step takes
-// at the GEMM rate the engine measured, and that this is impractically slow.
+// at the GEMM rate the engine measured (else one assumed from the CPU, saying so), and that
+// this is impractically slow.
 TEST(PlannerPageTest, CpuSaysHowLongAStepTakesHere) {
   PlannerPage page;
   QSignalSpy spy(&page, &PlannerPage::updated);
@@ -516,7 +519,10 @@ TEST(PlannerPageTest, CpuSaysHowLongAStepTakesHere) {
   page.setDeviceMemoryGiB(24);
   page.setCapabilities(noGpuMachineCaps(40));  // 40 GFLOP/s measured
   page.setBackend("cpu");
+  page.resize(1300, 860);
+  page.show();
   ASSERT_NO_FATAL_FAILURE(waitForPlanner(page, spy));
+  EXPECT_TRUE(page.grab().save(QDir(testutil::screenshotDir()).filePath("planner-cpu.png")));
   const auto& out = *page.lastOutput();
   ASSERT_TRUE(out.stepTime);
   // The floor: the step's FLOPs (6 x 6.7e9 parameters x 2048 tokens and more) at 40 GFLOP/s.
@@ -525,6 +531,8 @@ TEST(PlannerPageTest, CpuSaysHowLongAStepTakesHere) {
   EXPECT_TRUE(out.stepTime->impractical);
   EXPECT_TRUE(page.setupNote().contains("Time here: at least ")) << page.setupNote().toStdString();
   EXPECT_TRUE(page.setupNote().contains("impractically slow")) << page.setupNote().toStdString();
+  EXPECT_TRUE(page.setupNote().contains("the 40 GFLOP/s the engine measured"))
+      << page.setupNote().toStdString();
   auto* m = page.planModel();
   ASSERT_GT(m->rowCount(), 0);
   EXPECT_FALSE(page.planView()->isColumnHidden(PlanTableModel::TimeHere));
@@ -545,11 +553,26 @@ TEST(PlannerPageTest, CpuSaysHowLongAStepTakesHere) {
   EXPECT_FALSE(page.setupNote().contains("impractically")) << page.setupNote().toStdString();
   ASSERT_GT(m->rowCount(), 0);
   EXPECT_EQ(m->data(m->index(0, PlanTableModel::RunsHere)).toString(), "yes");
-  // Without a measured rate there is no estimate (nothing made up).
-  page.setCapabilities(noGpuMachineCaps(0));
-  page.setBackend("cpu");
+  // This machine's engine measures no GEMM rate (no native bf16 kernel, "no native kernel"):
+  // a rate assumed from its threads and AVX2 FMA, and the page says it is assumed.
+  auto caps = noGpuMachineCaps(0);
+  caps["cpu"] = {{"threads", 2}, {"avx2", true}, {"fma", true}, {"avx512f", false}};
+  page.selectModel("shape:llama-7b");
+  page.setCapabilities(caps);
+  ASSERT_NO_FATAL_FAILURE(waitForPlanner(page, spy));
+  ASSERT_TRUE(page.lastOutput()->stepTime);
+  EXPECT_FALSE(page.lastOutput()->gemm.measured);
+  EXPECT_DOUBLE_EQ(page.lastOutput()->gemm.flopsPerS, 2 * 32 * 2.5e9 * 0.5);  // 80 GFLOP/s
+  EXPECT_TRUE(page.lastOutput()->stepTime->impractical);
+  EXPECT_TRUE(page.setupNote().contains("an assumed 80 GFLOP/s (2 threads"))
+      << page.setupNote().toStdString();
+  EXPECT_FALSE(page.planView()->isColumnHidden(PlanTableModel::TimeHere));
+  // Nothing known of the CPU: no estimate (nothing made up), no column.
+  caps.erase("cpu");
+  page.setCapabilities(caps);
   ASSERT_NO_FATAL_FAILURE(waitForPlanner(page, spy));
   EXPECT_FALSE(page.lastOutput()->stepTime);
+  EXPECT_FALSE(page.setupNote().contains("Time here")) << page.setupNote().toStdString();
   EXPECT_TRUE(page.planView()->isColumnHidden(PlanTableModel::TimeHere));
 }
 
@@ -563,15 +586,25 @@ TEST(PlannerModel, DurationsReadAsAPersonWouldSayThem) {
 }
 
 // The model names and the config.json button keep their text whole (they read "default (p"
-// and "ɔnfig.json" in a 340 px column).
+// and "ɔnfig.json" in a 340 px column), on the page as the app's window shows it.
 TEST(PlannerPageTest, ModelNamesAndConfigButtonFitTheirText) {
-  PlannerPage page;
-  page.resize(1440, 900);
-  page.show();
-  ASSERT_TRUE(QTest::qWaitForWindowExposed(&page));
+  QTemporaryDir tmp;
+  MainWindow::Options o;
+  o.dbPath = tmp.filePath("runs.db");
+  o.enginePath = "/nonexistent/engine";  // never launches here
+  o.reattach = false;
+  o.askOnClose = false;
+  MainWindow win(o);
+  win.setShowDialogs(false);
+  win.resize(1440, 900);
+  win.show();
+  ASSERT_TRUE(QTest::qWaitForWindowExposed(&win));
+  win.showSection(MainWindow::Planner);
+  PlannerPage& page = *win.planner();
   auto* combo = page.findChild<QComboBox*>("PlannerModel");
   auto* button = page.findChild<QPushButton*>("PlannerOpenHf");
   ASSERT_TRUE(combo && button);
+  QTest::qWait(20);
   EXPECT_GE(button->width(), button->sizeHint().width()) << button->text().toStdString();
   EXPECT_GE(button->width(), button->fontMetrics().horizontalAdvance(button->text()));
   for (int i = 0; i < combo->count(); ++i) {

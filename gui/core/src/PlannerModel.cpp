@@ -98,7 +98,7 @@ QString durationText(double s) {
 }
 
 QString StepTimeEstimate::stepText() const {
-  return QStringLiteral("≥ %1/step").arg(durationText(seconds));
+  return QStringLiteral("≥ %1").arg(durationText(seconds));
 }
 
 QString StepTimeEstimate::sentence() const {
@@ -110,19 +110,47 @@ QString StepTimeEstimate::sentence() const {
       .arg(durationText(kSmallRunTokens / tokensPerS));
 }
 
-double measuredGemmFlops(const nlohmann::json& caps, const core::RunConfig& c) {
+GemmRate cpuGemmRate(const nlohmann::json& caps, const core::RunConfig& c) {
+  GemmRate r;
   std::string backend = c.device.backend;
   if (backend == "auto") backend = summarizeCapabilities(caps).cudaAvailable ? "cuda" : "cpu";
-  if (backend != "cpu" || !caps.is_object()) return 0;
-  const auto bf16 =
-      caps.value("precisions", nlohmann::json::object()).value("bf16", nlohmann::json::object());
-  const auto cal = bf16.value("gemm_calibration", nlohmann::json::object());
+  if (backend != "cpu" || !caps.is_object()) return r;
+  const auto obj = [](const nlohmann::json& j, const char* k) {
+    return j.is_object() && j.contains(k) && j[k].is_object() ? j[k] : nlohmann::json::object();
+  };
+  const auto bf16 = obj(obj(caps, "precisions"), "bf16");
+  const auto cal = obj(bf16, "gemm_calibration");
   // 16-bit policies multiply in bf16 only where "auto" picked the native bf16 kernel.
   const bool bf16Gemm = (c.precision.policy == "bf16" || c.precision.policy == "pure_bf16") &&
                         c.precision.gemm != "fp32" &&
                         (c.precision.gemm == "bf16" || bf16.value("auto_gemm", "") == "bf16");
   const double gflops = cal.value(bf16Gemm ? "bf16_gflops" : "fp32_gflops", 0.0);
-  return gflops > 0 ? gflops * 1e9 : 0;
+  if (gflops > 0) {
+    r.flopsPerS = gflops * 1e9;
+    r.measured = true;
+    r.basis = QStringLiteral("the %1 GFLOP/s the engine measured for its GEMMs here")
+                  .arg(gflops, 0, 'f', 0);
+    return r;
+  }
+  // No measurement: FMA lanes x 2 FLOPs per cycle (two FMA units) at 2.5 GHz, half reached.
+  const auto cpu = obj(caps, "cpu");
+  const int threads = cpu.value("threads", 0);
+  if (threads <= 0) return r;
+  const bool avx512 = cpu.value("avx512f", false);
+  const bool avx2 = cpu.value("avx2", false) && cpu.value("fma", false);
+  const double perCycle = avx512 ? 64 : avx2 ? 32 : 8;
+  const double perThread = perCycle * 2.5e9 * 0.5;
+  r.flopsPerS = threads * perThread;
+  r.basis = QStringLiteral(
+                "an assumed %1 GFLOP/s (%2 threads × %3 GFLOP/s: half the %4 peak at 2.5 GHz; "
+                "the engine measured no GEMM rate on this CPU)")
+                .arg(r.flopsPerS / 1e9, 0, 'f', 0)
+                .arg(threads)
+                .arg(perThread / 1e9, 0, 'f', 0)
+                .arg(avx512 ? "AVX-512 FMA"
+                     : avx2 ? "AVX2 FMA"
+                            : "scalar");
+  return r;
 }
 
 std::optional<StepTimeEstimate> estimateStepTime(const core::MemoryEstimate& e, double flops) {
@@ -150,8 +178,8 @@ PlannerOutput evaluatePlanner(const PlannerInput& in) {
   core::EstimateOptions eo;
   eo.device_memory = in.deviceMemory;
   out.estimate = core::estimateMemory(*parsed.config, eo);
-  out.gemmFlops = measuredGemmFlops(in.capabilities, *parsed.config);
-  out.stepTime = estimateStepTime(out.estimate, out.gemmFlops);
+  out.gemm = cpuGemmRate(in.capabilities, *parsed.config);
+  out.stepTime = estimateStepTime(out.estimate, out.gemm.flopsPerS);
   core::PlanRequest req;
   req.base = *parsed.config;
   req.device_memory = in.deviceMemory;
@@ -240,12 +268,13 @@ void PlannerController::startNext() {
 
 PlanTableModel::PlanTableModel(QObject* parent) : QAbstractTableModel(parent) {}
 
-void PlanTableModel::setPlans(std::vector<core::Plan> plans, QString basis, double gemmFlops) {
+void PlanTableModel::setPlans(std::vector<core::Plan> plans, QString basis, GemmRate gemm) {
   beginResetModel();
   plans_ = std::move(plans);
   basis_ = std::move(basis);
   times_.clear();
-  for (const auto& p : plans_) times_.push_back(estimateStepTime(p.estimate, gemmFlops));
+  gemm_ = std::move(gemm);
+  for (const auto& p : plans_) times_.push_back(estimateStepTime(p.estimate, gemm_.flopsPerS));
   endResetModel();
 }
 
@@ -278,15 +307,14 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
     if (index.column() == TimeHere) {
       if (!time)
         return QStringLiteral(
-            "No time estimate: the engine measured no compute rate for this backend here "
+            "No time estimate: nothing here measures this backend's compute rate "
             "(the relative step time compares the setups).");
       return QStringLiteral(
-                 "This machine: %1.\n%2 FLOPs per step at the %3 GFLOP/s the engine "
-                 "measured for its GEMMs here; attention, element-wise work and the "
-                 "optimizer come on top.")
+                 "This machine: %1.\n%2 FLOPs per step at %3; attention, element-wise work "
+                 "and the optimizer come on top.")
           .arg(time->sentence())
           .arg(e.flops_per_step, 0, 'g', 3)
-          .arg(time->flopsPerS / 1e9, 0, 'f', 0);
+          .arg(gemm_.basis);
     }
     if (index.column() == RunsHere) {
       if (p.limitations.empty())
@@ -381,10 +409,12 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
 }
 
 QVariant PlanTableModel::headerData(int section, Qt::Orientation o, int role) const {
+  if (o == Qt::Horizontal && role == Qt::ToolTipRole && section == PeakDevice)
+    return QStringLiteral("Peak device memory of one rank (rank 0)");
   if (o == Qt::Horizontal && role == Qt::ToolTipRole && section == TimeHere)
     return QStringLiteral(
-        "At least this long per optimizer step on this machine: the step's FLOPs at the GEMM "
-        "rate the engine measured here");
+        "At least this long per optimizer step on this machine: the step's FLOPs at this CPU's "
+        "GEMM rate (the engine's measurement, else assumed from its threads)");
   if (o == Qt::Horizontal && role == Qt::ToolTipRole && section == StepTime)
     return QStringLiteral("Relative to the setup as configured (1.00×)%1")
         .arg(basis_.isEmpty() ? QString() : QStringLiteral(": ") + basis_);
@@ -400,13 +430,13 @@ QVariant PlanTableModel::headerData(int section, Qt::Orientation o, int role) co
     case Batch:
       return "Micro × accum";
     case PeakDevice:
-      return "Device peak / rank";
+      return "Device / rank";  // the peak: the tooltip and the memory box say so
     case Host:
       return "Host / NVMe";
     case StepTime:
-      return "Step time (rel.)";
+      return "Step time";  // relative (the values read 0.80×; the tooltip says to what)
     case TimeHere:
-      return "Time here";
+      return "Time / step";
     case RunsHere:
       return "Runs here";
   }

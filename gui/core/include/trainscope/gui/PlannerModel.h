@@ -64,23 +64,30 @@ struct PlannerInput {
   bool runnableOnly = true;  // suggestions: "fits and runs here" (else "all that fit")
 };
 // How long a step would take on this machine: a floor from the step's FLOPs (the estimator's)
-// at the engine's measured GEMM rate (its GEMM calibration in `capabilities`). Real steps add
-// attention, element-wise work and the optimizer, so this is "at least".
+// at the CPU's GEMM rate (cpuGemmRate). Real steps add attention, element-wise work and the
+// optimizer, so this is "at least".
 struct StepTimeEstimate {
   double seconds = 0;        // per optimizer step, at least
   double tokensPerS = 0;     // at most
-  double flopsPerS = 0;      // the rate it assumes
+  double flopsPerS = 0;      // the GEMM rate it is computed at
   bool impractical = false;  // a small fine-tune (kSmallRunTokens) would take over a week
-  QString stepText() const;  // "≥ 27 min/step"
+  QString stepText() const;  // "≥ 27 min" (per step)
   QString sentence() const;  // "at least 27 min per step (1.3 tokens/s), 10 M tokens in 3 months"
 };
 inline constexpr double kSmallRunTokens = 10e6;
 // "0.40 s", "12 s", "27 min", "5.2 h", "3.1 days", "3 months"
 QString durationText(double seconds);
-// The GEMM rate the engine measured on this machine for the config's precision, in FLOP/s
-// (precisions.bf16.gemm_calibration: bf16 where "auto" picks bf16 GEMMs, else fp32); 0 when
-// unknown: no measurement, or a backend other than cpu (nothing measured a GPU here).
-double measuredGemmFlops(const nlohmann::json& caps, const core::RunConfig& config);
+// This machine's GEMM rate for a cpu-backend config. Measured: the engine's GEMM calibration
+// (precisions.bf16.gemm_calibration; bf16 where "auto" picks bf16 GEMMs, else fp32), which
+// it takes only where the CPU has a native bf16 kernel. Else assumed from its threads and
+// vector units (capabilities.cpu): half the FMA peak at 2.5 GHz per thread, and said so.
+// flopsPerS 0: no estimate (another backend: nothing here measures a GPU; or nothing known).
+struct GemmRate {
+  double flopsPerS = 0;
+  bool measured = false;
+  QString basis;  // "the 52 GFLOP/s the engine measured for its GEMMs here", "an assumed ..."
+};
+GemmRate cpuGemmRate(const nlohmann::json& caps, const core::RunConfig& config);
 std::optional<StepTimeEstimate> estimateStepTime(const core::MemoryEstimate& e, double flopsPerS);
 
 struct PlannerOutput {
@@ -94,7 +101,7 @@ struct PlannerOutput {
   // plan is listed (each says it does not run here) instead of none.
   QString machine;
   std::optional<StepTimeEstimate> stepTime;  // of the setup, on this machine (cpu backend)
-  double gemmFlops = 0;                      // measuredGemmFlops (0: no time estimates)
+  GemmRate gemm;                             // what the times are computed at
   QString error;                             // set when the config does not validate
 };
 PlannerOutput evaluatePlanner(const PlannerInput& input);
@@ -134,16 +141,16 @@ class PlanTableModel : public QAbstractTableModel {
     PeakDevice,
     Host,
     StepTime,  // relative to the setup as configured (1.00x); the basis is in the tooltip
-    TimeHere,  // at least this long per step on this machine (measured GEMM rate), else "–"
+    TimeHere,  // at least this long per step on this machine (its GEMM rate), else "–"
     RunsHere,  // whether this engine can run it on the chosen backend; reasons in the tooltip
     ColumnCount
   };
   // Qt::UserRole: the raw value (bytes, relative time, seconds here, runs here) for sorting
   // and tests.
   explicit PlanTableModel(QObject* parent = nullptr);
-  // basis: the configured setup the step times are relative to (for the tooltip); gemmFlops:
-  // this machine's measured rate for the time each plan takes here (0: unknown, "–").
-  void setPlans(std::vector<core::Plan> plans, QString basis = {}, double gemmFlops = 0);
+  // basis: the configured setup the step times are relative to (for the tooltip); gemm: this
+  // machine's rate for the time each plan takes here (flopsPerS 0: unknown, "–").
+  void setPlans(std::vector<core::Plan> plans, QString basis = {}, GemmRate gemm = {});
   const core::Plan* plan(int row) const;
   int rowCount(const QModelIndex& parent = {}) const override;
   int columnCount(const QModelIndex& parent = {}) const override;
@@ -153,6 +160,7 @@ class PlanTableModel : public QAbstractTableModel {
  private:
   std::vector<core::Plan> plans_;
   std::vector<std::optional<StepTimeEstimate>> times_;
+  GemmRate gemm_;
   QString basis_;
 };
 
