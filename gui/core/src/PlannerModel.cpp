@@ -132,7 +132,8 @@ GemmRate cpuGemmRate(const nlohmann::json& caps, const core::RunConfig& c) {
                   .arg(gflops, 0, 'f', 0);
     return r;
   }
-  // No measurement: FMA lanes x 2 FLOPs per cycle (two FMA units) at 2.5 GHz, half reached.
+  // No measurement: vector lanes x 2 (an FMA is two FLOPs) x 2 FMA units per cycle, at
+  // 2.5 GHz, half of it reached: a guess, and the page says it is one.
   const auto cpu = obj(caps, "cpu");
   const int threads = cpu.value("threads", 0);
   if (threads <= 0) return r;
@@ -325,8 +326,16 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
                          .arg(time->sentence())
                    : QStringLiteral("This engine can run this setup here.");
       QStringList l;
-      for (const auto& w : p.limitations) l << QString::fromStdString(w);
-      return QStringLiteral("This engine cannot run this setup here:\n") + l.join("\n");
+      bool machineOnly = true;  // the engine runs it, where the device is
+      for (const auto& w : p.limitations) {
+        const std::string machine = "device.backend: ";
+        const bool isMachine = w.rfind(machine, 0) == 0;
+        machineOnly = machineOnly && isMachine;
+        l << QString::fromStdString(isMachine ? w.substr(machine.size()) : w);
+      }
+      return (machineOnly ? QStringLiteral("This engine runs this setup, but not here:\n")
+                          : QStringLiteral("This engine cannot run this setup here:\n")) +
+             l.join("\n");
     }
     return QString::fromStdString(p.summary);
   }
