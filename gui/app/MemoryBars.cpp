@@ -1,9 +1,13 @@
 #include "MemoryBars.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 
+#include <QHelpEvent>
 #include <QPainter>
 #include <QPainterPath>
+#include <QToolTip>
 
 namespace ts::gui {
 
@@ -80,11 +84,129 @@ std::vector<MemoryBars::Row> MemoryBars::rows() const {
   return out;
 }
 
+void MemoryBars::setMeasuredTotals(const nlohmann::json& process,
+                                   const nlohmann::json& deviceMemory) {
+  const int before = figureHeight();
+  process_ = process.is_object() ? process : nlohmann::json();
+  deviceCount_ = deviceMemory.is_object() ? deviceMemory : nlohmann::json();
+  if (figureHeight() != before) updateGeometry();
+  update();
+}
+
+namespace {
+std::optional<double> numberAt(const nlohmann::json& j, const char* key) {
+  if (!j.is_object()) return std::nullopt;
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+}  // namespace
+
+std::vector<MemoryBars::Figure> MemoryBars::figures() const {
+  std::vector<Figure> out;
+  if (!bars_ || bars_->ranks.empty() || predicted_) return out;
+  // On CUDA the device's count is the independent one (the host's RSS does not hold the
+  // device tier); elsewhere the process's resident set holds every tier.
+  const bool device = deviceCount_.is_object();
+  std::optional<double> tracked = numberAt(device ? deviceCount_ : process_, "tracked");
+  if (!tracked) {  // no process figures (followed from the database): the table's own total
+    double sum = 0;
+    const auto& r0 = bars_->ranks.front();
+    for (int t = 0; t < (device ? 1 : core::kMemoryTierCount); ++t)
+      for (const auto& entry : r0.tiers[t]) sum += static_cast<double>(entry.current);
+    tracked = sum;
+  }
+  const std::optional<double> other =
+      numberAt(device ? deviceCount_ : process_, device ? "used" : "rss");
+  const QString whose = bars_->ranks.size() > 1 ? QStringLiteral(" (rank 0's process)") : QString();
+  const QString absent =
+      other ? QString()
+            : QStringLiteral(
+                  "\nNot known for this run: measurements read back from the database "
+                  "carry the tracker's table only.");
+  out.push_back({"Tracked", formatBytes(*tracked),
+                 QStringLiteral("tracked: the engine's own allocation list, the same list the "
+                                "estimator sums, so the bars match the prediction by "
+                                "construction (current bytes, %1%2)")
+                     .arg(device ? "device tier" : "every tier", whose)});
+  QString otherTip = device
+                         ? QStringLiteral(
+                               "used: the device's own count (cudaMemGetInfo: total − free), the "
+                               "CUDA context, library workspaces and other processes included")
+                         : QStringLiteral(
+                               "resident: the OS's count for the process (its resident set): the "
+                               "engine's buffers plus the runtime, the libraries, thread stacks "
+                               "and the allocator's slack%1")
+                               .arg(whose);
+  if (const auto peak = numberAt(process_, "peak_rss"); peak && !device)
+    otherTip += QStringLiteral("; peak %1").arg(formatBytes(*peak));
+  if (const auto total = numberAt(deviceCount_, "total"); total && device)
+    otherTip += QStringLiteral("; the device has %1").arg(formatBytes(*total));
+  out.push_back({device ? "Used on the device" : "Resident (OS)",
+                 other ? formatBytes(*other) : QStringLiteral("—"), otherTip + absent});
+  QString untracked = QStringLiteral("—");
+  if (other) {
+    const double d = *other - *tracked;
+    untracked = (d < 0 ? QStringLiteral("−") : QString()) + formatBytes(std::abs(d));
+  }
+  out.push_back({"Untracked", untracked,
+                 QStringLiteral("untracked: %1 minus tracked, what the engine's list does not "
+                                "account for (negative: allocated but not yet touched)%2")
+                     .arg(device ? "used" : "resident", absent)});
+  return out;
+}
+
+int MemoryBars::figureHeight() const {
+  const int n = static_cast<int>(figures().size());
+  return n == 0 ? 0 : n * (fontMetrics().height() + 3) + 10;
+}
+
+QString MemoryBars::toolTipAt(const QPoint& pos) const {
+  for (const auto& [r, tip] : tipRects_)
+    if (r.contains(pos)) return tip;
+  return {};
+}
+
+bool MemoryBars::event(QEvent* e) {
+  if (e->type() == QEvent::ToolTip) {
+    const auto* he = static_cast<QHelpEvent*>(e);
+    const QString tip = toolTipAt(he->pos());
+    if (tip.isEmpty())
+      QToolTip::hideText();
+    else
+      QToolTip::showText(he->globalPos(), tip, this);
+    return true;
+  }
+  return QWidget::event(e);
+}
+
+// One line per figure, label left and bytes right, each line its tooltip's area.
+int MemoryBars::paintFigures(QPainter& p, int left, int width, int y) {
+  tipRects_.clear();
+  const auto figs = figures();
+  if (figs.empty()) return y;
+  const QFontMetrics fm(font());
+  p.setFont(font());
+  p.setPen(QPen(QColor("#d9dee3"), 1));
+  p.drawLine(left, y + 2, left + width, y + 2);
+  y += 7;
+  for (const auto& f : figs) {
+    const QRect line(left, y, width, fm.height());
+    p.setPen(QColor("#323f4b"));
+    p.drawText(line, Qt::AlignLeft | Qt::AlignVCenter, f.label);
+    p.setPen(QColor("#52606d"));
+    p.drawText(line, Qt::AlignRight | Qt::AlignVCenter, f.value);
+    tipRects_.push_back({line, f.toolTip});
+    y += fm.height() + 3;
+  }
+  return y + 3;
+}
+
 QSize MemoryBars::sizeHint() const {
-  return {320, 100 + rowsNeeded() * 76 + extraTierRows() * 26};
+  return {320, 100 + rowsNeeded() * 76 + extraTierRows() * 26 + figureHeight()};
 }
 QSize MemoryBars::minimumSizeHint() const {
-  return {220, 96 + rowsNeeded() * 76 + extraTierRows() * 26};
+  return {220, 96 + rowsNeeded() * 76 + extraTierRows() * 26 + figureHeight()};
 }
 
 namespace {
@@ -284,6 +406,7 @@ void MemoryBars::paintEvent(QPaintEvent*) {
   int y = 4;
 
   if (!bars_ || bars_->ranks.empty()) {
+    tipRects_.clear();
     p.setPen(QColor("#7b8794"));
     p.drawText(rect().adjusted(8, 8, -8, -8), Qt::AlignLeft | Qt::AlignTop | Qt::TextWordWrap,
                "No memory figures yet: they appear as soon as the configuration is valid "
@@ -303,6 +426,7 @@ void MemoryBars::paintEvent(QPaintEvent*) {
                QStringLiteral("… and %1 more ranks").arg(bars_->ranks.size() - rows));
     y += f.sfm.height() + 4;
   }
+  y = paintFigures(p, left, f.barW, y);
   y = paintLegend(p, f, y);
   paintFooter(p, f, y);
 }

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include <QColor>
+#include <QRect>
 #include <QWidget>
+#include <nlohmann/json.hpp>
 
 #include "trainscope/core/plan/MemoryTable.h"
 
@@ -36,19 +38,37 @@ class MemoryBars : public QWidget {
     std::optional<int64_t> predictedDeviceBytes;
   };
   std::vector<Row> rows() const;
+
+  // Under measured bars, what the tracker's figures are checked against: the memory event's
+  // `process` (the OS's resident count) and, on CUDA, `device_memory` (the device's used
+  // bytes). The tracker is the list the estimator sums, so its bars match the prediction by
+  // construction; these figures do not. Null (a run followed from the database): "—".
+  void setMeasuredTotals(const nlohmann::json& process, const nlohmann::json& deviceMemory);
+  // The lines drawn under measured bars: tracked, resident (or device used), untracked.
+  struct Figure {
+    QString label, value, toolTip;
+  };
+  std::vector<Figure> figures() const;
+  // The tooltip of what is drawn at pos (a figure's line), empty elsewhere.
+  QString toolTipAt(const QPoint& pos) const;
   QSize sizeHint() const override;
   QSize minimumSizeHint() const override;
 
  protected:
   void paintEvent(QPaintEvent*) override;
+  bool event(QEvent* e) override;
 
  private:
+  int figureHeight() const;
+  int paintFigures(QPainter& p, int left, int width, int y);
   int rowsNeeded() const;
   int extraTierRows() const;
   const core::RankMemory* markFor(const core::RankMemory& bar) const;
   std::optional<core::MemoryReport> bars_, marks_;
   int64_t capacity_ = 0;
   bool predicted_ = true;
+  nlohmann::json process_, deviceCount_;
+  std::vector<std::pair<QRect, QString>> tipRects_;  // where each figure was last drawn
 };
 
 }  // namespace ts::gui

@@ -84,7 +84,10 @@ QWidget* PlannerPage::buildSetupForm() {
   left->addStretch(1);
   auto* leftW = new QWidget;
   leftW->setLayout(left);
-  leftW->setFixedWidth(340);
+  // As wide as its widest row needs (the model names, the buttons' text in this font), never
+  // narrower than the form was: a fixed width cut "default (preset)" to "default (p".
+  leftW->setMinimumWidth(340);
+  leftW->setSizePolicy(QSizePolicy::Fixed, QSizePolicy::Preferred);
   left->setContentsMargins(0, 0, 0, 0);
   return leftW;
 }
@@ -93,7 +96,12 @@ QGroupBox* PlannerPage::buildMachineBox() {
   auto* machineBox = new QGroupBox("Model and machine");
   auto* mf = new QFormLayout(machineBox);
   model_ = new QComboBox;
+  model_->setObjectName("PlannerModel");
   for (const auto& c : choices_) model_->addItem(c.label, c.id);
+  // Wide enough for every name it holds (a long Hugging Face name widens the form, up to a
+  // cap; the list and the tooltip show it whole).
+  model_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+  model_->setMaximumWidth(model_->fontMetrics().averageCharWidth() * 48);
   seqLen_ = new QSpinBox;
   seqLen_->setRange(8, 131072);
   seqLen_->setSuffix(" tokens");
@@ -109,17 +117,21 @@ QGroupBox* PlannerPage::buildMachineBox() {
   backend_->setToolTip(
       "The engine backend the setup would run on: suggestions say whether this engine can run "
       "them there");
-  auto* modelRow = new QHBoxLayout;
-  modelRow->addWidget(model_, 1);
-  auto* openHf = new QPushButton("config.json…");
+  // The button under the list, not beside it: side by side they needed more than the form's
+  // column and Qt squeezed both ("default (p", "ɔnfig.json").
+  auto* openHf = new QPushButton("Open config.json…");
   openHf->setObjectName("PlannerOpenHf");
+  openHf->setMinimumWidth(openHf->sizeHint().width());  // its text whole, never squeezed
   QStringList hfClasses;
   for (const auto* f : ts::core::modelFamilies())
     for (const auto& a : f->hfArchitectures()) hfClasses << QString::fromStdString(a);
   openHf->setToolTip("A Hugging Face model's config.json (" + hfClasses.join(", ") +
                      "), or the folder holding it, as the model: every key of its shape");
-  modelRow->addWidget(openHf);
-  mf->addRow("Model", modelRow);
+  auto* hfRow = new QHBoxLayout;
+  hfRow->addWidget(openHf);
+  hfRow->addStretch(1);
+  mf->addRow("Model", model_);
+  mf->addRow("", hfRow);
   modelNote_ = new QLabel;
   modelNote_->setObjectName("PlannerModelNote");
   modelNote_->setWordWrap(true);
@@ -129,6 +141,9 @@ QGroupBox* PlannerPage::buildMachineBox() {
                                                     "Model config (config.json *.json)");
     if (!fn.isEmpty()) addHfModel(fn);
   });
+  connect(model_, &QComboBox::currentIndexChanged, this,
+          [this] { model_->setToolTip(model_->currentText()); });
+  model_->setToolTip(model_->currentText());
   mf->addRow("Sequence length", seqLen_);
   mf->addRow("Device memory", deviceGiB_);
   mf->addRow("Ranks (GPUs)", ranks_);
@@ -329,6 +344,9 @@ void PlannerPage::setRunnableOnly(bool v) {
 QString PlannerPage::setupNote() const {
   return details_->text();
 }
+QString PlannerPage::planMessage() const {
+  return planMessage_->text();
+}
 
 void PlannerPage::setTechniques(const PlannerTechniques& t) {
   loading_ = true;
@@ -424,22 +442,43 @@ void PlannerPage::showOutput(const PlannerInput& in, const PlannerOutput& out) {
                     .arg(e.bytes_per_param, 0, 'f', 1);
     if (e.peak_host > 0) d += " · host " + formatBytes(double(e.peak_host));
     if (e.peak_nvme > 0) d += " · NVMe " + formatBytes(double(e.peak_nvme));
+    // Said once here (not again above the suggestions): the rows say "no CUDA device here".
+    if (!out.machine.isEmpty())
+      d += QStringLiteral("\nRuns here: no — %1. The figures are for a %2 %3 device elsewhere.")
+               .arg(out.machine, formatBytes(double(in.deviceMemory)),
+                    in.config.device.backend == "cuda"
+                        ? QStringLiteral("CUDA")
+                        : QString::fromStdString(in.config.device.backend));
     if (!out.limitations.isEmpty())
       d += QStringLiteral("\nThis engine cannot run this setup on %1: %2")
                .arg(QString::fromStdString(in.config.device.backend), out.limitations.join("; "));
+    if (out.stepTime)
+      d += QStringLiteral("\nTime here: %1%2 (the step's FLOPs at %3)")
+               .arg(out.stepTime->sentence(),
+                    out.stepTime->impractical
+                        ? QStringLiteral(": impractically slow on this machine")
+                        : QString(),
+                    out.gemm.basis);
     details_->setText(d);
     bars_->setReports(e.report, std::nullopt, in.deviceMemory, true);
   }
   verdict_->style()->unpolish(verdict_);
   verdict_->style()->polish(verdict_);
-  plans_->setPlans(out.plans.plans, QString::fromStdString(out.plans.baseline_summary));
+  plans_->setPlans(out.plans.plans, QString::fromStdString(out.plans.baseline_summary), out.gemm);
+  // The time column only where there is a rate (the cpu backend).
+  table_->setColumnHidden(PlanTableModel::TimeHere, out.gemm.flopsPerS <= 0);
+  QStringList kinds;
+  for (const auto& p : out.plans.plans)
+    if (!kinds.contains(QString::fromStdString(p.kind))) kinds << QString::fromStdString(p.kind);
   QString msg =
       out.plans.plans.empty()
           ? QString::fromStdString(out.plans.message.empty() ? "No setup fits." : out.plans.message)
           : QStringLiteral(
-                "%1 configurations evaluated; step time relative to the setup as "
-                "configured; hover a row for its summary.")
-                .arg(out.plans.evaluated);
+                "The best %1 of %2 setups that fit, the best of each kind first (%3); step time "
+                "relative to the setup as configured; hover a row for its summary.")
+                .arg(out.plans.plans.size())
+                .arg(out.plans.fitting)
+                .arg(kinds.join(", "));
   if (!out.plans.plans.empty() && out.plans.not_runnable > 0)
     msg += QStringLiteral(" %1 more fit but need what this engine cannot run yet.")
                .arg(out.plans.not_runnable);

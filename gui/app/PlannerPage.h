@@ -44,6 +44,7 @@ class PlannerPage : public QWidget {
   void setBackend(const QString& backend);  // "cpu" | "cuda"
   void setRunnableOnly(bool v);             // the suggestions filter: fits and runs here
   QString setupNote() const;                // the text under the setup's verdict
+  QString planMessage() const;              // the line above the suggestions
   void recompute();                         // schedules a computation now
   bool computing() const { return controller_->busy() || pendingTimer(); }
   PlanTableModel* planModel() const { return plans_; }

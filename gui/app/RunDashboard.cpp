@@ -414,6 +414,7 @@ void RunDashboard::refreshMemory(double x0, double x1) {
     for (auto& p : pts) p.setY(p.y() / (1024.0 * 1024.0));
     memTime_->setPoints(memTimeS_[r], pts);
   }
+  bars_->setMeasuredTotals(run_->processMemory(), run_->deviceMemoryCount());
   if (run_->measured())
     bars_->setReports(run_->measured(), run_->predictedPerRank(), capacity_, false);
   else

@@ -65,6 +65,7 @@ class Tour {
   void timeline();
   void planner();
   void reopened();
+  void plannerOnCuda();
 
   MainWindow& win_;
   const TourOptions& o_;
@@ -83,6 +84,7 @@ std::vector<TourShot> Tour::run() {
   compare();
   timeline();
   planner();
+  plannerOnCuda();
   reopened();
   return shots_;
 }
@@ -268,7 +270,7 @@ void Tour::planner() {
   });
 }
 
-// 7. A long run kept running when the app closed ("Keep running"), then the app reopened: it
+// 8. A long run kept running when the app closed ("Keep running"), then the app reopened: it
 // opens on Live with the run's history and working controls (through the engine's control
 // socket). The run is then stopped from the reopened window.
 void Tour::reopened() {
@@ -321,6 +323,29 @@ void Tour::reopened() {
   if (!spinUntil([&] { return !back->run()->isActive(); }, o_.timeoutMs))
     say("reopened-run: the kept run did not stop");
   again.close();
+}
+
+// 7. Planner on cuda as a user leaves it (the default filter, "fits and runs here"): planned
+// for the 24 GB device whether or not this machine has one; without one every suggestion says
+// so, and the reason is said once, in plain words (issue 47: an empty table and the CUDA
+// runtime's error twice).
+void Tour::plannerOnCuda() {
+  PlannerPage* planner = win_.planner();
+  win_.showSection(MainWindow::Planner);
+  planner->selectModel("shape:llama-7b");
+  planner->setDeviceMemoryGiB(24);
+  planner->setRanks(1);
+  planner->setBackend("cuda");
+  planner->setRunnableOnly(true);
+  planner->planView()->clearSelection();
+  planner->recompute();
+  settle(200);
+  spinUntil([&] { return !planner->computing() && planner->lastOutput(); }, 60000);
+  shoot("planner-cuda", [&](ScreenshotCheck& c) {
+    c.widget(planner->planView(), "suggestions").text("llama-7b").text("QLoRA").noText("cudaError");
+    if (planner->planModel()->rowCount() == 0) c.text("a suggestion row");
+    if (!win_.capabilities().cudaAvailable) c.text("no usable CUDA device on this machine");
+  });
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
       for (const auto& s : taken) bad += !s.problems.isEmpty();
       std::fprintf(stderr, "screenshots: %d taken, %d with problems, in %s\n",
                    static_cast<int>(taken.size()), bad, qPrintable(t.outDir));
-      QCoreApplication::exit(bad || taken.size() < 6 ? 1 : 0);
+      QCoreApplication::exit(bad || taken.size() < 7 ? 1 : 0);
     });
   }
   return app.exec();

@@ -214,3 +214,35 @@ TEST(Planner, LimitationsMarkAndFilterPlans) {
   EXPECT_NE(none.message.find("cannot run"), std::string::npos) << none.message;
   EXPECT_NE(none.message.find("no device here"), std::string::npos) << none.message;
 }
+
+// best_of_each_kind_first (what the GUI lists): LLaMA-7B on 24 GiB has hundreds of fits, the
+// first ten of which are all LoRA in the goal's order; asked, each kind's best comes first, in
+// the goal's order, then the rest as before.
+TEST(Planner, BestOfEachKindFirst) {
+  PlanRequest req;
+  req.base.model = *modelPreset("llama-7b");
+  req.base.train.micro_batch = 1;  // the desktop planner's setup around a model shape
+  req.base.precision.policy = "bf16";
+  req.device_memory = 24 * GiB;
+  req.max_plans = 10;
+  const auto plain = planTraining(req);
+  ASSERT_EQ(plain.plans.size(), 10u);
+  EXPECT_GT(plain.fitting, 100);
+  for (const auto& p : plain.plans) EXPECT_EQ(p.kind, "LoRA") << p.summary;
+
+  req.best_of_each_kind_first = true;
+  const auto diverse = planTraining(req);
+  ASSERT_EQ(diverse.plans.size(), 10u);
+  EXPECT_EQ(diverse.fitting, plain.fitting);
+  // The overall best stays first.
+  EXPECT_EQ(diverse.plans.front().summary, plain.plans.front().summary);
+  std::vector<std::string> kinds;
+  for (const auto& p : diverse.plans)
+    if (std::find(kinds.begin(), kinds.end(), p.kind) == kinds.end()) kinds.push_back(p.kind);
+  const std::vector<std::string> expected = {"LoRA", "QLoRA", "full + offload", "LoRA + offload",
+                                             "QLoRA + offload"};
+  EXPECT_EQ(kinds, expected);
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(diverse.plans[i].kind, expected[i]);
+  // After the firsts: the goal's order again, which starts with the second-best LoRA plan.
+  EXPECT_EQ(diverse.plans[expected.size()].summary, plain.plans[1].summary);
+}

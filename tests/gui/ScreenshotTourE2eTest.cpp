@@ -1,6 +1,7 @@
 // End to end: the screenshot tour (scripts/screenshots.sh) drives the real app against the real
 // engine and every shot passes its checks: charts with their points drawn inside the plot
-// area, tables filled, the newest run's profile on the timeline, suggestions on the planner.
+// area, tables filled, the newest run's profile on the timeline, suggestions on the planner
+// (also on cuda with the default filter, GPU or not).
 #include <gtest/gtest.h>
 
 #include <QDir>
@@ -25,8 +26,8 @@ TEST(ScreenshotTourE2e, EveryShotOfTheRealAppPassesItsChecks) {
   QStringList log;
   const auto shots = runScreenshotTour(win, t, &log);
   const std::string said = log.join("\n").toStdString();
-  const char* names[] = {"live-dashboard", "runs",    "compare",
-                         "timeline",       "planner", "reopened-run"};
+  const char* names[] = {"live-dashboard", "runs",         "compare",     "timeline",
+                         "planner",        "planner-cuda", "reopened-run"};
   ASSERT_EQ(shots.size(), std::size(names)) << said;
   for (const char* n : names) {
     bool found = false;

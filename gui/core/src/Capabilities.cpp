@@ -71,9 +71,25 @@ std::vector<core::ConfigIssue> engineLimitations(const nlohmann::json& caps,
   check("techniques", "profiling", c.profile.enabled, "profile.enabled", "true", "profiling");
   // Last: what the engine cannot do comes first, then what this machine lacks.
   if (std::string why; !backendUsable(backend, &why))
-    out.push_back({"device.backend", c.device.backend,
-                   "the " + backend + " backend cannot run here (" + why + ")"});
+    out.push_back({"device.backend", c.device.backend, backendMissingText(backend, why)});
   return out;
+}
+
+std::string backendMissingText(const std::string& backend, const std::string& why) {
+  if (backend != "cuda") return "the " + backend + " backend cannot run here (" + why + ")";
+  // The CUDA runtime's error names mean nothing to most users: say what is missing.
+  std::string plain;
+  if (why.find("cudaErrorInsufficientDriver") != std::string::npos)
+    plain = "the NVIDIA driver is missing or older than this engine needs";
+  else if (why.find("cudaErrorNoDevice") != std::string::npos ||
+           why.find("0 devices") != std::string::npos)
+    plain = "no NVIDIA GPU found";
+  else {
+    plain = why;
+    const std::string prefix = "no usable CUDA device: ";
+    if (plain.rfind(prefix, 0) == 0) plain = plain.substr(prefix.size());
+  }
+  return "no usable CUDA device on this machine (" + plain + ")";
 }
 
 int64_t hostMemoryBytes() {

@@ -197,6 +197,12 @@ void LiveRun::applyMemory(const nlohmann::json& body) {
   measured_ = core::memoryReportFromJson(body);
   alignPrediction();
   if (body.contains("params") && body["params"].is_object()) params_ = body["params"];
+  auto objectOrNull = [&](const char* k) {
+    auto it = body.find(k);
+    return it != body.end() && it->is_object() ? *it : nlohmann::json();
+  };
+  process_ = objectOrNull("process");
+  deviceCount_ = objectOrNull("device_memory");
   if (memTime_.size() < measured_->ranks.size())
     memTime_.resize(measured_->ranks.size(), SeriesBuffer(1 << 16));
   for (size_t r = 0; r < measured_->ranks.size(); ++r) {

@@ -87,6 +87,84 @@ core::RunConfig applyTechniques(core::RunConfig c, const PlannerTechniques& t, i
   return c;
 }
 
+QString durationText(double s) {
+  if (s < 10) return QString::number(s, 'f', s < 1 ? 2 : 1) + " s";
+  if (s < 120) return QString::number(s, 'f', 0) + " s";
+  if (s < 2 * 3600) return QString::number(s / 60, 'f', 0) + " min";
+  if (s < 48 * 3600) return QString::number(s / 3600, 'f', 1) + " h";
+  if (s < 60 * 86400) return QString::number(s / 86400, 'f', 1) + " days";
+  if (s < 2 * 365 * 86400) return QString::number(s / (30 * 86400), 'f', 0) + " months";
+  return QString::number(s / (365 * 86400), 'f', 0) + " years";
+}
+
+QString StepTimeEstimate::stepText() const {
+  return QStringLiteral("≥ %1").arg(durationText(seconds));
+}
+
+QString StepTimeEstimate::sentence() const {
+  const QString tps =
+      tokensPerS >= 100 ? QString::number(tokensPerS, 'f', 0) : QString::number(tokensPerS, 'g', 2);
+  return QStringLiteral("at least %1 per step (%2 tokens/s); %3 M tokens would take %4")
+      .arg(durationText(seconds), tps)
+      .arg(kSmallRunTokens / 1e6, 0, 'f', 0)
+      .arg(durationText(kSmallRunTokens / tokensPerS));
+}
+
+GemmRate cpuGemmRate(const nlohmann::json& caps, const core::RunConfig& c) {
+  GemmRate r;
+  std::string backend = c.device.backend;
+  if (backend == "auto") backend = summarizeCapabilities(caps).cudaAvailable ? "cuda" : "cpu";
+  if (backend != "cpu" || !caps.is_object()) return r;
+  const auto obj = [](const nlohmann::json& j, const char* k) {
+    return j.is_object() && j.contains(k) && j[k].is_object() ? j[k] : nlohmann::json::object();
+  };
+  const auto bf16 = obj(obj(caps, "precisions"), "bf16");
+  const auto cal = obj(bf16, "gemm_calibration");
+  // 16-bit policies multiply in bf16 only where "auto" picked the native bf16 kernel.
+  const bool bf16Gemm = (c.precision.policy == "bf16" || c.precision.policy == "pure_bf16") &&
+                        c.precision.gemm != "fp32" &&
+                        (c.precision.gemm == "bf16" || bf16.value("auto_gemm", "") == "bf16");
+  const double gflops = cal.value(bf16Gemm ? "bf16_gflops" : "fp32_gflops", 0.0);
+  if (gflops > 0) {
+    r.flopsPerS = gflops * 1e9;
+    r.measured = true;
+    r.basis = QStringLiteral("the %1 GFLOP/s the engine measured for its GEMMs here")
+                  .arg(gflops, 0, 'f', 0);
+    return r;
+  }
+  // No measurement: vector lanes x 2 (an FMA is two FLOPs) x 2 FMA units per cycle, at
+  // 2.5 GHz, half of it reached: a guess, and the page says it is one.
+  const auto cpu = obj(caps, "cpu");
+  const int threads = cpu.value("threads", 0);
+  if (threads <= 0) return r;
+  const bool avx512 = cpu.value("avx512f", false);
+  const bool avx2 = cpu.value("avx2", false) && cpu.value("fma", false);
+  const double perCycle = avx512 ? 64 : avx2 ? 32 : 8;
+  const double perThread = perCycle * 2.5e9 * 0.5;
+  r.flopsPerS = threads * perThread;
+  r.basis = QStringLiteral(
+                "an assumed %1 GFLOP/s (%2 threads × %3 GFLOP/s: half the %4 peak at 2.5 GHz; "
+                "the engine measured no GEMM rate on this CPU)")
+                .arg(r.flopsPerS / 1e9, 0, 'f', 0)
+                .arg(threads)
+                .arg(perThread / 1e9, 0, 'f', 0)
+                .arg(avx512 ? "AVX-512 FMA"
+                     : avx2 ? "AVX2 FMA"
+                            : "scalar");
+  return r;
+}
+
+std::optional<StepTimeEstimate> estimateStepTime(const core::MemoryEstimate& e, double flops) {
+  if (flops <= 0 || e.flops_per_step <= 0 || e.tokens_per_step <= 0) return std::nullopt;
+  StepTimeEstimate t;
+  t.flopsPerS = flops;
+  // Every rank of a cpu run shares this machine's cores: the whole step's FLOPs at its rate.
+  t.seconds = e.flops_per_step / flops;
+  t.tokensPerS = double(e.tokens_per_step) / t.seconds;
+  t.impractical = kSmallRunTokens / t.tokensPerS > 7 * 86400.0;
+  return t;
+}
+
 PlannerOutput evaluatePlanner(const PlannerInput& in) {
   PlannerOutput out;
   // Validate through the same path a run takes, so the page never shows an estimate for a
@@ -101,27 +179,40 @@ PlannerOutput evaluatePlanner(const PlannerInput& in) {
   core::EstimateOptions eo;
   eo.device_memory = in.deviceMemory;
   out.estimate = core::estimateMemory(*parsed.config, eo);
+  out.gemm = cpuGemmRate(in.capabilities, *parsed.config);
+  out.stepTime = estimateStepTime(out.estimate, out.gemm.flopsPerS);
   core::PlanRequest req;
   req.base = *parsed.config;
   req.device_memory = in.deviceMemory;
   req.ranks = std::max(1, in.ranks);
   req.goal = in.goal;
   req.max_plans = in.maxPlans;
+  req.best_of_each_kind_first = true;
+  std::string machine;  // the device.backend limitation: the same for every plan
   if (!in.capabilities.is_null()) {
     const nlohmann::json caps = in.capabilities;
+    // What the engine cannot do filters the plans; what this machine lacks does not: planning
+    // for a GPU elsewhere is what the page is for.
     auto why = [caps](const core::RunConfig& c) {
       std::vector<std::string> out;
-      for (const auto& i : engineLimitations(caps, c)) out.push_back(i.path + ": " + i.message);
+      for (const auto& i : engineLimitations(caps, c))
+        if (i.path != "device.backend") out.push_back(i.path + ": " + i.message);
       return out;
     };
     req.limitations = why;
     req.runnable_only = in.runnableOnly;
     for (const auto& l : why(*parsed.config)) out.limitations << QString::fromStdString(l);
+    for (const auto& i : engineLimitations(caps, *parsed.config))
+      if (i.path == "device.backend") machine = i.path + ": " + i.message;
   }
-  if (in.deviceMemory > 0)
+  if (!machine.empty()) out.machine = QString::fromStdString(machine.substr(machine.find(':') + 2));
+  if (in.deviceMemory > 0) {
     out.plans = core::planTraining(req);
-  else
+    if (!machine.empty())
+      for (auto& p : out.plans.plans) p.limitations.push_back(machine);
+  } else {
     out.plans.message = "Set the device memory to get suggestions.";
+  }
   return out;
 }
 
@@ -178,10 +269,13 @@ void PlannerController::startNext() {
 
 PlanTableModel::PlanTableModel(QObject* parent) : QAbstractTableModel(parent) {}
 
-void PlanTableModel::setPlans(std::vector<core::Plan> plans, QString basis) {
+void PlanTableModel::setPlans(std::vector<core::Plan> plans, QString basis, GemmRate gemm) {
   beginResetModel();
   plans_ = std::move(plans);
   basis_ = std::move(basis);
+  times_.clear();
+  gemm_ = std::move(gemm);
+  for (const auto& p : plans_) times_.push_back(estimateStepTime(p.estimate, gemm_.flopsPerS));
   endResetModel();
 }
 
@@ -210,11 +304,38 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
                  "Modeled step time relative to the setup as configured (1.00×)%1.\n"
                  "Below 1: faster than what you have; above 1: slower.")
           .arg(basis_.isEmpty() ? QString() : QStringLiteral(":\n") + basis_);
+    const auto& time = times_[size_t(index.row())];
+    if (index.column() == TimeHere) {
+      if (!time)
+        return QStringLiteral(
+            "No time estimate: nothing here measures this backend's compute rate "
+            "(the relative step time compares the setups).");
+      return QStringLiteral(
+                 "This machine: %1.\n%2 FLOPs per step at %3; attention, element-wise work "
+                 "and the optimizer come on top.")
+          .arg(time->sentence())
+          .arg(e.flops_per_step, 0, 'g', 3)
+          .arg(gemm_.basis);
+    }
     if (index.column() == RunsHere) {
-      if (p.limitations.empty()) return QStringLiteral("This engine can run this setup here.");
+      if (p.limitations.empty())
+        return time && time->impractical
+                   ? QStringLiteral(
+                         "This engine can run this setup here, but impractically "
+                         "slowly: %1.")
+                         .arg(time->sentence())
+                   : QStringLiteral("This engine can run this setup here.");
       QStringList l;
-      for (const auto& w : p.limitations) l << QString::fromStdString(w);
-      return QStringLiteral("This engine cannot run this setup here:\n") + l.join("\n");
+      bool machineOnly = true;  // the engine runs it, where the device is
+      for (const auto& w : p.limitations) {
+        const std::string machine = "device.backend: ";
+        const bool isMachine = w.rfind(machine, 0) == 0;
+        machineOnly = machineOnly && isMachine;
+        l << QString::fromStdString(isMachine ? w.substr(machine.size()) : w);
+      }
+      return (machineOnly ? QStringLiteral("This engine runs this setup, but not here:\n")
+                          : QStringLiteral("This engine cannot run this setup here:\n")) +
+             l.join("\n");
     }
     return QString::fromStdString(p.summary);
   }
@@ -228,8 +349,8 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
   switch (index.column()) {
     case Rank:
       return index.row() + 1;
-    case Class:
-      return QString::fromStdString(p.plan_class);
+    case Class:  // the kind says LoRA or QLoRA, ZeRO or offload, where the class does not
+      return QString::fromStdString(p.kind.empty() ? p.plan_class : p.kind);
     case Techniques: {
       QStringList l;
       for (const auto& t : p.techniques) l << QString::fromStdString(t);
@@ -250,9 +371,18 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
     case StepTime:
       return raw ? QVariant(p.cost.relative)
                  : QVariant(QStringLiteral("%1×").arg(p.cost.relative, 0, 'f', 2));
+    case TimeHere: {
+      const auto& time = times_[size_t(index.row())];
+      if (raw) return time ? QVariant(time->seconds) : QVariant();
+      return time ? time->stepText() : QStringLiteral("–");
+    }
     case RunsHere: {
       if (raw) return p.limitations.empty();
-      if (p.limitations.empty()) return QStringLiteral("yes");
+      if (p.limitations.empty()) {
+        const auto& time = times_[size_t(index.row())];
+        return time && time->impractical ? QStringLiteral("yes, impractically slow")
+                                         : QStringLiteral("yes");
+      }
       // Short: what stands in the way ("no: bf16, LoRA, no GPU"); the tooltip says why.
       QStringList what;
       for (const auto& l : p.limitations) {
@@ -273,7 +403,10 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
         else if (path == "memory.activation_compression")
           w = "compression";
         else if (path == "device.backend")
-          w = QStringLiteral("no %1 here").arg(QString::fromStdString(p.config.device.backend));
+          w = p.config.device.backend == "cuda"
+                  ? QStringLiteral("no CUDA device here")
+                  : QStringLiteral("no %1 here")
+                        .arg(QString::fromStdString(p.config.device.backend));
         else
           w = QString::fromStdString(path);
         if (!what.contains(w)) what << w;
@@ -285,6 +418,12 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
 }
 
 QVariant PlanTableModel::headerData(int section, Qt::Orientation o, int role) const {
+  if (o == Qt::Horizontal && role == Qt::ToolTipRole && section == PeakDevice)
+    return QStringLiteral("Peak device memory of one rank (rank 0)");
+  if (o == Qt::Horizontal && role == Qt::ToolTipRole && section == TimeHere)
+    return QStringLiteral(
+        "At least this long per optimizer step on this machine: the step's FLOPs at this CPU's "
+        "GEMM rate (the engine's measurement, else assumed from its threads)");
   if (o == Qt::Horizontal && role == Qt::ToolTipRole && section == StepTime)
     return QStringLiteral("Relative to the setup as configured (1.00×)%1")
         .arg(basis_.isEmpty() ? QString() : QStringLiteral(": ") + basis_);
@@ -294,17 +433,19 @@ QVariant PlanTableModel::headerData(int section, Qt::Orientation o, int role) co
     case Rank:
       return "#";
     case Class:
-      return "Class";
+      return "Kind";
     case Techniques:
       return "Techniques";
     case Batch:
       return "Micro × accum";
     case PeakDevice:
-      return "Device peak / rank";
+      return "Device / rank";  // the peak: the tooltip and the memory box say so
     case Host:
       return "Host / NVMe";
     case StepTime:
-      return "Step time (rel.)";
+      return "Step time";  // relative (the values read 0.80×; the tooltip says to what)
+    case TimeHere:
+      return "Time / step";
     case RunsHere:
       return "Runs here";
   }

@@ -47,6 +47,15 @@ Combo comboOf(const RunConfig& c) {
 
 const char* classNames[] = {"full", "adapters", "full+offload", "adapters+offload"};
 
+std::string kindOf(const Combo& c) {
+  std::string k = c.adapters == 2 ? "QLoRA" : c.adapters == 1 ? "LoRA" : "full";
+  if (c.offloadOpt != "none" || c.offloadParams != "none")
+    k += " + offload";
+  else if (c.zero > 0)
+    k += " + ZeRO";
+  return k;
+}
+
 RunConfig applyCombo(const PlanRequest& req, const Combo& c, int micro, int accum) {
   RunConfig cfg = req.base;
   cfg.precision.policy = c.precision;
@@ -282,6 +291,7 @@ std::optional<Candidate> bestFit(const PlanRequest& req, const Combo& c, const B
   cand.cls = classOf(c);
   cand.bucket = bucketOf(p.cost.total_s);
   p.plan_class = classNames[cand.cls];
+  p.kind = kindOf(c);
   p.compromises = compromisesOf(c);
   p.techniques = techniquesOf(c, p.config, b.ranks);
   return cand;
@@ -306,18 +316,40 @@ void sortForGoal(std::vector<Candidate>& fits, PlanGoal goal) {
                    [&](const Candidate& a, const Candidate& b) { return key(a) < key(b); });
 }
 
+// The order plans are listed in: the goal's, or the best of each kind first and then the rest
+// in the goal's order.
+std::vector<Candidate*> listingOrder(const PlanRequest& req, std::vector<Candidate*> order) {
+  if (!req.best_of_each_kind_first) return order;
+  std::vector<Candidate*> firsts, rest;
+  std::vector<std::string> seen;
+  for (Candidate* c : order) {
+    const bool first = std::find(seen.begin(), seen.end(), c->plan.kind) == seen.end();
+    if (first) seen.push_back(c->plan.kind);
+    (first ? firsts : rest).push_back(c);
+  }
+  firsts.insert(firsts.end(), rest.begin(), rest.end());
+  return firsts;
+}
+
 // The first max_plans (runnable ones, when asked) with their summary and full per-rank report.
+// Every fit's limitations are looked up (cheap next to the estimates), so not_runnable counts
+// them all and a kind's representative is its best runnable plan.
 void takePlans(const PlanRequest& req, std::vector<Candidate>& fits, PlanResult& result) {
   const double basisS = result.baseline.total_s;
+  result.fitting = static_cast<int64_t>(fits.size());
+  std::vector<Candidate*> order;
   for (auto& c : fits) {
-    if (result.plans.size() >= req.max_plans) break;
-    Plan& p = c.plan;
-    p.cost.relative = basisS > 0 ? p.cost.total_s / basisS : 0;
-    if (req.limitations) p.limitations = req.limitations(p.config);
-    if (req.runnable_only && !p.limitations.empty()) {
+    if (req.limitations) c.plan.limitations = req.limitations(c.plan.config);
+    if (req.runnable_only && !c.plan.limitations.empty()) {
       ++result.not_runnable;
       continue;
     }
+    order.push_back(&c);
+  }
+  for (Candidate* c : listingOrder(req, std::move(order))) {
+    if (result.plans.size() >= req.max_plans) break;
+    Plan& p = c->plan;
+    p.cost.relative = basisS > 0 ? p.cost.total_s / basisS : 0;
     p.summary = joinTechniques(p.techniques) + " | micro-batch " +
                 std::to_string(p.config.train.micro_batch);
     EstimateOptions full;
@@ -395,6 +427,7 @@ PlanResult planTraining(const PlanRequest& req) {
 nlohmann::json toJson(const Plan& p) {
   return {{"summary", p.summary},
           {"class", p.plan_class},
+          {"kind", p.kind},
           {"techniques", p.techniques},
           {"compromises", p.compromises},
           {"micro_batch", p.config.train.micro_batch},
@@ -423,6 +456,7 @@ nlohmann::json toJson(const PlanResult& r) {
           {"evaluated", r.evaluated},
           {"message", r.message},
           {"not_runnable", r.not_runnable},
+          {"fitting", r.fitting},
           {"baseline", {{"summary", r.baseline_summary}, {"total_s", r.baseline.total_s}}}};
 }
 

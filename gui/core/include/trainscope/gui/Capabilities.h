@@ -27,6 +27,10 @@ CapabilitySummary summarizeCapabilities(const nlohmann::json& caps);
 // Empty when the capabilities are unknown.
 std::vector<core::ConfigIssue> engineLimitations(const nlohmann::json& caps,
                                                  const core::RunConfig& config);
+// Why the chosen backend cannot run on this machine, in plain words ("no usable CUDA device on
+// this machine (the NVIDIA driver is missing or older than this engine needs)"), from the
+// engine's own reason (`backends[].why`, which names CUDA runtime errors).
+std::string backendMissingText(const std::string& backend, const std::string& why);
 // Host RAM in bytes (the CPU backend's "device").
 int64_t hostMemoryBytes();
 

@@ -93,6 +93,11 @@ class LiveRun : public QObject {
   const std::vector<SeriesBuffer>& memoryOverTime() const { return memTime_; }
   const std::optional<core::MemoryReport>& measured() const { return measured_; }
   const std::optional<core::MemoryReport>& predicted() const { return predicted_; }
+  // The latest memory event's `process` ({rss, peak_rss, tracked, ...}: the OS's count beside
+  // the tracker's) and `device_memory` (CUDA: {used, total, tracked, untracked}); null when it
+  // had none, as samples read back from the database do.
+  const nlohmann::json& processMemory() const { return process_; }
+  const nlohmann::json& deviceMemoryCount() const { return deviceCount_; }
   // The prediction matched to the measured ranks (predictionPerRank), once both exist.
   const std::optional<core::MemoryReport>& predictedPerRank() const { return predictedPerRank_; }
   // Several ranks: the rank count and the bytes rank 0 sent in collectives in the last step
@@ -155,7 +160,7 @@ class LiveRun : public QObject {
   std::optional<core::MemoryReport> measured_, predicted_, predictedPerRank_;
   int ranks_ = 1;
   int64_t commBytes_ = -1;
-  nlohmann::json hello_, config_;
+  nlohmann::json hello_, config_, process_, deviceCount_;
   std::deque<LogLine> log_;
   uint64_t logAppended_ = 0;
   static constexpr size_t kMaxLogLines = 5000;

@@ -57,17 +57,52 @@ struct PlannerInput {
   int64_t deviceMemory = 0;  // bytes per device
   int ranks = 1;
   core::PlanGoal goal = core::PlanGoal::Fit;
-  size_t maxPlans = 10;
+  size_t maxPlans = 12;
   // The engine's `capabilities --json` (null: unknown, every plan counts as runnable); each
   // plan's limitations come from it for config.device.backend.
   nlohmann::json capabilities;
   bool runnableOnly = true;  // suggestions: "fits and runs here" (else "all that fit")
 };
+// How long a step would take on this machine: a floor from the step's FLOPs (the estimator's)
+// at the CPU's GEMM rate (cpuGemmRate). Real steps add attention, element-wise work and the
+// optimizer, so this is "at least".
+struct StepTimeEstimate {
+  double seconds = 0;        // per optimizer step, at least
+  double tokensPerS = 0;     // at most
+  double flopsPerS = 0;      // the GEMM rate it is computed at
+  bool impractical = false;  // a small fine-tune (kSmallRunTokens) would take over a week
+  QString stepText() const;  // "≥ 27 min" (per step)
+  QString sentence() const;  // "at least 27 min per step (1.3 tokens/s), 10 M tokens in 3 months"
+};
+inline constexpr double kSmallRunTokens = 10e6;
+// "0.40 s", "12 s", "27 min", "5.2 h", "3.1 days", "3 months"
+QString durationText(double seconds);
+// This machine's GEMM rate for a cpu-backend config. Measured: the engine's GEMM calibration
+// (precisions.bf16.gemm_calibration; bf16 where "auto" picks bf16 GEMMs, else fp32), which
+// it takes only where the CPU has a native bf16 kernel. Else assumed from its threads and
+// vector units (capabilities.cpu): half the FMA peak at 2.5 GHz per thread, and said so.
+// flopsPerS 0: no estimate (another backend: nothing here measures a GPU; or nothing known).
+struct GemmRate {
+  double flopsPerS = 0;
+  bool measured = false;
+  QString basis;  // "the 52 GFLOP/s the engine measured for its GEMMs here", "an assumed ..."
+};
+GemmRate cpuGemmRate(const nlohmann::json& caps, const core::RunConfig& config);
+std::optional<StepTimeEstimate> estimateStepTime(const core::MemoryEstimate& e, double flopsPerS);
+
 struct PlannerOutput {
   core::MemoryEstimate estimate;  // of the setup itself
   core::PlanResult plans;         // the planner's suggestions
-  QStringList limitations;        // why this engine cannot run the setup itself (empty: it can)
-  QString error;                  // set when the config does not validate
+  // Why this engine cannot run the setup itself (empty: it can); what this machine lacks is
+  // `machine`, not here.
+  QStringList limitations;
+  // Set when this machine has no usable device for the backend ("no usable CUDA device on
+  // this machine (...)"): the estimate and the plans are for such a device elsewhere, every
+  // plan is listed (each says it does not run here) instead of none.
+  QString machine;
+  std::optional<StepTimeEstimate> stepTime;  // of the setup, on this machine (cpu backend)
+  GemmRate gemm;                             // what the times are computed at
+  QString error;                             // set when the config does not validate
 };
 PlannerOutput evaluatePlanner(const PlannerInput& input);
 
@@ -106,13 +141,16 @@ class PlanTableModel : public QAbstractTableModel {
     PeakDevice,
     Host,
     StepTime,  // relative to the setup as configured (1.00x); the basis is in the tooltip
+    TimeHere,  // at least this long per step on this machine (its GEMM rate), else "–"
     RunsHere,  // whether this engine can run it on the chosen backend; reasons in the tooltip
     ColumnCount
   };
-  // Qt::UserRole: the raw value (bytes, relative time, runs here) for sorting and tests.
+  // Qt::UserRole: the raw value (bytes, relative time, seconds here, runs here) for sorting
+  // and tests.
   explicit PlanTableModel(QObject* parent = nullptr);
-  // basis: the configured setup the step times are relative to (for the tooltip).
-  void setPlans(std::vector<core::Plan> plans, QString basis = {});
+  // basis: the configured setup the step times are relative to (for the tooltip); gemm: this
+  // machine's rate for the time each plan takes here (flopsPerS 0: unknown, "–").
+  void setPlans(std::vector<core::Plan> plans, QString basis = {}, GemmRate gemm = {});
   const core::Plan* plan(int row) const;
   int rowCount(const QModelIndex& parent = {}) const override;
   int columnCount(const QModelIndex& parent = {}) const override;
@@ -121,6 +159,8 @@ class PlanTableModel : public QAbstractTableModel {
 
  private:
   std::vector<core::Plan> plans_;
+  std::vector<std::optional<StepTimeEstimate>> times_;
+  GemmRate gemm_;
   QString basis_;
 };
 

@@ -62,6 +62,9 @@ struct PlanRequest {
   // capabilities; unset: every plan counts as runnable.
   std::function<std::vector<std::string>(const RunConfig&)> limitations;
   bool runnable_only = false;  // leave out plans with limitations (counted in not_runnable)
+  // List the best plan of each kind (Plan::kind) first, then the rest in the goal's order: the
+  // first ten of several hundred fits are otherwise near-duplicates of one kind.
+  bool best_of_each_kind_first = false;
 };
 
 struct PlanCost {
@@ -86,7 +89,10 @@ struct Plan {
   MemoryEstimate estimate;
   PlanCost cost;
   std::string plan_class;  // "full" | "adapters" | "full+offload" | "adapters+offload"
-  int compromises = 0;     // numerical compromises (fp16, pure_bf16, fp8, int8 activations, NF4)
+  // What a user chooses between: "full", "full + ZeRO", "full + offload", "LoRA", "QLoRA",
+  // "LoRA + offload", "QLoRA + offload" (ZeRO without offload only counts on several ranks).
+  std::string kind;
+  int compromises = 0;  // numerical compromises (fp16, pure_bf16, fp8, int8 activations, NF4)
   std::vector<std::string> techniques;  // human labels, e.g. "bf16", "ZeRO-2", "flash"
   std::string summary;
   std::vector<std::string> limitations;  // why the engine cannot run it (PlanRequest)
@@ -101,6 +107,7 @@ struct PlanResult {
   PlanCost baseline;
   std::string baseline_summary;
   int64_t not_runnable = 0;  // fitting plans left out by runnable_only
+  int64_t fitting = 0;       // combinations that fit (runnable or not), of which plans are the best
 };
 
 PlanResult planTraining(const PlanRequest& request);
