@@ -6,6 +6,7 @@
 #include <QFile>
 #include <QFileDialog>
 #include <QFormLayout>
+#include <QFutureWatcher>
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -17,6 +18,7 @@
 #include <QTableView>
 #include <QTimer>
 #include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrentRun>
 
 #include "trainscope/core/model/ModelFamily.h"
 
@@ -371,10 +373,20 @@ void PlannerPage::loadChoice(int index) {
   const auto& choice = choices_[index];
   const auto& base = choice.base;
   if (choice.id.startsWith("hf:")) {
-    const auto hf = inspectHfFolder(choice.id.mid(3).toStdString());
-    modelNote_->setText(hf.ok() ? hf.summary()
-                                : "Shape from " + choice.id.mid(3) +
-                                      " (no weights read: " + hf.error + ")");
+    // The weights' headers are read on a worker (a sharded checkpoint on a slow disk takes a
+    // while); the note follows when they land, if this model is still the chosen one.
+    const QString id = choice.id, dir = choice.id.mid(3);
+    modelNote_->setText("Reading the weights' headers in " + dir + "…");
+    auto* watcher = new QFutureWatcher<HfFolderInfo>(this);
+    connect(watcher, &QFutureWatcher<HfFolderInfo>::finished, this, [this, watcher, id, dir] {
+      watcher->deleteLater();
+      if (model_->currentData().toString() != id) return;
+      const HfFolderInfo hf = watcher->result();
+      modelNote_->setText(hf.ok() ? hf.summary()
+                                  : "Shape from " + dir + " (no weights read: " + hf.error + ")");
+    });
+    watcher->setFuture(
+        QtConcurrent::run([path = dir.toStdString()] { return inspectHfFolder(path); }));
   } else {
     modelNote_->clear();
   }

@@ -370,6 +370,9 @@ TEST(PlannerPageTest, HuggingFaceConfigIsTheModel) {
   EXPECT_EQ(cfg.model.d_model, 32);
   EXPECT_EQ(cfg.model.vocab, 384);
   EXPECT_EQ(cfg.finetune.base_checkpoint, dir);
+  // The weights' headers are read off the GUI thread; the note follows.
+  auto noteRead = [&] { return !page.modelNote().startsWith("Reading the weights"); };
+  ASSERT_TRUE(testutil::waitFor(noteRead, testutil::kWaitCapMs));
   EXPECT_TRUE(page.modelNote().startsWith("GPT-2 (GPT2LMHeadModel)"))
       << page.modelNote().toStdString();
 
@@ -382,6 +385,7 @@ TEST(PlannerPageTest, HuggingFaceConfigIsTheModel) {
   ASSERT_NO_FATAL_FAILURE(waitForPlanner(page, spy));
   EXPECT_EQ(page.chosenConfig().model.arch, "llama");
   EXPECT_EQ(page.chosenConfig().finetune.base_checkpoint, "");
+  ASSERT_TRUE(testutil::waitFor(noteRead, testutil::kWaitCapMs));
   EXPECT_TRUE(page.modelNote().contains("no weights read")) << page.modelNote().toStdString();
 
   const QString broken = tmp.filePath("broken.json");
