@@ -19,6 +19,7 @@
 #include "MemoryBars.h"
 #include "trainscope/gui/ChartReduction.h"
 #include "trainscope/gui/EngineClient.h"
+#include "trainscope/gui/NumberFormat.h"
 
 namespace ts::gui {
 namespace {
@@ -329,15 +330,16 @@ void RunDashboard::refreshHeader() {
                                  .arg(formatBytes(static_cast<double>(run_->lastCommBytes())))
                            : QString();
   stats_->setText(
-      QStringLiteral("step %1%2 · loss %3 · %4%5%6%7")
+      QStringLiteral("step %1%2 · loss %3%8 · %4%5%6%7")
           .arg(run_->lastStep())
           .arg(run_->totalSteps() > 0 ? QStringLiteral(" / %1").arg(run_->totalSteps()) : QString())
-          .arg(run_->lastLoss(), 0, 'f', 4)
+          .arg(formatSignificant(run_->lastLoss()))
           .arg(rate(run_->lastTokensPerS()))
           .arg(comm)
           .arg(run_->skippedSteps() > 0 ? QStringLiteral(" · %1 skipped").arg(run_->skippedSteps())
                                         : QString())
-          .arg(backend.isEmpty() ? QString() : " · " + backend));
+          .arg(backend.isEmpty() ? QString() : " · " + backend)
+          .arg(run_->accuracy() ? " · accuracy " + formatAccuracy(*run_->accuracy()) : QString()));
   progress_->setValue(static_cast<int>(run_->progress() * 1000));
   progress_->setFormat(QStringLiteral("%1%").arg(run_->progress() * 100, 0, 'f', 1));
   if (run_->isActive()) {

@@ -96,6 +96,16 @@ TEST(LiveRun, EtaFollowsThePace) {
   EXPECT_NEAR(*run.etaSeconds(), 100 * 0.5, 1e-6);
 }
 
+// An eval's exact-match accuracy is kept for the dashboard's header (the latest one).
+TEST(LiveRun, KeepsTheLatestAccuracy) {
+  LiveRun run("t");
+  EXPECT_FALSE(run.accuracy().has_value());
+  run.apply(core::Event{core::EventType::Eval, "eval", 0, 0, {{"step", 100}, {"accuracy", 0.5}}});
+  run.apply(core::Event{core::EventType::Eval, "eval", 0, 0, {{"step", 200}, {"accuracy", 0.996}}});
+  ASSERT_TRUE(run.accuracy().has_value());
+  EXPECT_DOUBLE_EQ(*run.accuracy(), 0.996);
+}
+
 TEST(EngineClient, MissingEngineFailsFastWithAClearMessage) {
   LiveRun run("t");
   EngineClient client(&run);

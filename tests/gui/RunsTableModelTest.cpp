@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 #include <QAbstractItemModelTester>
+#include <QDir>
 #include <QFile>
 #include <QSignalSpy>
 #include <QTemporaryDir>
@@ -390,4 +391,63 @@ TEST(RunsModelColumn, NamesTheFamilyAndTheBase) {
   m.setEntries(rows);
   EXPECT_EQ(m.data(m.index(0, RunsTableModel::Model)).toString(), "LLaMA · Llama-3.2-1B");
   EXPECT_EQ(m.headerData(RunsTableModel::Model, Qt::Horizontal).toString(), "Model");
+}
+
+namespace {
+
+// One run recorded with the given events after its hello; returns its id.
+int64_t recordEvents(const std::string& db, const QString& dir, const std::string& name,
+                     const std::vector<nlohmann::json>& events, bool finish = true) {
+  core::RunRecorder::Options o;
+  o.dbPath = db;
+  o.runDir = QDir(dir).filePath(QString::fromStdString(name)).toStdString();
+  o.name = name;
+  o.backend = "cpu";
+  core::RunRecorder rec(o);
+  int64_t seq = 0;
+  rec.record({{"type", "hello"}, {"seq", seq++}, {"time", 1.7e9}, {"backend", "cpu"}});
+  for (auto e : events) {
+    e["seq"] = seq++;
+    e["time"] = 1.7e9 + double(seq);
+    rec.record(e);
+  }
+  if (finish) {
+    rec.record(
+        {{"type", "finished"}, {"seq", seq++}, {"time", 1.7e9 + 100}, {"status", "completed"}});
+    rec.close();
+  }
+  return rec.runId();
+}
+
+}  // namespace
+
+// A converged run: its losses keep 4 significant digits (1.088e-05, not 0.0000), and the
+// exact-match accuracy of its latest eval that sent one has a column.
+TEST(RunsTableLosses, SignificantDigitsAndTheLatestAccuracy) {
+  QTemporaryDir dir;
+  const std::string db = dir.filePath("runs.db").toStdString();
+  using nlohmann::json;
+  recordEvents(db, dir.path(), "converged",
+               {{{"type", "step"}, {"step", 1}, {"loss", 2.5}},
+                {{"type", "eval"}, {"step", 1}, {"val_loss", 2.4}, {"accuracy", 0.25}},
+                {{"type", "step"}, {"step", 2}, {"loss", 1.0876e-05}},
+                {{"type", "eval"}, {"step", 2}, {"val_loss", 2.3456e-06}, {"accuracy", 1.0}},
+                {{"type", "eval"}, {"step", 2}, {"val_loss", 3e-06}}});
+  recordEvents(db, dir.path(), "no-accuracy", {{{"type", "step"}, {"step", 1}, {"loss", 12.5}}});
+  QString err;
+  RunsTableModel m;
+  m.setRuns(RunRepository(db).listRuns(&err));
+  ASSERT_TRUE(err.isEmpty()) << err.toStdString();
+  ASSERT_EQ(m.rowCount(), 2);
+  auto cell = [&](const std::string& name, int col) {
+    for (int r = 0; r < m.rowCount(); ++r)
+      if (m.run(r)->name == name) return m.index(r, col).data().toString();
+    return QString("missing");
+  };
+  EXPECT_EQ(cell("converged", RunsTableModel::FinalLoss), "1.088e-05");
+  EXPECT_EQ(cell("converged", RunsTableModel::BestEvalLoss), "2.346e-06");
+  EXPECT_EQ(cell("converged", RunsTableModel::Accuracy), "100.0%");
+  EXPECT_EQ(cell("no-accuracy", RunsTableModel::FinalLoss), "12.50");
+  EXPECT_EQ(cell("no-accuracy", RunsTableModel::Accuracy), "—");
+  EXPECT_EQ(m.headerData(RunsTableModel::Accuracy, Qt::Horizontal).toString(), "Accuracy");
 }

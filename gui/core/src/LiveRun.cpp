@@ -200,6 +200,8 @@ void LiveRun::applyEval(const nlohmann::json& body) {
   const double step = body.contains("step") && body["step"].is_number()
                           ? body["step"].get<double>()
                           : static_cast<double>(lastStep_);
+  if (auto it = body.find("accuracy"); it != body.end() && it->is_number())
+    accuracy_ = it->get<double>();
   for (const char* k : {"loss", "val_loss", "eval_loss"}) {
     if (body.contains(k) && body[k].is_number()) {
       evalLoss_.append(step, body[k].get<double>());

@@ -13,6 +13,7 @@
 #include <QtConcurrent/QtConcurrentRun>
 
 #include "trainscope/core/plan/Estimator.h"
+#include "trainscope/gui/NumberFormat.h"
 #include "trainscope/profiler/ChromeTrace.h"
 
 namespace ts::gui {
@@ -39,8 +40,8 @@ QString durationText(double s) {
   return QStringLiteral("%1 h %2 min").arg(t / 3600).arg((t % 3600) / 60);
 }
 
-QString optText(const std::optional<double>& v, int decimals) {
-  return v ? QString::number(*v, 'f', decimals) : QStringLiteral("—");
+QString lossText(const std::optional<double>& v) {
+  return v ? formatSignificant(*v) : QStringLiteral("—");
 }
 
 // Sort key: (missing, value) so missing values sort after present ones in both orders.
@@ -86,6 +87,9 @@ Key keyOf(const RunEntry& e, int column) {
       break;
     case RunsTableModel::BestEvalLoss:
       opt(r.bestEvalLoss);
+      break;
+    case RunsTableModel::Accuracy:
+      opt(r.accuracy);
       break;
     case RunsTableModel::TokensPerS:
       opt(r.tokensPerS);
@@ -367,6 +371,8 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
     return QStringLiteral("Highest device-memory peak of any rank (%1 rank%2)")
         .arg(r->ranks)
         .arg(r->ranks == 1 ? "" : "s");
+  if (role == Qt::ToolTipRole && c == Accuracy)
+    return QStringLiteral("Exact-match accuracy on held-out samples at the latest evaluation");
   if (role == Qt::ToolTipRole && c == Techniques && !e->badges.isEmpty())
     return QStringLiteral("Techniques in this run's config: %1").arg(e->badges.join(", "));
   if (role == Qt::ToolTipRole) {
@@ -397,9 +403,11 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
     case Steps:
       return qlonglong(r->lastStep >= 0 ? r->lastStep : 0);
     case FinalLoss:
-      return optText(r->lastLoss, 4);
+      return lossText(r->lastLoss);
     case BestEvalLoss:
-      return optText(r->bestEvalLoss, 4);
+      return lossText(r->bestEvalLoss);
+    case Accuracy:
+      return r->accuracy ? formatAccuracy(*r->accuracy) : QStringLiteral("—");
     case TokensPerS:
       return r->tokensPerS ? QLocale().toString(*r->tokensPerS, 'f', 0) : QStringLiteral("—");
     case PeakMemory: {
@@ -438,6 +446,8 @@ QVariant RunsTableModel::headerData(int section, Qt::Orientation o, int role) co
       return "Final loss";
     case BestEvalLoss:
       return "Best eval loss";
+    case Accuracy:
+      return "Accuracy";
     case TokensPerS:
       return "Tokens/s";
     case PeakMemory:
@@ -498,6 +508,7 @@ QString writeMetricsJson(const core::RunDetail& r, const std::vector<core::StepR
               {"last_loss", opt(r.lastLoss)},
               {"best_eval_loss", opt(r.bestEvalLoss)},
               {"tokens_per_s", opt(r.tokensPerS)},
+              {"accuracy", opt(r.accuracy)},
               {"peak_memory", r.peakMemory}};
   json j = {{"run", run}, {"config", r.config}};
   json rows = json::array();

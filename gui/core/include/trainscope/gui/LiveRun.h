@@ -87,6 +87,8 @@ class LiveRun : public QObject {
   const nlohmann::json& parameterCounts() const { return params_; }
   const SeriesBuffer& lr() const { return lr_; }
   const SeriesBuffer& tokensPerS() const { return tps_; }
+  // Exact-match accuracy in [0, 1] of the latest eval that sent one (addition task).
+  std::optional<double> accuracy() const { return accuracy_; }
   const SeriesBuffer& lossScale() const { return lossScale_; }
   bool usesLossScale() const { return usesLossScale_; }
   // Device-tier total (current bytes) over steps, per rank.
@@ -135,6 +137,7 @@ class LiveRun : public QObject {
   bool dirty_ = true;
   DebiasedEma ema_{0.9};
   SeriesBuffer loss_, lossEma_, evalLoss_, lr_, tps_, lossScale_, distillCe_, distillKl_;
+  std::optional<double> accuracy_;
   nlohmann::json params_;
   std::vector<SeriesBuffer> memTime_;
   std::optional<core::MemoryReport> measured_, predicted_, predictedPerRank_;

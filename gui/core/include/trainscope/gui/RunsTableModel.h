@@ -55,6 +55,7 @@ class RunsTableModel : public QAbstractTableModel {
     Steps,
     FinalLoss,
     BestEvalLoss,
+    Accuracy,
     TokensPerS,
     PeakMemory,
     Techniques,
