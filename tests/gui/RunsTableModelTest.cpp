@@ -451,3 +451,10 @@ TEST(RunsTableLosses, SignificantDigitsAndTheLatestAccuracy) {
   EXPECT_EQ(cell("no-accuracy", RunsTableModel::Accuracy), "—");
   EXPECT_EQ(m.headerData(RunsTableModel::Accuracy, Qt::Horizontal).toString(), "Accuracy");
 }
+
+// A fine-tune (the config starts from a checkpoint or a Hugging Face folder) has its badge.
+TEST(RunsTableBadges, FineTune) {
+  EXPECT_EQ(techniqueBadges({{"finetune", {{"base_checkpoint", "/models/Llama-3.2-1B"}}}}),
+            QStringList{"fine-tune"});
+  EXPECT_TRUE(techniqueBadges({{"finetune", {{"base_checkpoint", ""}}}}).isEmpty());
+}

@@ -8,6 +8,7 @@
 #include <QGroupBox>
 #include <QLabel>
 #include <QListWidget>
+#include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QSpinBox>
@@ -335,4 +336,51 @@ TEST_F(WizardTest, HuggingFaceFolderOnTheModelPage) {
       << err.toStdString();
   EXPECT_EQ(info->text(), err);
   EXPECT_EQ(doc->value("finetune.base_checkpoint"), dir);
+}
+
+// A Hugging Face base replaces the preset's leftovers: the run is named and described after
+// the folder, the activation row says what the family uses (LLaMA: SiLU in its SwiGLU MLP)
+// instead of a GELU it does not read, Review's JSON leaves that key out, and the data page
+// says the data is still the synthetic task.
+TEST_F(WizardTest, HuggingFaceBaseReplacesThePresetsLeftovers) {
+  RunWizard* wiz = win->wizard();
+  wiz->presetList()->setCurrentRow(presetRow(wiz, "default"));
+  ConfigDocument* doc = wiz->document();
+  ASSERT_EQ(doc->value("name"), "default");
+  ASSERT_TRUE(goToPageTitled(wiz, "Model"));
+  auto* activation = byPath<QComboBox>(wiz, "model.activation");
+  auto* fixed = wiz->findChild<QLabel*>("ActivationFixed");
+  auto* dataNote = wiz->findChild<QLabel*>("DataNote");
+  ASSERT_TRUE(activation && fixed && dataNote);
+  EXPECT_TRUE(activation->isVisibleTo(wiz));
+  EXPECT_FALSE(fixed->isVisibleTo(wiz));
+  EXPECT_FALSE(dataNote->isVisibleTo(wiz));
+
+  const std::string dir = std::string(TRAINSCOPE_TEST_DATA) + "/hf_tiny/llama";
+  ASSERT_EQ(wiz->openHfFolder(QString::fromStdString(dir)), QString());
+  EXPECT_EQ(doc->value("name"), "llama-finetune");
+  EXPECT_EQ(doc->value("tags"), nlohmann::json({"finetune", "hf", "llama"}));
+  EXPECT_EQ(doc->value("notes").get<std::string>().find("Built-in default"), std::string::npos);
+  EXPECT_FALSE(activation->isVisibleTo(wiz)) << "LLaMA does not read model.activation";
+  EXPECT_TRUE(fixed->isVisibleTo(wiz));
+  EXPECT_TRUE(fixed->text().startsWith("SiLU")) << fixed->text().toStdString();
+  EXPECT_TRUE(fixed->text().contains("LLaMA")) << fixed->text().toStdString();
+  EXPECT_TRUE(dataNote->isVisibleTo(wiz));
+  EXPECT_TRUE(dataNote->text().contains("synthetic")) << dataNote->text().toStdString();
+  ASSERT_TRUE(doc->isValid());
+  const auto shown = doc->resolvedForFamily();
+  EXPECT_FALSE(shown["model"].contains("activation")) << shown["model"].dump();
+  EXPECT_EQ(shown["model"]["mlp"], "swiglu");
+  // The review page shows that JSON.
+  wiz->goToPage(wiz->pageCount() - 1);
+  bool reviewed = false;
+  for (auto* e : wiz->findChildren<QPlainTextEdit*>("Json"))
+    if (e->isVisibleTo(wiz) && e->toPlainText().contains("\"swiglu\"")) {
+      reviewed = true;
+      EXPECT_FALSE(e->toPlainText().contains("\"activation\"")) << "review shows an unread key";
+    }
+  EXPECT_TRUE(reviewed);
+  // Data from a file: no note.
+  doc->setValue("data.source", "text");
+  EXPECT_FALSE(dataNote->isVisibleTo(wiz));
 }

@@ -12,7 +12,9 @@
 namespace ts::gui {
 
 ReviewPage::ReviewPage(ConfigBinder* binder)
-    : WizardPage(binder, "Review", "The resolved configuration the engine will receive.") {
+    : WizardPage(binder, "Review",
+                 "The resolved configuration the engine will receive (less the model settings "
+                 "the chosen architecture does not read).") {
   estimate_ = new QLabel;
   estimate_->setWordWrap(true);
   estimate_->setTextFormat(Qt::RichText);
@@ -36,7 +38,7 @@ ReviewPage::ReviewPage(ConfigBinder* binder)
 
 void ReviewPage::showReview(const QStringList& blockers, int64_t capacity, bool shown) {
   if (shown) {
-    const std::string text = doc()->resolved().dump(2);
+    const std::string text = doc()->resolvedForFamily().dump(2);
     json_->setPlainText(QString::fromStdString(text));
   }
   showProblems(blockers, capacity);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "trainscope/core/model/ModelFamily.h"
 #include "trainscope/core/plan/Estimator.h"
 
 namespace ts::gui {
@@ -83,6 +84,19 @@ void ConfigDocument::revalidate() {
 nlohmann::json ConfigDocument::resolved() const {
   if (config_) return core::toJson(*config_);
   return doc_;
+}
+
+nlohmann::json ConfigDocument::resolvedForFamily() const {
+  nlohmann::json out = resolved();
+  if (!config_) return out;
+  const core::ModelFamily* family = core::findModelFamily(config_->model.arch);
+  if (!family) return out;
+  // Only keys some family reads are family keys; the shared ones (layers, heads, ...) stay.
+  auto& model = out["model"];
+  for (const auto* f : core::modelFamilies())
+    for (const auto& k : f->modelKeys())
+      if (!family->readsModelKey(k)) model.erase(k);
+  return out;
 }
 
 std::vector<std::string> ConfigDocument::warnings(int64_t deviceCapacity) const {

@@ -187,6 +187,8 @@ QStringList techniqueBadges(const nlohmann::json& c) {
   if (textAt(c, "attention", "impl") == "flash") b << "flash";
   if (numAt(c, "train", "grad_accum") > 1) b << "accum";
   if (numAt(c, "optimizer", "state_bits") == 8) b << "8-bit opt";
+  // Starts from weights (a checkpoint or a Hugging Face folder) rather than random ones.
+  if (!textAt(c, "finetune", "base_checkpoint").empty()) b << "fine-tune";
   const auto* lora = at(c, "finetune", "lora");
   const bool loraOn = lora && lora->is_object() && lora->value("r", 0.0) > 0;
   if (loraOn) b << (textAt(c, "finetune", "base_quant") == "nf4" ? "QLoRA" : "LoRA");

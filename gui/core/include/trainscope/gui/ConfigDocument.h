@@ -36,6 +36,9 @@ class ConfigDocument : public QObject {
   const std::optional<core::RunConfig>& config() const { return config_; }
   // Resolved document (every default filled) when valid, else the document as edited.
   nlohmann::json resolved() const;
+  // resolved() less the model keys the chosen family does not read (they keep their defaults
+  // and do nothing: a LLaMA's "activation": "gelu" beside its SwiGLU MLP only misleads).
+  nlohmann::json resolvedForFamily() const;
   // Estimator output for the current document (nullopt while invalid).
   const std::optional<core::MemoryEstimate>& estimate() const { return estimate_; }
   // Soft warnings that are not validation errors (e.g. estimate over device capacity).
