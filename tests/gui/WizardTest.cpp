@@ -384,3 +384,55 @@ TEST_F(WizardTest, HuggingFaceBaseReplacesThePresetsLeftovers) {
   doc->setValue("data.source", "text");
   EXPECT_FALSE(dataNote->isVisibleTo(wiz));
 }
+
+// LoRA on "training from scratch" trains adapters on a frozen random base: the fine-tuning
+// page and Review say so in plain words; the targets row says what the config gets (gpt2's
+// default ["q", "v"] selects its fused c_attn).
+TEST_F(WizardTest, LoraWithoutABaseIsFlaggedAndTargetsSayWhatTheConfigGets) {
+  RunWizard* wiz = win->wizard();
+  wiz->presetList()->setCurrentRow(presetRow(wiz, "default"));
+  ConfigDocument* doc = wiz->document();
+  ASSERT_TRUE(goToPageTitled(wiz, "Fine-tuning"));
+  auto* noBase = wiz->findChild<QLabel*>("LoraNoBase");
+  auto* written = wiz->findChild<QLabel*>("LoraTargetsWritten");
+  ASSERT_TRUE(noBase && written);
+  EXPECT_FALSE(noBase->isVisibleTo(wiz)) << "LoRA is off";
+  doc->setValue("finetune.lora.r", 8);
+  ASSERT_TRUE(doc->isValid());
+  EXPECT_TRUE(noBase->isVisibleTo(wiz));
+  EXPECT_TRUE(noBase->text().contains("random")) << noBase->text().toStdString();
+  auto loraWarning = [&] {
+    for (const auto& w : doc->warnings(0))
+      if (w.find("LoRA without a base") != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(loraWarning());
+  EXPECT_EQ(doc->value("finetune.lora.targets"), nlohmann::json({"q", "v"}));
+  EXPECT_EQ(written->text(), "The config gets targets: [q, v], which select c_attn");
+  doc->setValue("finetune.base_checkpoint",
+                std::string(TRAINSCOPE_TEST_DATA) + "/lora_tiny/gpt2_base");
+  EXPECT_FALSE(noBase->isVisibleTo(wiz));
+  EXPECT_FALSE(loraWarning());
+}
+
+// The estimator's notes are not warnings, and are said in a user's terms: Review shows them
+// under "About the estimate" without "fp32 compute copies of a block's weights".
+TEST_F(WizardTest, ReviewSaysTheEstimateNotesInPlainWords) {
+  RunWizard* wiz = win->wizard();
+  wiz->presetList()->setCurrentRow(presetRow(wiz, "default"));
+  ConfigDocument* doc = wiz->document();
+  doc->setValue("precision.policy", "bf16");
+  ASSERT_TRUE(doc->estimate());
+  bool jargon = false;
+  for (const auto& n : doc->estimate()->notes) jargon |= n.find("compute copies") != n.npos;
+  ASSERT_TRUE(jargon) << "the estimator's own note is the case this test is about";
+  for (const auto& w : doc->warnings(0)) EXPECT_EQ(w.find("compute copies"), w.npos) << w;
+  wiz->goToPage(wiz->pageCount() - 1);
+  auto* notes = wiz->findChild<QLabel*>("EstimateNotes");
+  ASSERT_TRUE(notes);
+  EXPECT_TRUE(notes->isVisibleTo(wiz));
+  EXPECT_TRUE(notes->text().contains("working copies")) << notes->text().toStdString();
+  EXPECT_FALSE(notes->text().contains("compute copies")) << notes->text().toStdString();
+  auto* warnings = wiz->findChild<QLabel*>("Warning");
+  if (warnings) EXPECT_FALSE(warnings->text().contains("compute copies"));
+}

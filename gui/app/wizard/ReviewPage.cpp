@@ -29,6 +29,11 @@ ReviewPage::ReviewPage(ConfigBinder* binder)
   warnings_->setWordWrap(true);
   warnings_->setTextFormat(Qt::RichText);
   body()->addWidget(warnings_);
+  notes_ = new QLabel;
+  notes_->setObjectName("EstimateNotes");
+  notes_->setWordWrap(true);
+  notes_->setTextFormat(Qt::RichText);
+  body()->addWidget(notes_);
   json_ = new QPlainTextEdit;
   json_->setObjectName("Json");
   json_->setReadOnly(true);
@@ -56,6 +61,10 @@ void ReviewPage::showProblems(const QStringList& blockers, int64_t capacity) {
     wl << QString::fromStdString(wmsg).toHtmlEscaped();
   warnings_->setText(wl.isEmpty() ? QString() : "<b>Warnings:</b><br>" + wl.join("<br>"));
   warnings_->setVisible(!wl.isEmpty());
+  QStringList nl;
+  for (const auto& n : doc()->estimateNotes()) nl << QString::fromStdString(n).toHtmlEscaped();
+  notes_->setText(nl.isEmpty() ? QString() : "<b>About the estimate:</b><br>" + nl.join("<br>"));
+  notes_->setVisible(!nl.isEmpty());
 }
 
 void ReviewPage::showEstimate() {
