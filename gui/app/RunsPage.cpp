@@ -20,6 +20,7 @@
 #include <QPushButton>
 #include <QStyledItemDelegate>
 #include <QTableView>
+#include <QTimer>
 #include <QVBoxLayout>
 
 #include <utility>
@@ -115,6 +116,20 @@ RunsPage::RunsPage(RunRepository repo, QWidget* parent)
   connectModel();
   connectActions();
   updateButtons();
+  // Running rows age while the page is open: re-read them (on the worker) now and then.
+  runningTimer_ = new QTimer(this);
+  runningTimer_->setInterval(2000);
+  connect(runningTimer_, &QTimer::timeout, browser_, &RunsBrowser::refreshRunning);
+}
+
+void RunsPage::showEvent(QShowEvent* e) {
+  QWidget::showEvent(e);
+  runningTimer_->start();
+}
+
+void RunsPage::hideEvent(QHideEvent* e) {
+  QWidget::hideEvent(e);
+  runningTimer_->stop();
 }
 
 // Search, status filter, the count and Refresh.

@@ -17,6 +17,7 @@ class QLayout;
 class QLineEdit;
 class QPushButton;
 class QTableView;
+class QTimer;
 
 namespace ts::gui {
 
@@ -40,6 +41,8 @@ class RunsPage : public QWidget {
   // Asks first unless dialogs are off (tests, screenshots).
   void deleteSelected();
   void setShowDialogs(bool v) { showDialogs_ = v; }
+  // Re-reads the running rows every couple of seconds while the page is visible.
+  QTimer* runningRefreshTimer() const { return runningTimer_; }
 
  signals:
   void cloneRequested(int64_t id);
@@ -49,6 +52,10 @@ class RunsPage : public QWidget {
   void resumeRequested(int64_t runId, const QString& checkpointPath);
   // Two or more runs, in table order.
   void compareRequested(const QList<qint64>& ids);
+
+ protected:
+  void showEvent(QShowEvent* e) override;
+  void hideEvent(QHideEvent* e) override;
 
  private:
   QLayout* buildFilters();
@@ -71,6 +78,7 @@ class RunsPage : public QWidget {
   QList<qint64> keptSelection_;  // across model resets (filtering, reloads)
   QPushButton *edit_, *delete_, *csv_, *json_, *trace_, *clone_, *follow_, *resume_, *compare_;
   bool showDialogs_ = true;
+  QTimer* runningTimer_ = nullptr;
 };
 
 }  // namespace ts::gui

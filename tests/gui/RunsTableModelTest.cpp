@@ -10,11 +10,15 @@
 #include <QAbstractItemModelTester>
 #include <QDir>
 #include <QFile>
+#include <QHeaderView>
 #include <QSignalSpy>
+#include <QTableView>
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "CompareTestRuns.h"
 #include "GuiTestUtil.h"
+#include "RunsPage.h"
 #include "trainscope/core/store/RunRecorder.h"
 #include "trainscope/core/store/RunStore.h"
 #include "trainscope/gui/RunsTableModel.h"
@@ -457,4 +461,111 @@ TEST(RunsTableBadges, FineTune) {
   EXPECT_EQ(techniqueBadges({{"finetune", {{"base_checkpoint", "/models/Llama-3.2-1B"}}}}),
             QStringList{"fine-tune"});
   EXPECT_TRUE(techniqueBadges({{"finetune", {{"base_checkpoint", ""}}}}).isEmpty());
+}
+
+// A run with a kernel timeline is marked, whether the config asked for it or "Profile now"
+// recorded one.
+TEST(RunsTableBadges, Profiled) {
+  QTemporaryDir dir;
+  const std::string db = dir.filePath("runs.db").toStdString();
+  compare_test::RunSpec profiled, plain;
+  profiled.name = "profiled";
+  profiled.profile = true;
+  plain.name = "plain";
+  compare_test::recordRun(db, dir.path(), profiled);
+  compare_test::recordRun(db, dir.path(), plain);
+  QString err;
+  auto details = RunRepository(db).listRunDetails(&err);
+  ASSERT_EQ(details.size(), 2u) << err.toStdString();
+  for (auto& d : details) {
+    const nlohmann::json config = d.config;
+    const RunEntry e = makeRunEntry(d, config);
+    if (d.name == "profiled") {
+      EXPECT_TRUE(e.badges.contains("profiled")) << e.badges.join(",").toStdString();
+      EXPECT_FALSE(e.badges.contains("profile"));
+    } else {
+      EXPECT_FALSE(e.badges.contains("profiled")) << e.badges.join(",").toStdString();
+    }
+  }
+}
+
+// A running row is re-read on the worker (the page asks every 2 s while shown): its steps and
+// loss move without a full reload, and the page's timer runs only while the page is visible.
+TEST(RunsPageRefresh, RunningRowsFollowTheDatabase) {
+  QTemporaryDir dir;
+  const std::string db = dir.filePath("runs.db").toStdString();
+  core::RunRecorder::Options o;
+  o.dbPath = db;
+  o.runDir = dir.filePath("live").toStdString();
+  o.name = "live";
+  auto rec = std::make_unique<core::RunRecorder>(o);
+  int64_t seq = 0;
+  auto step = [&](int s) {
+    rec->record(
+        {{"type", "step"}, {"seq", seq++}, {"time", 1.7e9 + s}, {"step", s}, {"loss", 3.0 / s}});
+  };
+  rec->record({{"type", "hello"}, {"seq", seq++}, {"time", 1.7e9}});
+  step(1);
+  const RunRepository repo(db);
+  const int64_t id = rec->runId();
+  ASSERT_TRUE(testutil::waitFor(
+      [&] {
+        auto r = repo.getRun(id);
+        return r && r->lastStep == 1;
+      },
+      testutil::kWaitCapMs));
+  RunsPage page(repo);
+  page.setShowDialogs(false);
+  EXPECT_FALSE(page.runningRefreshTimer()->isActive());
+  page.show();
+  EXPECT_TRUE(page.runningRefreshTimer()->isActive());
+  QSignalSpy loaded(page.browser(), &RunsBrowser::detailsLoaded);
+  page.reload();
+  ASSERT_TRUE(loaded.wait(testutil::kWaitCapMs));
+  RunsTableModel* m = page.model();
+  ASSERT_EQ(m->rowCount(), 1);
+  EXPECT_EQ(m->run(0)->status, "running");
+  EXPECT_EQ(m->index(0, RunsTableModel::Steps).data().toLongLong(), 1);
+
+  for (int s = 2; s <= 9; ++s) step(s);
+  ASSERT_TRUE(
+      testutil::waitFor([&] { return repo.getRun(id)->lastStep == 9; }, testutil::kWaitCapMs));
+  QSignalSpy refreshed(page.browser(), &RunsBrowser::runningRefreshed);
+  page.browser()->refreshRunning();
+  ASSERT_TRUE(refreshed.wait(testutil::kWaitCapMs));
+  EXPECT_EQ(m->index(0, RunsTableModel::Steps).data().toLongLong(), 9);
+  EXPECT_EQ(m->index(0, RunsTableModel::FinalLoss).data().toString(), "0.3333");
+  page.hide();
+  EXPECT_FALSE(page.runningRefreshTimer()->isActive());
+  rec.reset();
+}
+
+// The Runs page opens newest first (Started, descending): its arrow points down (▼), the way
+// the dates run, and up once sorted ascending.
+TEST(RunsPageHeader, StartedArrowPointsTheWayTheDatesRun) {
+  QTemporaryDir dir;
+  RunsPage page(RunRepository(dir.filePath("runs.db").toStdString()));
+  page.resize(1400, 300);
+  page.show();
+  QHeaderView* h = page.view()->horizontalHeader();
+  ASSERT_EQ(h->sortIndicatorSection(), RunsTableModel::Started);
+  ASSERT_EQ(h->sortIndicatorOrder(), Qt::DescendingOrder);
+  // Dark pixels per row in the arrow's corner of the section (right end, clear of the text):
+  // a ▼ is widest at its top row, a ▲ at its bottom row.
+  auto pointsDown = [&] {
+    const QImage img = h->grab().toImage();
+    const int x1 = h->sectionViewportPosition(RunsTableModel::Started) +
+                   h->sectionSize(RunsTableModel::Started) - 2;
+    std::vector<int> widths;
+    for (int y = 0; y < img.height(); ++y) {
+      int n = 0;
+      for (int x = x1 - 18; x < x1; ++x) n += qGray(img.pixel(x, y)) < 150;
+      if (n > 0) widths.push_back(n);
+    }
+    EXPECT_GE(widths.size(), 3u) << "no arrow found";
+    return !widths.empty() && widths.front() > widths.back();
+  };
+  EXPECT_TRUE(pointsDown());
+  h->setSortIndicator(RunsTableModel::Started, Qt::AscendingOrder);
+  EXPECT_FALSE(pointsDown());
 }

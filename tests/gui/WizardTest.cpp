@@ -8,6 +8,7 @@
 #include <QGroupBox>
 #include <QLabel>
 #include <QListWidget>
+#include <QPainter>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -20,6 +21,7 @@
 #include "trainscope/core/config/Config.h"
 #include "trainscope/core/model/HfConfig.h"
 #include "trainscope/core/plan/Estimator.h"
+#include "trainscope/core/store/RunRecorder.h"
 
 using namespace ts::gui;
 
@@ -435,4 +437,63 @@ TEST_F(WizardTest, ReviewSaysTheEstimateNotesInPlainWords) {
   EXPECT_FALSE(notes->text().contains("compute copies")) << notes->text().toStdString();
   auto* warnings = wiz->findChild<QLabel*>("Warning");
   if (warnings) EXPECT_FALSE(warnings->text().contains("compute copies"));
+}
+
+// The selected preset is drawn once: by its label. The list item keeps its text (tests and
+// accessibility read it) but the delegate paints none, selected or not.
+TEST_F(WizardTest, SelectedPresetDrawsItsDescriptionOnce) {
+  RunWizard* wiz = win->wizard();
+  QListWidget* list = wiz->presetList();
+  const int row = presetRow(wiz, "default");
+  ASSERT_GE(row, 0);
+  list->setCurrentRow(row);
+  QListWidgetItem* item = list->item(row);
+  ASSERT_TRUE(item->isSelected());
+  ASSERT_FALSE(item->text().isEmpty());
+  const QModelIndex index = list->model()->index(row, 0);
+  auto paint = [&] {
+    QImage img(list->visualItemRect(item).size(), QImage::Format_ARGB32);
+    img.fill(Qt::white);
+    QPainter p(&img);
+    QStyleOptionViewItem o;
+    o.initFrom(list->viewport());
+    o.rect = img.rect();
+    o.state |= QStyle::State_Selected | QStyle::State_Enabled | QStyle::State_Active;
+    o.widget = list;
+    o.features |= QStyleOptionViewItem::WrapText;
+    list->itemDelegate()->paint(&p, o, index);
+    return img;
+  };
+  const QImage withText = paint();
+  const QString text = item->text();
+  item->setText(QString());
+  const QImage withoutText = paint();
+  item->setText(text);
+  EXPECT_TRUE(withText == withoutText) << "the item's own text is painted under its label";
+}
+
+// A run recorded after the wizard opened (a resumed run, say) is in the clone list when the
+// start page is shown again.
+TEST_F(WizardTest, CloneListFollowsTheDatabaseWhenShown) {
+  RunWizard* wiz = win->wizard();
+  wiz->goToPage(0);
+  auto listed = [&] {
+    for (int i = 0; i < wiz->pastRunList()->count(); ++i)
+      if (wiz->pastRunList()->item(i)->text().contains("resumed-later")) return true;
+    return false;
+  };
+  EXPECT_FALSE(listed());
+  {
+    ts::core::RunRecorder::Options o;
+    o.dbPath = tmp.filePath("runs.db").toStdString();
+    o.runDir = tmp.filePath("resumed").toStdString();
+    o.name = "resumed-later";
+    ts::core::RunRecorder rec(o);
+    rec.record({{"type", "hello"}, {"seq", 0}, {"time", 1.7e9}});
+    rec.record({{"type", "finished"}, {"seq", 1}, {"time", 1.7e9 + 1}, {"status", "completed"}});
+    rec.close();
+  }
+  wiz->goToPage(1);
+  wiz->goToPage(0);
+  EXPECT_TRUE(listed());
 }

@@ -82,6 +82,8 @@ void LiveRun::applyStep(const core::StepEvent& s, double time) {
   }
   lr_.append(x, s.lr);
   tps_.append(x, s.tokens_per_s);
+  if (std::isfinite(s.tokens_per_s) && s.tokens_per_s > 0)
+    tpsEma_.append(x, tpsSmoother_.push(s.tokens_per_s));
   lossScale_.append(x, s.loss_scale);
   if (s.loss_scale != 1.0) usesLossScale_ = true;
   if (state_ == RunState::Starting) setState(RunState::Running);
@@ -271,6 +273,8 @@ void LiveRun::setSmoothing(double weight) {
 }
 
 std::optional<double> LiveRun::etaSeconds() const {
+  // A paused run has no pace: any time left would be a guess about when it resumes.
+  if (state_ == RunState::Paused) return std::nullopt;
   if (totalSteps_ <= 0 || recentStepS_ <= 0 || lastStep_ <= 0) return std::nullopt;
   return std::max<double>(0.0, static_cast<double>(totalSteps_ - lastStep_) * recentStepS_);
 }

@@ -215,6 +215,11 @@ QString modelLabel(const nlohmann::json& c) {
 RunEntry makeRunEntry(core::RunSummary summary, const nlohmann::json& config) {
   RunEntry e;
   e.badges = techniqueBadges(config);
+  // A recorded kernel timeline, whether the config asked for it or "Profile now" did.
+  if (summary.profiled) {
+    e.badges.removeAll("profile");
+    e.badges << "profiled";
+  }
   e.model = modelLabel(config);
   std::string& t = e.searchText;
   appendLower(t, summary.name);
@@ -349,6 +354,33 @@ int RunsTableModel::rowOfRun(int64_t id) const {
   for (int r = 0; r < static_cast<int>(rows_.size()); ++r)
     if (all_[rows_[r]].summary.id == id) return r;
   return -1;
+}
+
+std::vector<int64_t> RunsTableModel::runningRuns() const {
+  std::vector<int64_t> ids;
+  for (const auto& e : all_)
+    if (e.summary.status == "running") ids.push_back(e.summary.id);
+  return ids;
+}
+
+void RunsTableModel::updateSummaries(std::vector<core::RunSummary> summaries) {
+  bool any = false;
+  for (auto& s : summaries)
+    for (auto& e : all_)
+      if (e.summary.id == s.id) {
+        // A profile recorded since the load earns its badge now.
+        if (s.profiled && !e.badges.contains("profiled")) {
+          e.badges.removeAll("profile");
+          e.badges << "profiled";
+        }
+        e.summary = std::move(s);
+        any = true;
+        break;
+      }
+  if (!any) return;
+  // Re-sorting keeps the persistent indexes (the selection) on their runs.
+  sort(sortColumn_, sortOrder_);
+  if (rowCount() > 0) emit dataChanged(index(0, 0), index(rowCount() - 1, ColumnCount - 1));
 }
 
 int RunsTableModel::rowCount(const QModelIndex& parent) const {
@@ -605,6 +637,40 @@ void RunsBrowser::fetchExtras(int64_t id) {
   w->setFuture(QtConcurrent::run([repo, id] {
     Result r;
     r.extras = repo.extras(id, &r.error);
+    return r;
+  }));
+}
+
+void RunsBrowser::refreshRunning() {
+  const std::vector<int64_t> ids = model_->runningRuns();
+  if (ids.empty() || refreshingRunning_) return;
+  refreshingRunning_ = true;
+  ++busy_;
+  struct Result {
+    std::vector<core::RunSummary> runs;
+    QString error;
+  };
+  auto* w = new QFutureWatcher<Result>(this);
+  const int gen = reloadGeneration_;
+  connect(w, &QFutureWatcher<Result>::finished, this, [this, w, gen] {
+    Result r = w->result();
+    w->deleteLater();
+    --busy_;
+    refreshingRunning_ = false;
+    if (gen != reloadGeneration_) return;  // a reload replaced the rows meanwhile
+    const int n = static_cast<int>(r.runs.size());
+    if (r.error.isEmpty()) model_->updateSummaries(std::move(r.runs));
+    emit runningRefreshed(n);
+  });
+  const RunRepository repo = repo_;
+  w->setFuture(QtConcurrent::run([repo, ids] {
+    Result r;
+    repo.withStore(
+        [&](core::RunStore& store) {
+          for (int64_t id : ids)
+            if (auto d = store.getRun(id)) r.runs.push_back(std::move(*d));
+        },
+        &r.error);
     return r;
   }));
 }
