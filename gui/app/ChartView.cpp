@@ -193,6 +193,13 @@ std::pair<double, double> ChartView::yRange() const {
   return {ay_->min(), ay_->max()};
 }
 
+QVector<double> ChartView::yTicks() const {
+  QVector<double> out;
+  const int n = ay_->tickCount();
+  for (int i = 0; i < n; ++i) out << ay_->min() + (ay_->max() - ay_->min()) * i / (n - 1);
+  return out;
+}
+
 QVector<double> ChartView::xTicks() const {
   QVector<double> out;
   if (ax_->tickType() != QValueAxis::TicksDynamic) return out;
@@ -243,6 +250,8 @@ void ChartView::rescale() {
   double pad = (ymax - ymin) * 0.06;
   if (pad <= 0) pad = std::max(std::abs(ymax) * 0.1, 1e-12);
   ay_->setRange(ymin >= floor ? std::max(floor, ymin - pad) : ymin - pad, ymax + pad);
+  // Round labels (20000, 40000 ... not 20002, 40005); the widened range keeps a floor of 0.
+  ay_->applyNiceNumbers();
 }
 
 }  // namespace ts::gui

@@ -53,8 +53,10 @@ class ChartView : public QWidget {
   int seriesCount() const { return static_cast<int>(series_.size()); }
   QVector<QPointF> drawnPoints(int series) const;
   QPoint positionIn(const QWidget* ancestor, QPointF value, int series) const;
-  // The axes as drawn: the y range, and the x tick values (multiples of 1, 2 or 5 × 10^k).
+  // The axes as drawn: the y range and tick values, and the x tick values (all multiples of
+  // 1, 2 or 5 × 10^k).
   std::pair<double, double> yRange() const;
+  QVector<double> yTicks() const;
   QVector<double> xTicks() const;
 
  signals:

@@ -23,6 +23,7 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <utility>
 
 namespace ts::gui {
@@ -161,7 +162,9 @@ void RunsPage::buildTable() {
   // keystroke: re-measuring on each model reset is what made typing stall with 10,000 runs.
   view_->horizontalHeader()->setResizeContentsPrecision(64);
   view_->horizontalHeader()->setSectionResizeMode(QHeaderView::Interactive);
-  view_->horizontalHeader()->setSectionResizeMode(RunsTableModel::Name, QHeaderView::Stretch);
+  // Name is sized to its contents like the others (a stretched Name was squeezed to "…" once
+  // the columns outgrew the window); the last column takes what is left.
+  view_->horizontalHeader()->setStretchLastSection(true);
   view_->setItemDelegateForColumn(RunsTableModel::Techniques, new BadgeDelegate(view_));
   view_->verticalHeader()->setVisible(false);
   // Fixed row heights: no per-row measuring when 10,000 rows come and go.
@@ -218,8 +221,9 @@ void RunsPage::connectModel() {
   connect(view_->selectionModel(), &QItemSelectionModel::selectionChanged, this,
           &RunsPage::updateButtons);
   auto fitColumns = [this] {
-    for (int c = 0; c < RunsTableModel::ColumnCount; ++c)
-      if (c != RunsTableModel::Name) view_->resizeColumnToContents(c);
+    for (int c = 0; c < RunsTableModel::ColumnCount; ++c) view_->resizeColumnToContents(c);
+    view_->setColumnWidth(RunsTableModel::Name,
+                          std::clamp(view_->columnWidth(RunsTableModel::Name), 120, 320));
   };
   connect(browser_, &RunsBrowser::loaded, this, fitColumns);
   connect(browser_, &RunsBrowser::detailsLoaded, this, fitColumns);

@@ -569,3 +569,21 @@ TEST(RunsPageHeader, StartedArrowPointsTheWayTheDatesRun) {
   h->setSortIndicator(RunsTableModel::Started, Qt::AscendingOrder);
   EXPECT_FALSE(pointsDown());
 }
+
+// With every column (accuracy, model, ...) on the page of a 1440-pixel window, a run's name
+// stays readable: the Name column is sized to its contents, not squeezed to "…".
+TEST(RunsPageHeader, NameColumnFitsTheName) {
+  QTemporaryDir dir;
+  const std::string db = dir.filePath("runs.db").toStdString();
+  compare_test::RunSpec run;
+  run.name = "default-bf16-ckpt";
+  compare_test::recordRun(db, dir.path(), run);
+  RunsPage page{RunRepository(db)};
+  page.resize(1210, 400);
+  page.show();
+  QSignalSpy loaded(page.browser(), &RunsBrowser::detailsLoaded);
+  page.reload();
+  ASSERT_TRUE(loaded.wait(testutil::kWaitCapMs));
+  const int need = page.view()->fontMetrics().horizontalAdvance("default-bf16-ckpt");
+  EXPECT_GE(page.view()->columnWidth(RunsTableModel::Name), need);
+}
