@@ -193,7 +193,6 @@ void ModelPage::addShapeRows(QFormLayout* f) {
   // Families with a gated MLP fix their activation; model.activation does nothing there.
   activationFixed_ = new QLabel;
   activationFixed_->setObjectName("ActivationFixed");
-  activationFixed_->setWordWrap(true);
   f->addRow("Activation", activationFixed_);
   f->addRow("Dropout",
             binder()->doubleSpin(
@@ -311,9 +310,12 @@ void ModelPage::refreshActivation() {
                          : act == "gelu_pytorch_tanh" ? QStringLiteral("GELU (tanh)")
                          : act.empty()                ? QStringLiteral("Its own activation")
                                                       : QString::fromStdString(act);
-    activationFixed_->setText(
-        QStringLiteral("%1 in a gated MLP, fixed by %2 (model.activation does not apply)")
-            .arg(name, QString::fromStdString(family->displayName())));
+    // One line: a wrapped label in a row shown late is not given its second line's height.
+    activationFixed_->setText(QStringLiteral("%1 (gated MLP), set by %2")
+                                  .arg(name, QString::fromStdString(family->displayName())));
+    activationFixed_->setToolTip(
+        QStringLiteral("%1 fixes its MLP's activation; model.activation does not apply to it.")
+            .arg(QString::fromStdString(family->displayName())));
   }
   const auto source = doc()->value("data.source");
   const auto base = doc()->value("finetune.base_checkpoint");
