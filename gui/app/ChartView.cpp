@@ -164,7 +164,51 @@ void ChartView::setXRange(double x0, double x1) {
   fixedX_ = true;
   x0_ = x0;
   x1_ = std::max(x1, x0 + 1e-9);
-  ax_->setRange(x0_, x1_);
+  setXAxisRange(x0_, x1_);
+}
+
+namespace {
+// 1, 2 or 5 × 10^k at or above `raw`: tick steps a reader can add up (not 5999.8).
+double niceStep(double raw) {
+  if (!(raw > 0) || !std::isfinite(raw)) return 1;
+  const double p = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0})
+    if (m * p >= raw * (1 - 1e-9)) return m * p;
+  return 10 * p;
+}
+}  // namespace
+
+// Ticks at multiples of a nice step from 0 (steps 0, 5000, 10000 … rather than the axis split
+// into equal fifths: 17999, 23999).
+void ChartView::setXAxisRange(double x0, double x1) {
+  ax_->setRange(x0, x1);
+  const double step = niceStep((x1 - x0) / 6.0);  // 4 to 7 ticks
+  ax_->setTickType(QValueAxis::TicksDynamic);
+  ax_->setTickAnchor(0.0);
+  ax_->setTickInterval(step);
+  ax_->setLabelFormat(step >= 1 ? "%.0f" : "%.3g");
+}
+
+std::pair<double, double> ChartView::yRange() const {
+  return {ay_->min(), ay_->max()};
+}
+
+QVector<double> ChartView::yTicks() const {
+  QVector<double> out;
+  const int n = ay_->tickCount();
+  for (int i = 0; i < n; ++i) out << ay_->min() + (ay_->max() - ay_->min()) * i / (n - 1);
+  return out;
+}
+
+QVector<double> ChartView::xTicks() const {
+  QVector<double> out;
+  if (ax_->tickType() != QValueAxis::TicksDynamic) return out;
+  const double step = ax_->tickInterval(), a = ax_->tickAnchor();
+  if (!(step > 0)) return out;
+  for (double t = a + std::ceil((ax_->min() - a) / step) * step; t <= ax_->max() + step * 1e-9;
+       t += step)
+    out << t;
+  return out;
 }
 
 void ChartView::setLegendVisible(bool v) {
@@ -199,12 +243,15 @@ void ChartView::rescale() {
     }
   }
   if (!std::isfinite(xmin)) return;
-  if (!fixedX_) ax_->setRange(xmin, xmax > xmin ? xmax : xmin + 1);
+  if (!fixedX_) setXAxisRange(xmin, xmax > xmin ? xmax : xmin + 1);
+  // Non-negative data (losses, rates, bytes) never gets a negative axis from the padding.
+  const double floor = haveFloor_ ? yFloor_ : (ymin >= 0 ? 0.0 : -HUGE_VAL);
   if (haveFloor_) ymin = std::min(ymin, yFloor_);
   double pad = (ymax - ymin) * 0.06;
   if (pad <= 0) pad = std::max(std::abs(ymax) * 0.1, 1e-12);
-  ay_->setRange(haveFloor_ && ymin >= yFloor_ ? std::max(yFloor_, ymin - pad) : ymin - pad,
-                ymax + pad);
+  ay_->setRange(ymin >= floor ? std::max(floor, ymin - pad) : ymin - pad, ymax + pad);
+  // Round labels (20000, 40000 ... not 20002, 40005); the widened range keeps a floor of 0.
+  ay_->applyNiceNumbers();
 }
 
 }  // namespace ts::gui

@@ -1,6 +1,7 @@
 #pragma once
 // The one place that knows about Qt Charts (deprecated in favour of Qt Graphs from Qt 6.10):
 // a titled x/y line chart whose series are replaced whole, at most once per redraw.
+#include <utility>
 #include <vector>
 
 #include <QColor>
@@ -52,6 +53,11 @@ class ChartView : public QWidget {
   int seriesCount() const { return static_cast<int>(series_.size()); }
   QVector<QPointF> drawnPoints(int series) const;
   QPoint positionIn(const QWidget* ancestor, QPointF value, int series) const;
+  // The axes as drawn: the y range and tick values, and the x tick values (all multiples of
+  // 1, 2 or 5 × 10^k).
+  std::pair<double, double> yRange() const;
+  QVector<double> yTicks() const;
+  QVector<double> xTicks() const;
 
  signals:
   // A left click inside the plot, at data coordinate x (e.g. a step).
@@ -62,6 +68,7 @@ class ChartView : public QWidget {
 
  private:
   void rescale();
+  void setXAxisRange(double x0, double x1);
 
   QChart* chart_;
   QChartView* view_;

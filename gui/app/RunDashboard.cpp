@@ -19,6 +19,7 @@
 #include "MemoryBars.h"
 #include "trainscope/gui/ChartReduction.h"
 #include "trainscope/gui/EngineClient.h"
+#include "trainscope/gui/NumberFormat.h"
 #include "trainscope/gui/RunControl.h"
 
 namespace ts::gui {
@@ -160,9 +161,9 @@ void RunDashboard::buildCharts() {
   tps_ = new ChartView("Throughput");
   tps_->setAxisTitles("step", "tokens/s");
   tps_->setYLabelFormat("%.0f");
-  tps_->setLegendVisible(false);
   tps_->setYFloor(0);
-  tpsS_ = tps_->addSeries("tokens/s", QColor("#7c3aed"));
+  tpsS_ = tps_->addSeries("tokens/s (raw)", QColor("#7c3aed"), ChartView::Style::FaintLine);
+  tpsSmooth_ = tps_->addSeries("tokens/s (smoothed)", QColor("#7c3aed"));
   tps_->setToolTip("Click a profiled step to open its kernel timeline");
   connect(tps_, &ChartView::clicked, this, [this](double x) { openProfiledStep(x); });
   scale_ = new ChartView("Loss scale (fp16)");
@@ -354,18 +355,21 @@ void RunDashboard::refreshHeader() {
                                  .arg(formatBytes(static_cast<double>(run_->lastCommBytes())))
                            : QString();
   stats_->setText(
-      QStringLiteral("step %1%2 · loss %3 · %4%5%6%7")
+      QStringLiteral("step %1%2 · loss %3%8 · %4%5%6%7")
           .arg(run_->lastStep())
           .arg(run_->totalSteps() > 0 ? QStringLiteral(" / %1").arg(run_->totalSteps()) : QString())
-          .arg(run_->lastLoss(), 0, 'f', 4)
+          .arg(formatSignificant(run_->lastLoss()))
           .arg(rate(run_->lastTokensPerS()))
           .arg(comm)
           .arg(run_->skippedSteps() > 0 ? QStringLiteral(" · %1 skipped").arg(run_->skippedSteps())
                                         : QString())
-          .arg(backend.isEmpty() ? QString() : " · " + backend));
+          .arg(backend.isEmpty() ? QString() : " · " + backend)
+          .arg(run_->accuracy() ? " · accuracy " + formatAccuracy(*run_->accuracy()) : QString()));
   progress_->setValue(static_cast<int>(run_->progress() * 1000));
   progress_->setFormat(QStringLiteral("%1%").arg(run_->progress() * 100, 0, 'f', 1));
-  if (run_->isActive()) {
+  if (s == RunState::Paused) {
+    eta_->setText(toString(s));  // no pace while paused, so no ETA
+  } else if (run_->isActive()) {
     const auto eta = run_->etaSeconds();
     eta_->setText(eta ? "ETA " + duration(*eta) : QStringLiteral("ETA —"));
   } else {
@@ -393,6 +397,8 @@ void RunDashboard::refreshLossChart(double x0, double x1) {
 void RunDashboard::refreshRateCharts(double x0, double x1) {
   lr_->setPoints(lrS_, minMaxEnvelope(run_->lr(), x0, x1, lr_->plotPixels()));
   tps_->setPoints(tpsS_, minMaxEnvelope(run_->tokensPerS(), x0, x1, tps_->plotPixels()));
+  tps_->setPoints(tpsSmooth_,
+                  minMaxEnvelope(run_->tokensPerSSmoothed(), x0, x1, tps_->plotPixels()));
   if (run_->usesLossScale()) {
     scale_->setVisible(true);
     scale_->setPoints(scaleS_, minMaxEnvelope(run_->lossScale(), x0, x1, scale_->plotPixels()));

@@ -71,7 +71,7 @@ class RunDashboard : public QWidget {
   EngineClient* client_;
   QTimer* timer_;
   ChartView *loss_, *lr_, *tps_, *scale_, *memTime_;
-  int lossRaw_, lossSmooth_, lossEval_, lrS_, tpsS_, scaleS_;
+  int lossRaw_, lossSmooth_, lossEval_, lrS_, tpsS_, tpsSmooth_, scaleS_;
   int distillCeS_ = -1, distillKlS_ = -1;  // added when a distillation run reports its terms
   std::vector<int> memTimeS_;
   MemoryBars* bars_;

@@ -52,9 +52,10 @@ class RunWizard : public QWidget {
   QString importFile(const QString& path);
   // The start page's past runs and the fine-tuning page's teachers (their checkpoints).
   void refreshPastRuns();
-  // The model page's "Hugging Face folder…": model.* from the folder's config.json and
-  // finetune.base_checkpoint = the folder. Returns the error text (empty on success; the
-  // document is untouched on error).
+  // The model page's "Hugging Face folder…": model.* from the folder's config.json,
+  // finetune.base_checkpoint = the folder, and a name, notes and tags describing the run as
+  // its fine-tune. Returns the error text (empty on success; the document is untouched on
+  // error).
   QString openHfFolder(const QString& path);
 
  signals:

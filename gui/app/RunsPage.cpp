@@ -23,6 +23,7 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <utility>
 
 #include "trainscope/gui/RunControl.h"
@@ -118,6 +119,20 @@ RunsPage::RunsPage(RunRepository repo, QWidget* parent)
   connectModel();
   connectActions();
   updateButtons();
+  // Running rows age while the page is open: re-read them (on the worker) now and then.
+  runningTimer_ = new QTimer(this);
+  runningTimer_->setInterval(2000);
+  connect(runningTimer_, &QTimer::timeout, browser_, &RunsBrowser::refreshRunning);
+}
+
+void RunsPage::showEvent(QShowEvent* e) {
+  QWidget::showEvent(e);
+  runningTimer_->start();
+}
+
+void RunsPage::hideEvent(QHideEvent* e) {
+  QWidget::hideEvent(e);
+  runningTimer_->stop();
 }
 
 // Search, status filter, the count and Refresh.
@@ -149,7 +164,9 @@ void RunsPage::buildTable() {
   // keystroke: re-measuring on each model reset is what made typing stall with 10,000 runs.
   view_->horizontalHeader()->setResizeContentsPrecision(64);
   view_->horizontalHeader()->setSectionResizeMode(QHeaderView::Interactive);
-  view_->horizontalHeader()->setSectionResizeMode(RunsTableModel::Name, QHeaderView::Stretch);
+  // Name is sized to its contents like the others (a stretched Name was squeezed to "…" once
+  // the columns outgrew the window); the last column takes what is left.
+  view_->horizontalHeader()->setStretchLastSection(true);
   view_->setItemDelegateForColumn(RunsTableModel::Techniques, new BadgeDelegate(view_));
   view_->verticalHeader()->setVisible(false);
   // Fixed row heights: no per-row measuring when 10,000 rows come and go.
@@ -212,8 +229,9 @@ void RunsPage::connectModel() {
   connect(view_->selectionModel(), &QItemSelectionModel::selectionChanged, this,
           &RunsPage::updateButtons);
   auto fitColumns = [this] {
-    for (int c = 0; c < RunsTableModel::ColumnCount; ++c)
-      if (c != RunsTableModel::Name) view_->resizeColumnToContents(c);
+    for (int c = 0; c < RunsTableModel::ColumnCount; ++c) view_->resizeColumnToContents(c);
+    view_->setColumnWidth(RunsTableModel::Name,
+                          std::clamp(view_->columnWidth(RunsTableModel::Name), 120, 320));
   };
   connect(browser_, &RunsBrowser::loaded, this, fitColumns);
   connect(browser_, &RunsBrowser::detailsLoaded, this, fitColumns);

@@ -48,6 +48,8 @@ class RunsPage : public QWidget {
   // deleted once its engine has finished (never deleted under a live engine).
   void deleteSelected();
   void setShowDialogs(bool v) { showDialogs_ = v; }
+  // Re-reads the running rows every couple of seconds while the page is visible.
+  QTimer* runningRefreshTimer() const { return runningTimer_; }
 
  signals:
   void cloneRequested(int64_t id);
@@ -57,6 +59,10 @@ class RunsPage : public QWidget {
   void resumeRequested(int64_t runId, const QString& checkpointPath);
   // Two or more runs, in table order.
   void compareRequested(const QList<qint64>& ids);
+
+ protected:
+  void showEvent(QShowEvent* e) override;
+  void hideEvent(QHideEvent* e) override;
 
  private:
   QLayout* buildFilters();
@@ -83,6 +89,7 @@ class RunsPage : public QWidget {
   QMap<qint64, bool> pendingDeletes_;  // stopped for deletion: id -> also delete its files
   QTimer* pendingTimer_;
   bool showDialogs_ = true;
+  QTimer* runningTimer_ = nullptr;
 };
 
 }  // namespace ts::gui

@@ -226,17 +226,22 @@ void TimelinePage::reloadRuns() {
     const qlonglong current = model_->runId();
     runs_->clear();
     if (runs.empty()) runs_->addItem("(no runs recorded yet)", 0);
-    for (const auto& r : runs)
-      runs_->addItem(QStringLiteral("#%1  %2  (%3)")
+    int newestProfiled = -1;  // runs come newest first
+    for (const auto& r : runs) {
+      if (r.profiled && newestProfiled < 0) newestProfiled = runs_->count();
+      runs_->addItem(QStringLiteral("#%1  %2  (%3%4)")
                          .arg(r.id)
                          .arg(QString::fromStdString(r.name))
-                         .arg(QString::fromStdString(r.status)),
+                         .arg(QString::fromStdString(r.status))
+                         .arg(r.profiled ? QStringLiteral(", profiled") : QString()),
                      static_cast<qlonglong>(r.id));
+    }
     const int i = runs_->findData(current);
-    runs_->setCurrentIndex(i >= 0 ? i : (current > 0 ? -1 : 0));
+    // Nothing loaded yet: open on the newest run that has a timeline to show.
+    runs_->setCurrentIndex(i >= 0 ? i : (current > 0 ? -1 : std::max(0, newestProfiled)));
     fillingRuns_ = false;
-    // The picker shows a run: show its profile too (the newest run when none was loaded), not
-    // "No profile loaded" until the user picks another run and back.
+    // The picker shows a run: show its profile too (the newest profiled run when none was
+    // loaded), not "No profile loaded" until the user picks another run and back.
     const qlonglong shown = runs_->currentData().toLongLong();
     if (shown > 0 && shown != model_->runId()) showRun(shown);
   });

@@ -267,3 +267,51 @@ TEST_F(CompareModelTest, LoadsOnWorkerAndReportsErrors) {
   ASSERT_EQ(m.runCount(), 2);
   EXPECT_EQ(m.run(1).detail.id, idB_);
 }
+
+// Two converged runs: losses print with 4 significant digits (the CLI's 1.088e-05, not
+// 0.0000), no run is bold where both print the same, and exact-match accuracy has its row
+// (higher is better).
+TEST(CompareSummary, ConvergedLossesTieAtTheShownPrecisionAndAccuracyHasARow) {
+  QTemporaryDir dir;
+  const std::string db = dir.filePath("runs.db").toStdString();
+  auto record = [&](const std::string& name, double loss, double evalLoss, double accuracy) {
+    core::RunRecorder::Options o;
+    o.dbPath = db;
+    o.runDir = dir.filePath(QString::fromStdString(name)).toStdString();
+    o.name = name;
+    core::RunRecorder rec(o);
+    int64_t seq = 0;
+    auto ev = [&](nlohmann::json e) {
+      e["seq"] = seq;
+      e["time"] = 1.7e9 + double(seq++);
+      rec.record(e);
+    };
+    ev({{"type", "hello"}, {"backend", "cpu"}});
+    ev({{"type", "step"}, {"step", 1}, {"loss", loss}, {"tokens", 64}, {"tokens_per_s", 100.0}});
+    ev({{"type", "eval"}, {"step", 1}, {"val_loss", evalLoss}, {"accuracy", accuracy}});
+    ev({{"type", "finished"}, {"status", "completed"}});
+    rec.close();
+    return rec.runId();
+  };
+  const int64_t a = record("a", 1.0876e-05, 2.0e-06, 1.0);
+  const int64_t b = record("b", 1.0884e-05, 3.0e-06, 0.9);
+  auto m = loadSync(db, {a, b});
+  auto* s = m->summaryModel();
+  auto text = [&](int row, int col) { return s->index(row, col).data().toString(); };
+  auto bold = [&](int row, int col) {
+    return s->index(row, col).data(kCompareEmphasisRole).toBool();
+  };
+  EXPECT_EQ(text(CompareSummaryModel::FinalLoss, 1), "1.088e-05");
+  EXPECT_EQ(text(CompareSummaryModel::FinalLoss, 2), "1.088e-05");
+  EXPECT_FALSE(bold(CompareSummaryModel::FinalLoss, 1)) << "equal as shown: no winner";
+  EXPECT_FALSE(bold(CompareSummaryModel::FinalLoss, 2)) << "equal as shown: no winner";
+  EXPECT_EQ(text(CompareSummaryModel::BestEvalLoss, 1), "2.000e-06");
+  EXPECT_TRUE(bold(CompareSummaryModel::BestEvalLoss, 1));
+  EXPECT_FALSE(bold(CompareSummaryModel::BestEvalLoss, 2));
+  EXPECT_EQ(s->headerData(CompareSummaryModel::Accuracy, Qt::Vertical).toString(),
+            "Exact-match accuracy");
+  EXPECT_EQ(text(CompareSummaryModel::Accuracy, 1), "100.0%");
+  EXPECT_EQ(text(CompareSummaryModel::Accuracy, 2), "90.0%");
+  EXPECT_TRUE(bold(CompareSummaryModel::Accuracy, 1));
+  EXPECT_FALSE(bold(CompareSummaryModel::Accuracy, 2));
+}

@@ -94,3 +94,24 @@ TEST(HfFolderInfo, CacheRereadsWhenTheFolderChanges) {
   EXPECT_FALSE(cache.get(d.string()).ok());
   EXPECT_TRUE(cache.get(d.string()).error.contains("model.safetensors: missing"));
 }
+
+// A newly chosen base: the preset's identity goes (name "default", its notes about a tiny GPT
+// learning addition, tags "builtin, cpu, tiny"); the run is named and described as a
+// fine-tune of the folder.
+TEST(HfFolderInfo, ABaseRenamesAndDescribesTheRun) {
+  const auto llama = inspectHfFolder((kTiny / "llama").string());
+  ASSERT_TRUE(llama.ok());
+  std::ifstream in(std::string(TRAINSCOPE_PRESET_DIR) + "/default.json");
+  const json preset = json::parse(in);
+  const json d = applyHfBase(preset, llama);
+  EXPECT_EQ(d["name"], "llama-finetune");
+  EXPECT_EQ(d["tags"], json({"finetune", "hf", "llama"}));
+  const std::string notes = d["notes"];
+  EXPECT_EQ(notes.find("Built-in default"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("Fine-tunes llama (LLaMA"), std::string::npos) << notes;
+  EXPECT_NE(notes.find((kTiny / "llama").string()), std::string::npos) << notes;
+  EXPECT_NE(notes.find("synthetic"), std::string::npos) << "the data is still generated";
+  // The shape is applyHfFolder's (activation dropped: LLaMA's MLP is SwiGLU).
+  EXPECT_EQ(d["model"], applyHfFolder(preset, llama)["model"]);
+  EXPECT_FALSE(d["model"].contains("activation"));
+}

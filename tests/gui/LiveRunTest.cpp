@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include <gtest/gtest.h>
 #include <QCoreApplication>
 
@@ -94,6 +96,45 @@ TEST(LiveRun, EtaFollowsThePace) {
   }
   ASSERT_TRUE(run.etaSeconds().has_value());
   EXPECT_NEAR(*run.etaSeconds(), 100 * 0.5, 1e-6);
+  // Paused: no pace, so no time left to promise; resumed, the pace is back.
+  run.setState(RunState::Paused);
+  EXPECT_FALSE(run.etaSeconds().has_value());
+  run.setState(RunState::Running);
+  EXPECT_TRUE(run.etaSeconds().has_value());
+}
+
+// Throughput that swings 40K-160K step to step gets a smoothed curve beside the raw one, as
+// the loss does.
+TEST(LiveRun, SmoothedThroughput) {
+  LiveRun run("t");
+  for (int i = 1; i <= 200; ++i) {
+    core::StepEvent s;
+    s.step = i;
+    s.loss = 1;
+    s.tokens_per_s = i % 2 ? 40000 : 160000;
+    run.applyStep(s, 100.0 + i);
+  }
+  const SeriesBuffer& raw = run.tokensPerS();
+  const SeriesBuffer& smooth = run.tokensPerSSmoothed();
+  ASSERT_EQ(smooth.size(), raw.size());
+  double lo = 1e300, hi = 0;
+  for (size_t i = smooth.size() - 50; i < smooth.size(); ++i) {
+    lo = std::min(lo, smooth.mean(i));
+    hi = std::max(hi, smooth.mean(i));
+  }
+  EXPECT_GT(lo, 80000);
+  EXPECT_LT(hi, 120000);
+  EXPECT_LT(hi - lo, (160000 - 40000) / 4);
+}
+
+// An eval's exact-match accuracy is kept for the dashboard's header (the latest one).
+TEST(LiveRun, KeepsTheLatestAccuracy) {
+  LiveRun run("t");
+  EXPECT_FALSE(run.accuracy().has_value());
+  run.apply(core::Event{core::EventType::Eval, "eval", 0, 0, {{"step", 100}, {"accuracy", 0.5}}});
+  run.apply(core::Event{core::EventType::Eval, "eval", 0, 0, {{"step", 200}, {"accuracy", 0.996}}});
+  ASSERT_TRUE(run.accuracy().has_value());
+  EXPECT_DOUBLE_EQ(*run.accuracy(), 0.996);
 }
 
 TEST(EngineClient, MissingEngineFailsFastWithAClearMessage) {

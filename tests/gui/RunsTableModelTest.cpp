@@ -8,12 +8,17 @@
 
 #include <gtest/gtest.h>
 #include <QAbstractItemModelTester>
+#include <QDir>
 #include <QFile>
+#include <QHeaderView>
 #include <QSignalSpy>
+#include <QTableView>
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "CompareTestRuns.h"
 #include "GuiTestUtil.h"
+#include "RunsPage.h"
 #include "trainscope/core/store/RunRecorder.h"
 #include "trainscope/core/store/RunStore.h"
 #include "trainscope/gui/RunsTableModel.h"
@@ -390,4 +395,195 @@ TEST(RunsModelColumn, NamesTheFamilyAndTheBase) {
   m.setEntries(rows);
   EXPECT_EQ(m.data(m.index(0, RunsTableModel::Model)).toString(), "LLaMA · Llama-3.2-1B");
   EXPECT_EQ(m.headerData(RunsTableModel::Model, Qt::Horizontal).toString(), "Model");
+}
+
+namespace {
+
+// One run recorded with the given events after its hello; returns its id.
+int64_t recordEvents(const std::string& db, const QString& dir, const std::string& name,
+                     const std::vector<nlohmann::json>& events, bool finish = true) {
+  core::RunRecorder::Options o;
+  o.dbPath = db;
+  o.runDir = QDir(dir).filePath(QString::fromStdString(name)).toStdString();
+  o.name = name;
+  o.backend = "cpu";
+  core::RunRecorder rec(o);
+  int64_t seq = 0;
+  rec.record({{"type", "hello"}, {"seq", seq++}, {"time", 1.7e9}, {"backend", "cpu"}});
+  for (auto e : events) {
+    e["seq"] = seq++;
+    e["time"] = 1.7e9 + double(seq);
+    rec.record(e);
+  }
+  if (finish) {
+    rec.record(
+        {{"type", "finished"}, {"seq", seq++}, {"time", 1.7e9 + 100}, {"status", "completed"}});
+    rec.close();
+  }
+  return rec.runId();
+}
+
+}  // namespace
+
+// A converged run: its losses keep 4 significant digits (1.088e-05, not 0.0000), and the
+// exact-match accuracy of its latest eval that sent one has a column.
+TEST(RunsTableLosses, SignificantDigitsAndTheLatestAccuracy) {
+  QTemporaryDir dir;
+  const std::string db = dir.filePath("runs.db").toStdString();
+  using nlohmann::json;
+  recordEvents(db, dir.path(), "converged",
+               {{{"type", "step"}, {"step", 1}, {"loss", 2.5}},
+                {{"type", "eval"}, {"step", 1}, {"val_loss", 2.4}, {"accuracy", 0.25}},
+                {{"type", "step"}, {"step", 2}, {"loss", 1.0876e-05}},
+                {{"type", "eval"}, {"step", 2}, {"val_loss", 2.3456e-06}, {"accuracy", 1.0}},
+                {{"type", "eval"}, {"step", 2}, {"val_loss", 3e-06}}});
+  recordEvents(db, dir.path(), "no-accuracy", {{{"type", "step"}, {"step", 1}, {"loss", 12.5}}});
+  QString err;
+  RunsTableModel m;
+  m.setRuns(RunRepository(db).listRuns(&err));
+  ASSERT_TRUE(err.isEmpty()) << err.toStdString();
+  ASSERT_EQ(m.rowCount(), 2);
+  auto cell = [&](const std::string& name, int col) {
+    for (int r = 0; r < m.rowCount(); ++r)
+      if (m.run(r)->name == name) return m.index(r, col).data().toString();
+    return QString("missing");
+  };
+  EXPECT_EQ(cell("converged", RunsTableModel::FinalLoss), "1.088e-05");
+  EXPECT_EQ(cell("converged", RunsTableModel::BestEvalLoss), "2.346e-06");
+  EXPECT_EQ(cell("converged", RunsTableModel::Accuracy), "100.0%");
+  EXPECT_EQ(cell("no-accuracy", RunsTableModel::FinalLoss), "12.50");
+  EXPECT_EQ(cell("no-accuracy", RunsTableModel::Accuracy), "—");
+  EXPECT_EQ(m.headerData(RunsTableModel::Accuracy, Qt::Horizontal).toString(), "Accuracy");
+}
+
+// A fine-tune (the config starts from a checkpoint or a Hugging Face folder) has its badge.
+TEST(RunsTableBadges, FineTune) {
+  EXPECT_EQ(techniqueBadges({{"finetune", {{"base_checkpoint", "/models/Llama-3.2-1B"}}}}),
+            QStringList{"fine-tune"});
+  EXPECT_TRUE(techniqueBadges({{"finetune", {{"base_checkpoint", ""}}}}).isEmpty());
+}
+
+// A run with a kernel timeline is marked, whether the config asked for it or "Profile now"
+// recorded one.
+TEST(RunsTableBadges, Profiled) {
+  QTemporaryDir dir;
+  const std::string db = dir.filePath("runs.db").toStdString();
+  compare_test::RunSpec profiled, plain;
+  profiled.name = "profiled";
+  profiled.profile = true;
+  plain.name = "plain";
+  compare_test::recordRun(db, dir.path(), profiled);
+  compare_test::recordRun(db, dir.path(), plain);
+  QString err;
+  auto details = RunRepository(db).listRunDetails(&err);
+  ASSERT_EQ(details.size(), 2u) << err.toStdString();
+  for (auto& d : details) {
+    const nlohmann::json config = d.config;
+    const RunEntry e = makeRunEntry(d, config);
+    if (d.name == "profiled") {
+      EXPECT_TRUE(e.badges.contains("profiled")) << e.badges.join(",").toStdString();
+      EXPECT_FALSE(e.badges.contains("profile"));
+    } else {
+      EXPECT_FALSE(e.badges.contains("profiled")) << e.badges.join(",").toStdString();
+    }
+  }
+}
+
+// A running row is re-read on the worker (the page asks every 2 s while shown): its steps and
+// loss move without a full reload, and the page's timer runs only while the page is visible.
+TEST(RunsPageRefresh, RunningRowsFollowTheDatabase) {
+  QTemporaryDir dir;
+  const std::string db = dir.filePath("runs.db").toStdString();
+  core::RunRecorder::Options o;
+  o.dbPath = db;
+  o.runDir = dir.filePath("live").toStdString();
+  o.name = "live";
+  auto rec = std::make_unique<core::RunRecorder>(o);
+  int64_t seq = 0;
+  auto step = [&](int s) {
+    rec->record(
+        {{"type", "step"}, {"seq", seq++}, {"time", 1.7e9 + s}, {"step", s}, {"loss", 3.0 / s}});
+  };
+  rec->record({{"type", "hello"}, {"seq", seq++}, {"time", 1.7e9}});
+  step(1);
+  const RunRepository repo(db);
+  const int64_t id = rec->runId();
+  ASSERT_TRUE(testutil::waitFor(
+      [&] {
+        auto r = repo.getRun(id);
+        return r && r->lastStep == 1;
+      },
+      testutil::kWaitCapMs));
+  RunsPage page(repo);
+  page.setShowDialogs(false);
+  EXPECT_FALSE(page.runningRefreshTimer()->isActive());
+  page.show();
+  EXPECT_TRUE(page.runningRefreshTimer()->isActive());
+  QSignalSpy loaded(page.browser(), &RunsBrowser::detailsLoaded);
+  page.reload();
+  ASSERT_TRUE(loaded.wait(testutil::kWaitCapMs));
+  RunsTableModel* m = page.model();
+  ASSERT_EQ(m->rowCount(), 1);
+  EXPECT_EQ(m->run(0)->status, "running");
+  EXPECT_EQ(m->index(0, RunsTableModel::Steps).data().toLongLong(), 1);
+
+  for (int s = 2; s <= 9; ++s) step(s);
+  ASSERT_TRUE(
+      testutil::waitFor([&] { return repo.getRun(id)->lastStep == 9; }, testutil::kWaitCapMs));
+  QSignalSpy refreshed(page.browser(), &RunsBrowser::runningRefreshed);
+  page.browser()->refreshRunning();
+  ASSERT_TRUE(refreshed.wait(testutil::kWaitCapMs));
+  EXPECT_EQ(m->index(0, RunsTableModel::Steps).data().toLongLong(), 9);
+  EXPECT_EQ(m->index(0, RunsTableModel::FinalLoss).data().toString(), "0.3333");
+  page.hide();
+  EXPECT_FALSE(page.runningRefreshTimer()->isActive());
+  rec.reset();
+}
+
+// The Runs page opens newest first (Started, descending): its arrow points down (▼), the way
+// the dates run, and up once sorted ascending.
+TEST(RunsPageHeader, StartedArrowPointsTheWayTheDatesRun) {
+  QTemporaryDir dir;
+  RunsPage page(RunRepository(dir.filePath("runs.db").toStdString()));
+  page.resize(1400, 300);
+  page.show();
+  QHeaderView* h = page.view()->horizontalHeader();
+  ASSERT_EQ(h->sortIndicatorSection(), RunsTableModel::Started);
+  ASSERT_EQ(h->sortIndicatorOrder(), Qt::DescendingOrder);
+  // Dark pixels per row in the arrow's corner of the section (right end, clear of the text):
+  // a ▼ is widest at its top row, a ▲ at its bottom row.
+  auto pointsDown = [&] {
+    const QImage img = h->grab().toImage();
+    const int x1 = h->sectionViewportPosition(RunsTableModel::Started) +
+                   h->sectionSize(RunsTableModel::Started) - 2;
+    std::vector<int> widths;
+    for (int y = 0; y < img.height(); ++y) {
+      int n = 0;
+      for (int x = x1 - 18; x < x1; ++x) n += qGray(img.pixel(x, y)) < 150;
+      if (n > 0) widths.push_back(n);
+    }
+    EXPECT_GE(widths.size(), 3u) << "no arrow found";
+    return !widths.empty() && widths.front() > widths.back();
+  };
+  EXPECT_TRUE(pointsDown());
+  h->setSortIndicator(RunsTableModel::Started, Qt::AscendingOrder);
+  EXPECT_FALSE(pointsDown());
+}
+
+// With every column (accuracy, model, ...) on the page of a 1440-pixel window, a run's name
+// stays readable: the Name column is sized to its contents, not squeezed to "…".
+TEST(RunsPageHeader, NameColumnFitsTheName) {
+  QTemporaryDir dir;
+  const std::string db = dir.filePath("runs.db").toStdString();
+  compare_test::RunSpec run;
+  run.name = "default-bf16-ckpt";
+  compare_test::recordRun(db, dir.path(), run);
+  RunsPage page{RunRepository(db)};
+  page.resize(1210, 400);
+  page.show();
+  QSignalSpy loaded(page.browser(), &RunsBrowser::detailsLoaded);
+  page.reload();
+  ASSERT_TRUE(loaded.wait(testutil::kWaitCapMs));
+  const int need = page.view()->fontMetrics().horizontalAdvance("default-bf16-ckpt");
+  EXPECT_GE(page.view()->columnWidth(RunsTableModel::Name), need);
 }

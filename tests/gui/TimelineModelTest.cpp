@@ -227,12 +227,46 @@ TEST(TimelineModel, ZoomedOutBlocksCoverTheSamePixelsAsTheSpans) {
   EXPECT_GT(merged, 100);
 }
 
+// A step span with two kernels nested in it: the shares are of self time, so the step gets
+// what its kernels leave (20%), not 100 / 180, and the shares add to 100%.
+TEST(TimelineModel, ShareIsSelfTimeSoNestedSpansDoNotAddUpPast100) {
+  auto span = [](const char* name, int depth, int64_t start, int64_t dur) {
+    Span s;
+    s.name = name;
+    s.depth = depth;
+    s.start_ns = start;
+    s.duration_ns = dur;
+    return s;
+  };
+  auto d = TimelineData::build({span("step", 0, 1000, 100), span("matmul_fwd", 1, 1000, 40),
+                                span("adamw_step", 1, 1050, 40)});
+  const auto rows = d->aggregate(0, d->end());
+  ASSERT_EQ(rows.size(), 3u);
+  std::map<std::string, RangeRow> byName;
+  for (const auto& r : rows) byName[r.name] = r;
+  EXPECT_EQ(byName["step"].totalNs, 100);
+  EXPECT_EQ(byName["step"].selfNs, 20);
+  EXPECT_DOUBLE_EQ(byName["step"].share, 0.2);
+  EXPECT_DOUBLE_EQ(byName["matmul_fwd"].share, 0.4);
+  EXPECT_DOUBLE_EQ(byName["step"].share + byName["matmul_fwd"].share + byName["adamw_step"].share,
+                   1.0);
+}
+
 // Range aggregation against brute-force sums over every span.
 TEST(TimelineModel, RangeAggregationMatchesBruteForce) {
   auto in = randomSpans(6, 3000, 10, 500000, 0, 100000);
   auto d = TimelineData::build(in);
   int64_t minStart = INT64_MAX;
   for (const auto& s : in) minStart = std::min(minStart, s.start_ns);
+  // Each span's parent: the span one depth up in its lane that contains it (brute force).
+  std::vector<int> parent(in.size(), -1);
+  for (size_t c = 0; c < in.size(); ++c)
+    for (size_t q = 0; in[c].depth > 0 && q < in.size(); ++q) {
+      const auto &x = in[c], &y = in[q];
+      if (y.rank == x.rank && y.device == x.device && y.lane == x.lane && y.depth == x.depth - 1 &&
+          y.start_ns <= x.start_ns && x.start_ns + x.duration_ns <= y.start_ns + y.duration_ns)
+        parent[c] = static_cast<int>(q);
+    }
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 25; ++trial) {
     int64_t t0 = static_cast<int64_t>(rng() % static_cast<uint64_t>(d->end()));
@@ -242,12 +276,13 @@ TEST(TimelineModel, RangeAggregationMatchesBruteForce) {
     if (trial % 3 == 1) lanes = {0, 2};
     struct Ref {
       int64_t count = 0;
-      int64_t total = 0;
+      int64_t total = 0, self = 0;
       long double sumDur = 0;
     };
     std::map<std::pair<std::string, bool>, Ref> ref;
     long double sum = 0;
-    for (const auto& s : in) {
+    for (size_t k = 0; k < in.size(); ++k) {
+      const auto& s = in[k];
       const int64_t a = s.start_ns - minStart, b = a + s.duration_ns;
       if (!(b > t0 && a < t1)) continue;
       if (!lanes.empty()) {
@@ -257,10 +292,13 @@ TEST(TimelineModel, RangeAggregationMatchesBruteForce) {
       }
       auto& r = ref[{s.name, s.device}];
       ++r.count;
-      r.total += std::min(b, t1) - std::max(a, t0);
+      const int64_t inside = std::min(b, t1) - std::max(a, t0);
+      r.total += inside;
+      r.self += inside;
       r.sumDur += s.duration_ns;
-      sum += std::min(b, t1) - std::max(a, t0);
+      if (parent[k] >= 0) ref[{in[parent[k]].name, in[parent[k]].device}].self -= inside;
     }
+    for (const auto& [key, r] : ref) sum += r.self;
     const auto rows = d->aggregate(t0, t1, lanes);
     ASSERT_EQ(rows.size(), ref.size()) << "trial " << trial;
     double shares = 0;
@@ -272,7 +310,8 @@ TEST(TimelineModel, RangeAggregationMatchesBruteForce) {
       EXPECT_EQ(r.totalNs, it->second.total) << r.name;
       EXPECT_NEAR(r.meanNs, static_cast<double>(it->second.sumDur / it->second.count),
                   1e-6 * r.meanNs);
-      EXPECT_NEAR(r.share, static_cast<double>(it->second.total / sum), 1e-12);
+      EXPECT_EQ(r.selfNs, it->second.self) << r.name;
+      EXPECT_NEAR(r.share, static_cast<double>(it->second.self / sum), 1e-12);
       if (k > 0) {
         EXPECT_GE(rows[k - 1].totalNs, r.totalNs);
       }
@@ -444,7 +483,7 @@ TEST(TimelineRangeModel, PassesItemModelTester) {
   m.sort(TimelineRangeModel::Name, Qt::AscendingOrder);
   for (int r = 1; r < m.rowCount(); ++r)
     EXPECT_LE(m.index(r - 1, 0).data().toString(), m.index(r, 0).data().toString());
-  EXPECT_EQ(m.headerData(TimelineRangeModel::Share, Qt::Horizontal).toString(), "Share");
+  EXPECT_EQ(m.headerData(TimelineRangeModel::Share, Qt::Horizontal).toString(), "Share (self)");
   m.setRows(d->aggregate(d->end() / 2, d->end() / 2 + 1000), d->end() / 2, d->end() / 2 + 1000);
   m.clear();
   EXPECT_EQ(m.rowCount(), 0);
@@ -567,6 +606,10 @@ TEST(TimelineModel, LoadsARunFromTheRunStoreOnAWorkerThread) {
   model.loadRun(db, plain);
   ASSERT_TRUE(failed.wait(testutil::kWaitCapMs));
   EXPECT_TRUE(failed.last().at(0).toString().contains("no profile"));
+  // In the app's words (its button), not the protocol's ("send the `profile` command").
+  EXPECT_TRUE(failed.last().at(0).toString().contains("“Profile now”"))
+      << failed.last().at(0).toString().toStdString();
+  EXPECT_FALSE(failed.last().at(0).toString().contains("command"));
   EXPECT_EQ(model.data(), nullptr);
   model.loadRun(db, 999);
   ASSERT_TRUE(failed.wait(testutil::kWaitCapMs));
@@ -707,4 +750,18 @@ TEST(TimelinePage, WheelZoomsDragPansSelectFillsTheTableClickShowsDetails) {
   ASSERT_TRUE(loaded.wait(testutil::kWaitCapMs));
   EXPECT_TRUE(page.statusText().contains("no profile")) << page.statusText().toStdString();
   EXPECT_FALSE(page.exportChromeTrace(dir.filePath("none.json"), &err));
+}
+
+// With nothing chosen, the page opens on the newest run that has a profile, not on the newest
+// run (here one without a profile, which could only say "no profile").
+TEST(TimelinePage, OpensOnTheNewestProfiledRun) {
+  QTemporaryDir dir;
+  const std::string db = dir.filePath("runs.db").toStdString();
+  auto [profiled, plain] = recordRuns(db, dir.path(), 20000);
+  ASSERT_GT(plain, profiled) << "the run without a profile is the newest";
+  TimelinePage page{RunRepository(db)};
+  page.setShowDialogs(false);
+  QSignalSpy loaded(&page, &TimelinePage::loaded);
+  ASSERT_TRUE(loaded.wait(testutil::kWaitCapMs));
+  EXPECT_EQ(page.model()->runId(), profiled);
 }

@@ -8,6 +8,8 @@
 #include <QGroupBox>
 #include <QLabel>
 #include <QListWidget>
+#include <QPainter>
+#include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QSpinBox>
@@ -19,6 +21,7 @@
 #include "trainscope/core/config/Config.h"
 #include "trainscope/core/model/HfConfig.h"
 #include "trainscope/core/plan/Estimator.h"
+#include "trainscope/core/store/RunRecorder.h"
 
 using namespace ts::gui;
 
@@ -335,4 +338,162 @@ TEST_F(WizardTest, HuggingFaceFolderOnTheModelPage) {
       << err.toStdString();
   EXPECT_EQ(info->text(), err);
   EXPECT_EQ(doc->value("finetune.base_checkpoint"), dir);
+}
+
+// A Hugging Face base replaces the preset's leftovers: the run is named and described after
+// the folder, the activation row says what the family uses (LLaMA: SiLU in its SwiGLU MLP)
+// instead of a GELU it does not read, Review's JSON leaves that key out, and the data page
+// says the data is still the synthetic task.
+TEST_F(WizardTest, HuggingFaceBaseReplacesThePresetsLeftovers) {
+  RunWizard* wiz = win->wizard();
+  wiz->presetList()->setCurrentRow(presetRow(wiz, "default"));
+  ConfigDocument* doc = wiz->document();
+  ASSERT_EQ(doc->value("name"), "default");
+  ASSERT_TRUE(goToPageTitled(wiz, "Model"));
+  auto* activation = byPath<QComboBox>(wiz, "model.activation");
+  auto* fixed = wiz->findChild<QLabel*>("ActivationFixed");
+  auto* dataNote = wiz->findChild<QLabel*>("DataNote");
+  ASSERT_TRUE(activation && fixed && dataNote);
+  EXPECT_TRUE(activation->isVisibleTo(wiz));
+  EXPECT_FALSE(fixed->isVisibleTo(wiz));
+  EXPECT_FALSE(dataNote->isVisibleTo(wiz));
+
+  const std::string dir = std::string(TRAINSCOPE_TEST_DATA) + "/hf_tiny/llama";
+  ASSERT_EQ(wiz->openHfFolder(QString::fromStdString(dir)), QString());
+  EXPECT_EQ(doc->value("name"), "llama-finetune");
+  EXPECT_EQ(doc->value("tags"), nlohmann::json({"finetune", "hf", "llama"}));
+  EXPECT_EQ(doc->value("notes").get<std::string>().find("Built-in default"), std::string::npos);
+  EXPECT_FALSE(activation->isVisibleTo(wiz)) << "LLaMA does not read model.activation";
+  EXPECT_TRUE(fixed->isVisibleTo(wiz));
+  EXPECT_TRUE(fixed->text().startsWith("SiLU")) << fixed->text().toStdString();
+  EXPECT_TRUE(fixed->text().contains("LLaMA")) << fixed->text().toStdString();
+  EXPECT_TRUE(dataNote->isVisibleTo(wiz));
+  EXPECT_TRUE(dataNote->text().contains("synthetic")) << dataNote->text().toStdString();
+  ASSERT_TRUE(doc->isValid());
+  const auto shown = doc->resolvedForFamily();
+  EXPECT_FALSE(shown["model"].contains("activation")) << shown["model"].dump();
+  EXPECT_EQ(shown["model"]["mlp"], "swiglu");
+  // The review page shows that JSON.
+  wiz->goToPage(wiz->pageCount() - 1);
+  bool reviewed = false;
+  for (auto* e : wiz->findChildren<QPlainTextEdit*>("Json"))
+    if (e->isVisibleTo(wiz) && e->toPlainText().contains("\"swiglu\"")) {
+      reviewed = true;
+      EXPECT_FALSE(e->toPlainText().contains("\"activation\"")) << "review shows an unread key";
+    }
+  EXPECT_TRUE(reviewed);
+  // Data from a file: no note.
+  doc->setValue("data.source", "text");
+  EXPECT_FALSE(dataNote->isVisibleTo(wiz));
+}
+
+// LoRA on "training from scratch" trains adapters on a frozen random base: the fine-tuning
+// page and Review say so in plain words; the targets row says what the config gets (gpt2's
+// default ["q", "v"] selects its fused c_attn).
+TEST_F(WizardTest, LoraWithoutABaseIsFlaggedAndTargetsSayWhatTheConfigGets) {
+  RunWizard* wiz = win->wizard();
+  wiz->presetList()->setCurrentRow(presetRow(wiz, "default"));
+  ConfigDocument* doc = wiz->document();
+  ASSERT_TRUE(goToPageTitled(wiz, "Fine-tuning"));
+  auto* noBase = wiz->findChild<QLabel*>("LoraNoBase");
+  auto* written = wiz->findChild<QLabel*>("LoraTargetsWritten");
+  ASSERT_TRUE(noBase && written);
+  EXPECT_FALSE(noBase->isVisibleTo(wiz)) << "LoRA is off";
+  doc->setValue("finetune.lora.r", 8);
+  ASSERT_TRUE(doc->isValid());
+  EXPECT_TRUE(noBase->isVisibleTo(wiz));
+  EXPECT_TRUE(noBase->text().contains("random")) << noBase->text().toStdString();
+  auto loraWarning = [&] {
+    for (const auto& w : doc->warnings(0))
+      if (w.find("LoRA without a base") != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(loraWarning());
+  EXPECT_EQ(doc->value("finetune.lora.targets"), nlohmann::json({"q", "v"}));
+  EXPECT_EQ(written->text(), "The config gets targets: [q, v], which select c_attn");
+  doc->setValue("finetune.base_checkpoint",
+                std::string(TRAINSCOPE_TEST_DATA) + "/lora_tiny/gpt2_base");
+  EXPECT_FALSE(noBase->isVisibleTo(wiz));
+  EXPECT_FALSE(loraWarning());
+}
+
+// The estimator's notes are not warnings, and are said in a user's terms: Review shows them
+// under "About the estimate" without "fp32 compute copies of a block's weights".
+TEST_F(WizardTest, ReviewSaysTheEstimateNotesInPlainWords) {
+  RunWizard* wiz = win->wizard();
+  wiz->presetList()->setCurrentRow(presetRow(wiz, "default"));
+  ConfigDocument* doc = wiz->document();
+  doc->setValue("precision.policy", "bf16");
+  ASSERT_TRUE(doc->estimate());
+  bool jargon = false;
+  for (const auto& n : doc->estimate()->notes) jargon |= n.find("compute copies") != n.npos;
+  ASSERT_TRUE(jargon) << "the estimator's own note is the case this test is about";
+  for (const auto& w : doc->warnings(0)) EXPECT_EQ(w.find("compute copies"), w.npos) << w;
+  wiz->goToPage(wiz->pageCount() - 1);
+  auto* notes = wiz->findChild<QLabel*>("EstimateNotes");
+  ASSERT_TRUE(notes);
+  EXPECT_TRUE(notes->isVisibleTo(wiz));
+  EXPECT_TRUE(notes->text().contains("working copies")) << notes->text().toStdString();
+  EXPECT_FALSE(notes->text().contains("compute copies")) << notes->text().toStdString();
+  auto* warnings = wiz->findChild<QLabel*>("Warning");
+  if (warnings) EXPECT_FALSE(warnings->text().contains("compute copies"));
+}
+
+// The selected preset is drawn once: by its label. The list item keeps its text (tests and
+// accessibility read it) but the delegate paints none, selected or not.
+TEST_F(WizardTest, SelectedPresetDrawsItsDescriptionOnce) {
+  RunWizard* wiz = win->wizard();
+  QListWidget* list = wiz->presetList();
+  const int row = presetRow(wiz, "default");
+  ASSERT_GE(row, 0);
+  list->setCurrentRow(row);
+  QListWidgetItem* item = list->item(row);
+  ASSERT_TRUE(item->isSelected());
+  ASSERT_FALSE(item->text().isEmpty());
+  const QModelIndex index = list->model()->index(row, 0);
+  auto paint = [&] {
+    QImage img(list->visualItemRect(item).size(), QImage::Format_ARGB32);
+    img.fill(Qt::white);
+    QPainter p(&img);
+    QStyleOptionViewItem o;
+    o.initFrom(list->viewport());
+    o.rect = img.rect();
+    o.state |= QStyle::State_Selected | QStyle::State_Enabled | QStyle::State_Active;
+    o.widget = list;
+    o.features |= QStyleOptionViewItem::WrapText;
+    list->itemDelegate()->paint(&p, o, index);
+    return img;
+  };
+  const QImage withText = paint();
+  const QString text = item->text();
+  item->setText(QString());
+  const QImage withoutText = paint();
+  item->setText(text);
+  EXPECT_TRUE(withText == withoutText) << "the item's own text is painted under its label";
+}
+
+// A run recorded after the wizard opened (a resumed run, say) is in the clone list when the
+// start page is shown again.
+TEST_F(WizardTest, CloneListFollowsTheDatabaseWhenShown) {
+  RunWizard* wiz = win->wizard();
+  wiz->goToPage(0);
+  auto listed = [&] {
+    for (int i = 0; i < wiz->pastRunList()->count(); ++i)
+      if (wiz->pastRunList()->item(i)->text().contains("resumed-later")) return true;
+    return false;
+  };
+  EXPECT_FALSE(listed());
+  {
+    ts::core::RunRecorder::Options o;
+    o.dbPath = tmp.filePath("runs.db").toStdString();
+    o.runDir = tmp.filePath("resumed").toStdString();
+    o.name = "resumed-later";
+    ts::core::RunRecorder rec(o);
+    rec.record({{"type", "hello"}, {"seq", 0}, {"time", 1.7e9}});
+    rec.record({{"type", "finished"}, {"seq", 1}, {"time", 1.7e9 + 1}, {"status", "completed"}});
+    rec.close();
+  }
+  wiz->goToPage(1);
+  wiz->goToPage(0);
+  EXPECT_TRUE(listed());
 }

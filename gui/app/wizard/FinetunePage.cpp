@@ -94,6 +94,16 @@ void FinetunePage::addLoraGroup() {
   targetsLayout_ = new QHBoxLayout(targets_);
   targetsLayout_->setContentsMargins(0, 0, 0, 0);
   f->addRow("Targets", targets_);
+  // The config's own names: a short name (q, v) checks a fused module (gpt2's c_attn), so the
+  // boxes alone would not say what the run receives.
+  targetsWritten_ = new QLabel;
+  targetsWritten_->setObjectName("LoraTargetsWritten");
+  targetsWritten_->setWordWrap(true);
+  f->addRow("", targetsWritten_);
+  loraNoBase_ = new QLabel;
+  loraNoBase_->setObjectName("LoraNoBase");
+  loraNoBase_->setWordWrap(true);
+  f->addRow("", loraNoBase_);
   body()->addWidget(l);
 }
 
@@ -189,11 +199,27 @@ void FinetunePage::refreshLoraTargets() {
     rebuildLoraBoxes(modules);
     boxes = targets_->findChildren<QCheckBox*>();
   }
+  QStringList selected, names;
   for (auto* c : boxes) {
     QSignalBlocker b(c);
-    c->setChecked(
-        ts::core::loraTargets(chosen, arch, c->property("loraTarget").toString().toStdString()));
+    const std::string m = c->property("loraTarget").toString().toStdString();
+    c->setChecked(ts::core::loraTargets(chosen, arch, m));
+    if (c->isChecked()) selected << QString::fromStdString(m);
   }
+  for (const auto& n : chosen) names << QString::fromStdString(n);
+  const bool on = doc()->value("finetune.lora.r").is_number() &&
+                  doc()->value("finetune.lora.r").get<double>() > 0;
+  QString t = QStringLiteral("The config gets targets: [%1]").arg(names.join(", "));
+  if (names != selected)
+    t += QStringLiteral(", which select %1")
+             .arg(selected.isEmpty() ? "no module" : selected.join(", "));
+  targetsWritten_->setText(t);
+  const auto base = doc()->value("finetune.base_checkpoint");
+  const bool noBase = !base.is_string() || base.get<std::string>().empty();
+  loraNoBase_->setText(
+      "LoRA without a base model: the adapters train on top of frozen random weights, so the "
+      "run learns little. Choose a base above, or set the rank to 0 to train every weight.");
+  loraNoBase_->setVisible(on && noBase);
 }
 
 void FinetunePage::rebuildLoraBoxes(const std::vector<std::string>& modules) {

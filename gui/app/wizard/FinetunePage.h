@@ -34,6 +34,8 @@ class FinetunePage : public WizardPage {
   void refreshTeacherNote();
 
   QLabel* baseKind_ = nullptr;
+  QLabel* loraNoBase_ = nullptr;
+  QLabel* targetsWritten_ = nullptr;
   QWidget* targets_ = nullptr;
   QHBoxLayout* targetsLayout_ = nullptr;
   QComboBox* teacherPick_ = nullptr;

@@ -19,6 +19,7 @@
 #include "MemoryBars.h"
 #include "trainscope/core/model/HfConfig.h"
 #include "trainscope/core/model/ModelFamily.h"
+#include "trainscope/core/model/ModelSpec.h"
 
 namespace ts::gui {
 namespace {
@@ -143,7 +144,7 @@ void ModelPage::addHfRows(QFormLayout* f) {
   });
   connect(applyHf_, &QPushButton::clicked, this, [this] {
     const auto v = doc()->value("finetune.base_checkpoint");
-    if (v.is_string()) openHfFolder(QString::fromStdString(v.get<std::string>()));
+    if (v.is_string()) applyFolder(QString::fromStdString(v.get<std::string>()), false);
   });
 }
 
@@ -183,11 +184,16 @@ void ModelPage::addShapeRows(QFormLayout* f) {
       "0 = taken from the data's tokenizer. Embedding and output layer grow with it.");
   vocab->setSpecialValueText("from the data");
   f->addRow("Vocabulary", vocab);
-  f->addRow(
-      "Activation",
+  shapeForm_ = f;
+  activation_ =
       binder()->choice("model.activation", {{"GELU", "gelu"}, {"ReLU", "relu"}},
                        "GELU is the GPT-2 default; ReLU makes activations sparse (enables sparse "
-                       "activation compression)."));
+                       "activation compression).");
+  f->addRow("Activation", activation_);
+  // Families with a gated MLP fix their activation; model.activation does nothing there.
+  activationFixed_ = new QLabel;
+  activationFixed_->setObjectName("ActivationFixed");
+  f->addRow("Activation", activationFixed_);
   f->addRow("Dropout",
             binder()->doubleSpin(
                 "model.dropout", 0.0, 0.9, 2,
@@ -236,6 +242,11 @@ void ModelPage::addDataGroup() {
             binder()->text("data.tokenizer", "empty = the base model's tokenizer.json, else bytes",
                            "Text and jsonl: \"bytes\", or a tokenizer.json (or a Hugging Face "
                            "folder holding one). Empty takes the fine-tuning base's own."));
+  // A base model's fine-tune on the generated task is rarely what was meant: say so.
+  dataNote_ = new QLabel;
+  dataNote_->setObjectName("DataNote");
+  dataNote_->setWordWrap(true);
+  f->addRow("", dataNote_);
   f->addRow("Validation share",
             binder()->doubleSpin(
                 "data.val_fraction", 0.0, 0.5, 2,
@@ -256,12 +267,18 @@ void ModelPage::addPreviewGroup() {
 }
 
 QString ModelPage::openHfFolder(const QString& path) {
+  return applyFolder(path, true);
+}
+
+// asBase: a newly chosen base (the run is renamed and described as its fine-tune); else only
+// the shape is put back ("Use its shape").
+QString ModelPage::applyFolder(const QString& path, bool asBase) {
   const HfFolderInfo hf = inspectHfFolder(path.toStdString());
   if (!hf.ok()) {
     hfInfo_->setText(hf.error);
     return hf.error;
   }
-  doc()->reset(applyHfFolder(doc()->document(), hf));
+  doc()->reset(asBase ? applyHfBase(doc()->document(), hf) : applyHfFolder(doc()->document(), hf));
   return {};
 }
 
@@ -269,6 +286,46 @@ void ModelPage::refresh() {
   refreshHfInfo();
   refreshParamCount();
   refreshDataPreview();
+  refreshActivation();
+}
+
+void ModelPage::refreshActivation() {
+  const auto arch = doc()->value("model.arch");
+  const core::ModelFamily* family =
+      core::findModelFamily(arch.is_string() ? arch.get<std::string>() : std::string());
+  const bool reads = !family || family->readsModelKey("activation");
+  shapeForm_->setRowVisible(activation_, reads);
+  shapeForm_->setRowVisible(activationFixed_, !reads);
+  if (!reads) {
+    // The activation the family's own config.json names (SiLU for LLaMA, GELU-tanh for Gemma).
+    ts::core::ModelConfig m;
+    m.arch = family->name();
+    std::string act;
+    try {
+      const auto hf = family->writeHfConfig(ts::core::archSpecOf(m, 2), 0.0);
+      act = hf.value("hidden_act", hf.value("hidden_activation", std::string()));
+    } catch (const std::exception&) {
+    }
+    const QString name = act == "silu"                ? QStringLiteral("SiLU")
+                         : act == "gelu_pytorch_tanh" ? QStringLiteral("GELU (tanh)")
+                         : act.empty()                ? QStringLiteral("Its own activation")
+                                                      : QString::fromStdString(act);
+    // One line: a wrapped label in a row shown late is not given its second line's height.
+    activationFixed_->setText(QStringLiteral("%1 (gated MLP), set by %2")
+                                  .arg(name, QString::fromStdString(family->displayName())));
+    activationFixed_->setToolTip(
+        QStringLiteral("%1 fixes its MLP's activation; model.activation does not apply to it.")
+            .arg(QString::fromStdString(family->displayName())));
+  }
+  const auto source = doc()->value("data.source");
+  const auto base = doc()->value("finetune.base_checkpoint");
+  const bool synthetic = source.is_string() && source.get<std::string>() == "synthetic";
+  const bool hasBase = base.is_string() && !base.get<std::string>().empty();
+  dataNote_->setVisible(synthetic && hasBase);
+  if (synthetic && hasBase)
+    dataNote_->setText(
+        "The data is still the synthetic task the engine generates, not text for this base "
+        "model: choose a text or jsonl file as the source to fine-tune it on your own data.");
 }
 
 // What the base folder holds and, when the run's shape differs from it, how (with "Use its

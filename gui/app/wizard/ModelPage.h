@@ -17,6 +17,7 @@ class ModelPage : public WizardPage {
   // "Hugging Face folder…": model.* from the folder's config.json and
   // finetune.base_checkpoint = the folder. Returns the error text (empty on success; the
   // document is untouched on error).
+  // The run becomes a fine-tune of it: name, notes and tags describe the folder.
   QString openHfFolder(const QString& path);
   void refresh() override;
 
@@ -29,12 +30,18 @@ class ModelPage : public WizardPage {
   void refreshHfInfo();
   void refreshParamCount();
   void refreshDataPreview();
+  void refreshActivation();
+  QString applyFolder(const QString& path, bool asBase);
 
   QLabel* paramCount_ = nullptr;
   QLabel* hfInfo_ = nullptr;
   QPushButton* applyHf_ = nullptr;
   HfFolderCache hfFolders_;
   QPlainTextEdit* dataPreview_ = nullptr;
+  QFormLayout* shapeForm_ = nullptr;
+  QWidget* activation_ = nullptr;
+  QLabel* activationFixed_ = nullptr;
+  QLabel* dataNote_ = nullptr;
 };
 
 }  // namespace ts::gui

@@ -12,7 +12,9 @@
 namespace ts::gui {
 
 ReviewPage::ReviewPage(ConfigBinder* binder)
-    : WizardPage(binder, "Review", "The resolved configuration the engine will receive.") {
+    : WizardPage(binder, "Review",
+                 "The resolved configuration the engine will receive (less the model settings "
+                 "the chosen architecture does not read).") {
   estimate_ = new QLabel;
   estimate_->setWordWrap(true);
   estimate_->setTextFormat(Qt::RichText);
@@ -27,6 +29,11 @@ ReviewPage::ReviewPage(ConfigBinder* binder)
   warnings_->setWordWrap(true);
   warnings_->setTextFormat(Qt::RichText);
   body()->addWidget(warnings_);
+  notes_ = new QLabel;
+  notes_->setObjectName("EstimateNotes");
+  notes_->setWordWrap(true);
+  notes_->setTextFormat(Qt::RichText);
+  body()->addWidget(notes_);
   json_ = new QPlainTextEdit;
   json_->setObjectName("Json");
   json_->setReadOnly(true);
@@ -36,7 +43,7 @@ ReviewPage::ReviewPage(ConfigBinder* binder)
 
 void ReviewPage::showReview(const QStringList& blockers, int64_t capacity, bool shown) {
   if (shown) {
-    const std::string text = doc()->resolved().dump(2);
+    const std::string text = doc()->resolvedForFamily().dump(2);
     json_->setPlainText(QString::fromStdString(text));
   }
   showProblems(blockers, capacity);
@@ -54,6 +61,10 @@ void ReviewPage::showProblems(const QStringList& blockers, int64_t capacity) {
     wl << QString::fromStdString(wmsg).toHtmlEscaped();
   warnings_->setText(wl.isEmpty() ? QString() : "<b>Warnings:</b><br>" + wl.join("<br>"));
   warnings_->setVisible(!wl.isEmpty());
+  QStringList nl;
+  for (const auto& n : doc()->estimateNotes()) nl << QString::fromStdString(n).toHtmlEscaped();
+  notes_->setText(nl.isEmpty() ? QString() : "<b>About the estimate:</b><br>" + nl.join("<br>"));
+  notes_->setVisible(!nl.isEmpty());
 }
 
 void ReviewPage::showEstimate() {

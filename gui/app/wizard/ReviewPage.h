@@ -1,6 +1,6 @@
 #pragma once
-// The wizard's last page: the estimate in a sentence, what blocks Launch, soft warnings, and
-// the resolved configuration the engine will receive.
+// The wizard's last page: the estimate in a sentence, what blocks Launch, soft warnings, how
+// the estimate counts, and the resolved configuration the engine will receive.
 #include <cstdint>
 
 #include "wizard/WizardPage.h"
@@ -23,6 +23,7 @@ class ReviewPage : public WizardPage {
   QPlainTextEdit* json_ = nullptr;
   QLabel* issues_ = nullptr;
   QLabel* warnings_ = nullptr;
+  QLabel* notes_ = nullptr;
   QLabel* estimate_ = nullptr;
 };
 

@@ -10,12 +10,29 @@
 #include <QListWidget>
 #include <QMessageBox>
 #include <QPushButton>
+#include <QStyledItemDelegate>
 #include <QVBoxLayout>
 
 #include "ConfigBinder.h"
 #include "trainscope/gui/RunRepository.h"
 
 namespace ts::gui {
+
+namespace {
+// The preset rows draw their text through a rich-text label (the item widget); the item keeps
+// its plain text for tests and accessibility but must not paint it as well: a selected row
+// paints text in the highlight colour whatever its foreground, a second copy under the label.
+class NoTextDelegate : public QStyledItemDelegate {
+ public:
+  using QStyledItemDelegate::QStyledItemDelegate;
+
+ protected:
+  void initStyleOption(QStyleOptionViewItem* o, const QModelIndex& index) const override {
+    QStyledItemDelegate::initStyleOption(o, index);
+    o->text.clear();
+  }
+};
+}  // namespace
 
 StartPage::StartPage(ConfigBinder* binder, const RunRepository* repo)
     : WizardPage(binder, "Start a run",
@@ -48,12 +65,12 @@ void StartPage::addPresetGroup() {
   presets_ = new QListWidget;
   presets_->setObjectName("Presets");
   presets_->setWordWrap(true);
+  presets_->setItemDelegate(new NoTextDelegate(presets_));
   presetData_ = PresetLibrary::builtIn();
   for (const auto& p : presetData_) {
     // Plain text first line = the title (tests and accessibility read it); shown as rich text.
     auto* item = new QListWidgetItem(QStringLiteral("%1\n%2").arg(p.title, p.summary));
     item->setToolTip(p.summary);
-    item->setForeground(Qt::transparent);
     presets_->addItem(item);
     auto* label = new QLabel(QStringLiteral("<b>%1</b><br><span style='color:#52606d'>%2</span>")
                                  .arg(p.title.toHtmlEscaped(), p.summary.toHtmlEscaped()));
@@ -138,6 +155,11 @@ QString StartPage::importFile(const QString& path) {
   if (!err.empty()) return QStringLiteral("%1: %2").arg(path, QString::fromStdString(err));
   if (startStatus_) startStatus_->setText("Imported " + QFileInfo(path).fileName() + ".");
   return {};
+}
+
+void StartPage::showEvent(QShowEvent* e) {
+  WizardPage::showEvent(e);
+  refreshPastRuns();
 }
 
 void StartPage::refreshPastRuns() {

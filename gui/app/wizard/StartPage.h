@@ -29,6 +29,11 @@ class StartPage : public WizardPage {
   // Re-reads the past runs from the database.
   void refreshPastRuns();
 
+ protected:
+  // The list follows the database: a run started (or resumed) since is there when the page
+  // is shown again.
+  void showEvent(QShowEvent* e) override;
+
  private:
   void addNameGroup();
   void addPresetGroup();

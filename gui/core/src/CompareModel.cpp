@@ -10,6 +10,7 @@
 #include <QtConcurrent/QtConcurrentRun>
 
 #include "trainscope/core/plan/Estimator.h"
+#include "trainscope/gui/NumberFormat.h"
 
 namespace ts::gui {
 
@@ -351,6 +352,8 @@ std::optional<double> summaryValue(const CompareRun& r, int row) {
       return d.lastLoss;
     case CompareSummaryModel::BestEvalLoss:
       return d.bestEvalLoss;
+    case CompareSummaryModel::Accuracy:
+      return d.accuracy;
     case CompareSummaryModel::WallTime:
       return r.wallSeconds >= 0 ? std::optional<double>(r.wallSeconds) : std::nullopt;
   }
@@ -377,31 +380,57 @@ QVariant CompareSummaryModel::data(const QModelIndex& index, int role) const {
   if (role == Qt::UserRole) return v ? QVariant(*v) : QVariant();
   if (role == kCompareEmphasisRole && v && data_->runs.size() >= 2 && row != Steps &&
       row != TokensSeen) {
-    // Bold the best run: fastest, smallest, lowest loss, shortest.
-    const bool higher = row == MeanTokensPerS;
-    bool best = true;
-    for (const auto& o : data_->runs)
-      if (auto w = summaryValue(o, row); w && (higher ? *w > *v : *w < *v)) best = false;
-    return best;
+    // Bold the best run: fastest, smallest, lowest loss, most accurate, shortest. Judged on
+    // the shown text read back, so runs that print the same value tie and none wins.
+    const bool higher = row == MeanTokensPerS || row == Accuracy;
+    auto shown = [&](const CompareRun& o) -> std::optional<double> {
+      const auto w = summaryValue(o, row);
+      if (!w) return std::nullopt;
+      return row == WallTime || row == PeakMemory ? *w : shownValue(row, *w);
+    };
+    const double mine = *shown(r);
+    bool best = true, allSame = true;
+    for (const auto& o : data_->runs) {
+      const auto w = shown(o);
+      if (!w) continue;
+      if (higher ? *w > mine : *w < mine) best = false;
+      if (displayText(row, *summaryValue(o, row)) != displayText(row, *v)) allSame = false;
+    }
+    return best && !allSame;
   }
   if (role != Qt::DisplayRole) return {};
   if (!v) return QStringLiteral("—");
+  return displayText(row, *v);
+}
+
+QString CompareSummaryModel::displayText(int row, double v) {
   switch (row) {
     case Steps:
-      return QLocale().toString(qlonglong(*v));
+      return QLocale().toString(qlonglong(v));
     case TokensSeen:
-      return countText(*v);
+      return countText(v);
     case MeanTokensPerS:
-      return QLocale().toString(*v, 'f', 0);
+      return QLocale().toString(v, 'f', 0);
     case PeakMemory:
-      return bytesText(int64_t(*v));
+      return bytesText(int64_t(v));
     case FinalLoss:
     case BestEvalLoss:
-      return QString::number(*v, 'f', 4);
+      return formatSignificant(v);
+    case Accuracy:
+      return formatAccuracy(v);
     case WallTime:
-      return formatCompareDuration(*v);
+      return formatCompareDuration(v);
   }
   return {};
+}
+
+double CompareSummaryModel::shownValue(int row, double v) {
+  if (row == Accuracy) return std::round(v * 1000.0);  // one decimal of a percentage
+  bool ok = false;
+  const double shown = QLocale().toDouble(displayText(row, v), &ok);
+  if (ok) return shown;
+  const double plain = displayText(row, v).toDouble(&ok);
+  return ok ? plain : v;
 }
 
 QVariant CompareSummaryModel::headerData(int section, Qt::Orientation o, int role) const {
@@ -422,6 +451,8 @@ QVariant CompareSummaryModel::headerData(int section, Qt::Orientation o, int rol
         return QStringLiteral("Final train loss");
       case BestEvalLoss:
         return QStringLiteral("Best eval loss");
+      case Accuracy:
+        return QStringLiteral("Exact-match accuracy");
       case WallTime:
         return QStringLiteral("Wall time");
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "trainscope/core/model/ModelFamily.h"
 #include "trainscope/core/plan/Estimator.h"
 
 namespace ts::gui {
@@ -85,6 +86,46 @@ nlohmann::json ConfigDocument::resolved() const {
   return doc_;
 }
 
+nlohmann::json ConfigDocument::resolvedForFamily() const {
+  nlohmann::json out = resolved();
+  if (!config_) return out;
+  const core::ModelFamily* family = core::findModelFamily(config_->model.arch);
+  if (!family) return out;
+  // Only keys some family reads are family keys; the shared ones (layers, heads, ...) stay.
+  auto& model = out["model"];
+  for (const auto* f : core::modelFamilies())
+    for (const auto& k : f->modelKeys())
+      if (!family->readsModelKey(k)) model.erase(k);
+  return out;
+}
+
+namespace {
+
+// The estimator's notes are written for its developers; these say the same for a user.
+std::string plainNote(const std::string& n) {
+  auto starts = [&](const char* p) { return n.rfind(p, 0) == 0; };
+  if (starts("one rank: the fp32 compute copies of a block's weights"))
+    return "Counted as the engine runs it: with 16-bit training on one device, full-precision "
+           "working copies of a layer's weights and gradients exist only while that layer runs, "
+           "so they never all take memory at once.";
+  if (starts("one rank: the fp32 gradients exist one block at a time"))
+    return "Counted as the engine runs it: full-precision gradients exist one layer at a time; "
+           "fp8 keeps a full-precision copy of all weights.";
+  if (starts("bf16 GEMMs:"))
+    return "Matrix multiplications run in bf16 (faster, slightly less precise); the estimate "
+           "includes their scratch buffers.";
+  return n;
+}
+
+}  // namespace
+
+std::vector<std::string> ConfigDocument::estimateNotes() const {
+  std::vector<std::string> out;
+  if (estimate_)
+    for (const auto& n : estimate_->notes) out.push_back(plainNote(n));
+  return out;
+}
+
 std::vector<std::string> ConfigDocument::warnings(int64_t deviceCapacity) const {
   std::vector<std::string> out;
   if (!config_) return out;
@@ -104,7 +145,11 @@ std::vector<std::string> ConfigDocument::warnings(int64_t deviceCapacity) const 
     out.push_back("Several ranks without ZeRO: every rank holds a full copy of the model states.");
   if (c.train.eval_every > c.train.steps)
     out.push_back("eval_every is longer than the run: only the final evaluation happens.");
-  for (const auto& n : estimate_ ? estimate_->notes : std::vector<std::string>{}) out.push_back(n);
+  if (c.finetune.lora.r > 0 && c.finetune.base_checkpoint.empty())
+    out.push_back(
+        "LoRA without a base model: the adapters train on top of frozen random weights, so the "
+        "run learns little. Choose a base (a checkpoint or Hugging Face folder) on the "
+        "Fine-tuning page, or set the LoRA rank to 0 to train every weight.");
   return out;
 }
 

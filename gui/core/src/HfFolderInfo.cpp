@@ -110,6 +110,27 @@ nlohmann::json applyHfFolder(nlohmann::json doc, const HfFolderInfo& folder) {
   return doc;
 }
 
+nlohmann::json applyHfBase(nlohmann::json doc, const HfFolderInfo& folder) {
+  if (!folder.ok()) return doc;
+  doc = applyHfFolder(std::move(doc), folder);
+  fs::path dir(folder.info.dir);
+  if (dir.filename().empty()) dir = dir.parent_path();
+  const std::string base = dir.filename().string();
+  const core::ModelFamily& family = core::modelFamily(folder.info.model.arch);
+  doc["name"] = base + "-finetune";
+  doc["tags"] = {"finetune", "hf", family.name()};
+  const bool synthetic =
+      doc.value("data", nlohmann::json::object()).value("source", "synthetic") == "synthetic";
+  doc["notes"] =
+      "Fine-tunes " + base + " (" + family.displayName() + ", " +
+      humanCount(static_cast<double>(folder.storedParameters())).toStdString() +
+      " parameters) from the Hugging Face folder " + folder.info.dir + "." +
+      (synthetic ? " Data: still the synthetic task; pick a text or jsonl file to fine-tune on "
+                   "your own data."
+                 : "");
+  return doc;
+}
+
 const HfFolderInfo& HfFolderCache::get(const std::string& path) {
   const std::string stamp = stampOf(path);
   auto it = entries_.find(path);

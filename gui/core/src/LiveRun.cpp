@@ -82,6 +82,8 @@ void LiveRun::applyStep(const core::StepEvent& s, double time) {
   }
   lr_.append(x, s.lr);
   tps_.append(x, s.tokens_per_s);
+  if (std::isfinite(s.tokens_per_s) && s.tokens_per_s > 0)
+    tpsEma_.append(x, tpsSmoother_.push(s.tokens_per_s));
   lossScale_.append(x, s.loss_scale);
   if (s.loss_scale != 1.0) usesLossScale_ = true;
   if (state_ == RunState::Starting) setState(RunState::Running);
@@ -219,6 +221,8 @@ void LiveRun::applyEval(const nlohmann::json& body) {
   const double step = body.contains("step") && body["step"].is_number()
                           ? body["step"].get<double>()
                           : static_cast<double>(lastStep_);
+  if (auto it = body.find("accuracy"); it != body.end() && it->is_number())
+    accuracy_ = it->get<double>();
   for (const char* k : {"loss", "val_loss", "eval_loss"}) {
     if (body.contains(k) && body[k].is_number()) {
       evalLoss_.append(step, body[k].get<double>());
@@ -288,6 +292,8 @@ void LiveRun::setSmoothing(double weight) {
 }
 
 std::optional<double> LiveRun::etaSeconds() const {
+  // A paused run has no pace: any time left would be a guess about when it resumes.
+  if (state_ == RunState::Paused) return std::nullopt;
   if (totalSteps_ <= 0 || recentStepS_ <= 0 || lastStep_ <= 0) return std::nullopt;
   return std::max<double>(0.0, static_cast<double>(totalSteps_ - lastStep_) * recentStepS_);
 }

@@ -13,6 +13,7 @@
 #include <QtConcurrent/QtConcurrentRun>
 
 #include "trainscope/core/plan/Estimator.h"
+#include "trainscope/gui/NumberFormat.h"
 #include "trainscope/profiler/ChromeTrace.h"
 
 namespace ts::gui {
@@ -39,8 +40,8 @@ QString durationText(double s) {
   return QStringLiteral("%1 h %2 min").arg(t / 3600).arg((t % 3600) / 60);
 }
 
-QString optText(const std::optional<double>& v, int decimals) {
-  return v ? QString::number(*v, 'f', decimals) : QStringLiteral("—");
+QString lossText(const std::optional<double>& v) {
+  return v ? formatSignificant(*v) : QStringLiteral("—");
 }
 
 // Sort key: (missing, value) so missing values sort after present ones in both orders.
@@ -86,6 +87,9 @@ Key keyOf(const RunEntry& e, int column) {
       break;
     case RunsTableModel::BestEvalLoss:
       opt(r.bestEvalLoss);
+      break;
+    case RunsTableModel::Accuracy:
+      opt(r.accuracy);
       break;
     case RunsTableModel::TokensPerS:
       opt(r.tokensPerS);
@@ -183,6 +187,8 @@ QStringList techniqueBadges(const nlohmann::json& c) {
   if (textAt(c, "attention", "impl") == "flash") b << "flash";
   if (numAt(c, "train", "grad_accum") > 1) b << "accum";
   if (numAt(c, "optimizer", "state_bits") == 8) b << "8-bit opt";
+  // Starts from weights (a checkpoint or a Hugging Face folder) rather than random ones.
+  if (!textAt(c, "finetune", "base_checkpoint").empty()) b << "fine-tune";
   const auto* lora = at(c, "finetune", "lora");
   const bool loraOn = lora && lora->is_object() && lora->value("r", 0.0) > 0;
   if (loraOn) b << (textAt(c, "finetune", "base_quant") == "nf4" ? "QLoRA" : "LoRA");
@@ -209,6 +215,11 @@ QString modelLabel(const nlohmann::json& c) {
 RunEntry makeRunEntry(core::RunSummary summary, const nlohmann::json& config) {
   RunEntry e;
   e.badges = techniqueBadges(config);
+  // A recorded kernel timeline, whether the config asked for it or "Profile now" did.
+  if (summary.profiled) {
+    e.badges.removeAll("profile");
+    e.badges << "profiled";
+  }
   e.model = modelLabel(config);
   std::string& t = e.searchText;
   appendLower(t, summary.name);
@@ -345,6 +356,33 @@ int RunsTableModel::rowOfRun(int64_t id) const {
   return -1;
 }
 
+std::vector<int64_t> RunsTableModel::runningRuns() const {
+  std::vector<int64_t> ids;
+  for (const auto& e : all_)
+    if (e.summary.status == "running") ids.push_back(e.summary.id);
+  return ids;
+}
+
+void RunsTableModel::updateSummaries(std::vector<core::RunSummary> summaries) {
+  bool any = false;
+  for (auto& s : summaries)
+    for (auto& e : all_)
+      if (e.summary.id == s.id) {
+        // A profile recorded since the load earns its badge now.
+        if (s.profiled && !e.badges.contains("profiled")) {
+          e.badges.removeAll("profile");
+          e.badges << "profiled";
+        }
+        e.summary = std::move(s);
+        any = true;
+        break;
+      }
+  if (!any) return;
+  // Re-sorting keeps the persistent indexes (the selection) on their runs.
+  sort(sortColumn_, sortOrder_);
+  if (rowCount() > 0) emit dataChanged(index(0, 0), index(rowCount() - 1, ColumnCount - 1));
+}
+
 int RunsTableModel::rowCount(const QModelIndex& parent) const {
   return parent.isValid() ? 0 : static_cast<int>(rows_.size());
 }
@@ -367,6 +405,8 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
     return QStringLiteral("Highest device-memory peak of any rank (%1 rank%2)")
         .arg(r->ranks)
         .arg(r->ranks == 1 ? "" : "s");
+  if (role == Qt::ToolTipRole && c == Accuracy)
+    return QStringLiteral("Exact-match accuracy on held-out samples at the latest evaluation");
   if (role == Qt::ToolTipRole && c == Techniques && !e->badges.isEmpty())
     return QStringLiteral("Techniques in this run's config: %1").arg(e->badges.join(", "));
   if (role == Qt::ToolTipRole) {
@@ -397,9 +437,11 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
     case Steps:
       return qlonglong(r->lastStep >= 0 ? r->lastStep : 0);
     case FinalLoss:
-      return optText(r->lastLoss, 4);
+      return lossText(r->lastLoss);
     case BestEvalLoss:
-      return optText(r->bestEvalLoss, 4);
+      return lossText(r->bestEvalLoss);
+    case Accuracy:
+      return r->accuracy ? formatAccuracy(*r->accuracy) : QStringLiteral("—");
     case TokensPerS:
       return r->tokensPerS ? QLocale().toString(*r->tokensPerS, 'f', 0) : QStringLiteral("—");
     case PeakMemory: {
@@ -438,6 +480,8 @@ QVariant RunsTableModel::headerData(int section, Qt::Orientation o, int role) co
       return "Final loss";
     case BestEvalLoss:
       return "Best eval loss";
+    case Accuracy:
+      return "Accuracy";
     case TokensPerS:
       return "Tokens/s";
     case PeakMemory:
@@ -498,6 +542,7 @@ QString writeMetricsJson(const core::RunDetail& r, const std::vector<core::StepR
               {"last_loss", opt(r.lastLoss)},
               {"best_eval_loss", opt(r.bestEvalLoss)},
               {"tokens_per_s", opt(r.tokensPerS)},
+              {"accuracy", opt(r.accuracy)},
               {"peak_memory", r.peakMemory}};
   json j = {{"run", run}, {"config", r.config}};
   json rows = json::array();
@@ -592,6 +637,40 @@ void RunsBrowser::fetchExtras(int64_t id) {
   w->setFuture(QtConcurrent::run([repo, id] {
     Result r;
     r.extras = repo.extras(id, &r.error);
+    return r;
+  }));
+}
+
+void RunsBrowser::refreshRunning() {
+  const std::vector<int64_t> ids = model_->runningRuns();
+  if (ids.empty() || refreshingRunning_) return;
+  refreshingRunning_ = true;
+  ++busy_;
+  struct Result {
+    std::vector<core::RunSummary> runs;
+    QString error;
+  };
+  auto* w = new QFutureWatcher<Result>(this);
+  const int gen = reloadGeneration_;
+  connect(w, &QFutureWatcher<Result>::finished, this, [this, w, gen] {
+    Result r = w->result();
+    w->deleteLater();
+    --busy_;
+    refreshingRunning_ = false;
+    if (gen != reloadGeneration_) return;  // a reload replaced the rows meanwhile
+    const int n = static_cast<int>(r.runs.size());
+    if (r.error.isEmpty()) model_->updateSummaries(std::move(r.runs));
+    emit runningRefreshed(n);
+  });
+  const RunRepository repo = repo_;
+  w->setFuture(QtConcurrent::run([repo, ids] {
+    Result r;
+    repo.withStore(
+        [&](core::RunStore& store) {
+          for (int64_t id : ids)
+            if (auto d = store.getRun(id)) r.runs.push_back(std::move(*d));
+        },
+        &r.error);
     return r;
   }));
 }

@@ -433,7 +433,7 @@ std::vector<RangeRow> TimelineData::aggregate(int64_t t0, int64_t t1,
                                               const std::vector<int>& lanes) const {
   if (t1 < t0) std::swap(t0, t1);
   struct Acc {
-    int64_t count = 0, total = 0, sumDur = 0;
+    int64_t count = 0, total = 0, self = 0, sumDur = 0;
     int category = 0;
   };
   std::vector<Acc> acc(names_.size() * 2);
@@ -453,8 +453,15 @@ std::vector<RangeRow> TimelineData::aggregate(int64_t t0, int64_t t1,
       Acc& a = acc[static_cast<size_t>(s.name) * 2 + (s.device ? 1 : 0)];
       if (a.count == 0) a.category = static_cast<int>(s.category);
       ++a.count;
-      a.total += std::min(s.end, t1) - std::max(s.start, t0);
+      const int64_t inside = std::min(s.end, t1) - std::max(s.start, t0);
+      a.total += inside;
+      a.self += inside;
       a.sumDur += s.duration();
+      // The parent (same lane, so also counted) loses this time from its self time.
+      if (const int32_t p = parentRange(i); p >= 0) {
+        const auto& ps = spans_[static_cast<size_t>(p)];
+        acc[static_cast<size_t>(ps.name) * 2 + (ps.device ? 1 : 0)].self -= inside;
+      }
     }
   }
   std::vector<RangeRow> rows;
@@ -469,11 +476,12 @@ std::vector<RangeRow> TimelineData::aggregate(int64_t t0, int64_t t1,
     r.count = a.count;
     r.totalNs = std::max<int64_t>(0, a.total);
     r.meanNs = static_cast<double>(a.sumDur) / static_cast<double>(a.count);
-    sum += r.totalNs;
+    r.selfNs = std::max<int64_t>(0, a.self);
+    sum += r.selfNs;
     rows.push_back(std::move(r));
   }
   for (auto& r : rows)
-    r.share = sum > 0 ? static_cast<double>(r.totalNs) / static_cast<double>(sum) : 0.0;
+    r.share = sum > 0 ? static_cast<double>(r.selfNs) / static_cast<double>(sum) : 0.0;
   std::sort(rows.begin(), rows.end(), [](const RangeRow& a, const RangeRow& b) {
     if (a.totalNs != b.totalNs) return a.totalNs > b.totalNs;
     return std::tie(a.name, a.device) < std::tie(b.name, b.device);
@@ -587,8 +595,9 @@ std::shared_ptr<const TimelineData> loadTimeline(const std::string& dbPath, int6
   for (const auto& b : batches) total += b.spans.size();
   if (total == 0)
     throw std::runtime_error("run " + std::to_string(runId) +
-                             " has no profile (no `kernels` events): enable `profile` in the "
-                             "run config or send the `profile` command while it runs");
+                             " has no profile (no kernel timeline was recorded): turn on "
+                             "profiling in the wizard, or press “Profile now” on the Live tab "
+                             "while it runs");
   // One clock for every rank: shift each batch by its epoch relative to the earliest epoch.
   int64_t minEpoch = INT64_MAX;
   for (const auto& b : batches) minEpoch = std::min(minEpoch, b.epoch);

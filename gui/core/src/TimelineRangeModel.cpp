@@ -78,8 +78,14 @@ QVariant TimelineRangeModel::data(const QModelIndex& index, int role) const {
 }
 
 QVariant TimelineRangeModel::headerData(int section, Qt::Orientation o, int role) const {
+  if (o == Qt::Horizontal && role == Qt::ToolTipRole && section == Share)
+    return QStringLiteral(
+        "Self time: the time inside the range less that of the spans nested directly inside "
+        "(a step's share excludes its kernels'), as a share of all self time, so the shares "
+        "add up to 100%");
   if (role != Qt::DisplayRole || o != Qt::Horizontal) return {};
-  static const char* names[] = {"Kernel / op", "Category", "Count", "Total", "Mean", "Share"};
+  static const char* names[] = {"Kernel / op", "Category", "Count",
+                                "Total",       "Mean",     "Share (self)"};
   return section >= 0 && section < ColumnCount ? QString::fromLatin1(names[section]) : QVariant();
 }
 

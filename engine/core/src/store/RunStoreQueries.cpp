@@ -23,7 +23,14 @@ std::string summaryColumns() {
   return std::string("id, name, tags, notes, created, started, finished, heartbeat, ") +
          kEffectiveStatus +
          ", reason, backend, ranks, steps, last_step, last_loss, best_eval_loss, tokens_per_s, "
-         "peak_memory, parent_run, teacher_run, pid, host, run_dir";
+         "peak_memory, parent_run, teacher_run, pid, host, run_dir, "
+         // Evals are indexed by (run_id, step): this walks one run's evals from the newest. A
+         // body that is not JSON (hand-written streams) or a non-numeric accuracy is skipped.
+         "(SELECT json_extract(b, '$.accuracy') FROM (SELECT e.step AS st, e.id AS eid, CASE "
+         "WHEN json_valid(e.body) THEN e.body ELSE '{}' END AS b FROM evals e WHERE e.run_id = "
+         "runs.id) WHERE json_type(b, '$.accuracy') IN ('real', 'integer') ORDER BY st DESC, "
+         "eid DESC LIMIT 1), "
+         "EXISTS (SELECT 1 FROM events k WHERE k.run_id = runs.id AND k.type = 'kernels')";
 }
 
 void readSummary(Stmt& s, RunSummary& r) {
@@ -56,6 +63,8 @@ void readSummary(Stmt& s, RunSummary& r) {
   r.pid = s.i64(20);
   r.host = s.text(21);
   r.runDir = s.text(22);
+  r.accuracy = s.optF64(23);
+  r.profiled = s.i64(24) != 0;
 }
 
 std::string configJsonPath(const std::string& p) {
@@ -164,9 +173,9 @@ void flatten(const json& j, const std::string& prefix, std::map<std::string, jso
 RunDetail readDetail(Stmt& s) {
   RunDetail r;
   readSummary(s, r);
-  if (!s.isNull(23)) {
+  if (!s.isNull(25)) {
     try {
-      r.config = json::parse(s.text(23));
+      r.config = json::parse(s.text(25));
     } catch (const json::exception&) {
       r.config = nullptr;  // a damaged config must not hide the run
     }

@@ -78,7 +78,8 @@ class ConfigDiffModel : public QAbstractTableModel {
 
 // Rows: the summary metrics (enum Row); columns: "Metric", then one per run. Qt::UserRole on
 // a value cell: the raw number (seconds, bytes, loss, tokens/s), invalid when unknown;
-// kCompareEmphasisRole: true for the best run (fastest, smallest, lowest loss, shortest).
+// kCompareEmphasisRole: true for the best run (fastest, smallest, lowest loss, most accurate,
+// shortest), judged on the values as shown: no run is emphasised where all show the same.
 class CompareSummaryModel : public QAbstractTableModel {
   Q_OBJECT
  public:
@@ -90,6 +91,7 @@ class CompareSummaryModel : public QAbstractTableModel {
     PeakMemory,
     FinalLoss,
     BestEvalLoss,
+    Accuracy,
     WallTime,
     RowCount
   };
@@ -99,6 +101,9 @@ class CompareSummaryModel : public QAbstractTableModel {
   int columnCount(const QModelIndex& parent = {}) const override;
   QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
   QVariant headerData(int section, Qt::Orientation o, int role = Qt::DisplayRole) const override;
+  // The text of a row's value, and that text read back as a number (what "equal" means).
+  static QString displayText(int row, double v);
+  static double shownValue(int row, double v);
 
  private:
   const CompareData* data_ = nullptr;

@@ -36,10 +36,16 @@ class ConfigDocument : public QObject {
   const std::optional<core::RunConfig>& config() const { return config_; }
   // Resolved document (every default filled) when valid, else the document as edited.
   nlohmann::json resolved() const;
+  // resolved() less the model keys the chosen family does not read (they keep their defaults
+  // and do nothing: a LLaMA's "activation": "gelu" beside its SwiGLU MLP only misleads).
+  nlohmann::json resolvedForFamily() const;
   // Estimator output for the current document (nullopt while invalid).
   const std::optional<core::MemoryEstimate>& estimate() const { return estimate_; }
-  // Soft warnings that are not validation errors (e.g. estimate over device capacity).
+  // Soft warnings that are not validation errors (e.g. estimate over device capacity, LoRA
+  // adapters on a random base), in the user's terms.
   std::vector<std::string> warnings(int64_t deviceCapacity) const;
+  // How the estimate counts memory (the estimator's notes), in the user's terms; not warnings.
+  std::vector<std::string> estimateNotes() const;
 
   // What precision.gemm "auto" means on the engine's machine (capabilities:
   // precisions.bf16.auto_gemm == "bf16"); the estimate counts the bf16 GEMM scratch then.

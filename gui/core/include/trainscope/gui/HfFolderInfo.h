@@ -35,6 +35,10 @@ HfFolderInfo inspectHfFolder(const std::string& path);
 // writes it) and finetune.base_checkpoint naming the folder; other keys untouched.
 nlohmann::json applyHfFolder(nlohmann::json doc, const HfFolderInfo& folder);
 
+// applyHfFolder, and the run described as fine-tuning that folder: a name from the folder's
+// name, notes and tags saying what it starts from (a preset's would describe another run).
+nlohmann::json applyHfBase(nlohmann::json doc, const HfFolderInfo& folder);
+
 // inspectHfFolder, re-read only when config.json or the weight files change (the wizard asks
 // after every edit).
 class HfFolderCache {

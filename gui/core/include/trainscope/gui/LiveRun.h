@@ -72,7 +72,7 @@ class LiveRun : public QObject {
   double lastTokensPerS() const { return lastTps_; }
   double lastLoss() const { return loss_.empty() ? 0.0 : loss_.lastY(); }
   int64_t skippedSteps() const { return skipped_; }
-  // Seconds remaining at the recent pace; nullopt before there is a pace.
+  // Seconds remaining at the recent pace; nullopt before there is a pace and while paused.
   std::optional<double> etaSeconds() const;
   double progress() const;  // 0..1
 
@@ -87,6 +87,10 @@ class LiveRun : public QObject {
   const nlohmann::json& parameterCounts() const { return params_; }
   const SeriesBuffer& lr() const { return lr_; }
   const SeriesBuffer& tokensPerS() const { return tps_; }
+  // Debiased EMA of tokens/s (per-step throughput swings several-fold on a busy machine).
+  const SeriesBuffer& tokensPerSSmoothed() const { return tpsEma_; }
+  // Exact-match accuracy in [0, 1] of the latest eval that sent one (addition task).
+  std::optional<double> accuracy() const { return accuracy_; }
   const SeriesBuffer& lossScale() const { return lossScale_; }
   bool usesLossScale() const { return usesLossScale_; }
   // Device-tier total (current bytes) over steps, per rank.
@@ -155,6 +159,9 @@ class LiveRun : public QObject {
   bool dirty_ = true;
   DebiasedEma ema_{0.9};
   SeriesBuffer loss_, lossEma_, evalLoss_, lr_, tps_, lossScale_, distillCe_, distillKl_;
+  DebiasedEma tpsSmoother_{0.9};
+  SeriesBuffer tpsEma_{1 << 16};
+  std::optional<double> accuracy_;
   nlohmann::json params_;
   std::vector<SeriesBuffer> memTime_;
   std::optional<core::MemoryReport> measured_, predicted_, predictedPerRank_;

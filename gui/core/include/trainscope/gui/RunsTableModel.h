@@ -55,6 +55,7 @@ class RunsTableModel : public QAbstractTableModel {
     Steps,
     FinalLoss,
     BestEvalLoss,
+    Accuracy,
     TokensPerS,
     PeakMemory,
     Techniques,
@@ -80,6 +81,11 @@ class RunsTableModel : public QAbstractTableModel {
   int rowsWithStatus(const std::string& status) const;  // among the rows shown
   const RunEntry* entry(int row) const;
   int rowOfRun(int64_t id) const;  // -1 when filtered out or unknown
+  // Ids of every run (shown or filtered out) whose status is `running`.
+  std::vector<int64_t> runningRuns() const;
+  // Newer summaries of runs already listed (steps, loss, status of running ones): the badges
+  // and search text stay, the order follows the sort column. Unknown ids are ignored.
+  void updateSummaries(std::vector<core::RunSummary> summaries);
 
   int rowCount(const QModelIndex& parent = {}) const override;
   int columnCount(const QModelIndex& parent = {}) const override;
@@ -124,6 +130,9 @@ class RunsBrowser : public QObject {
   // Looks up the run's last checkpoint and whether it was profiled; extrasReady(id) follows
   // and extras(id) answers from then on (until the next reload).
   void fetchExtras(int64_t id);
+  // Re-reads the runs listed as running (one query each, on the worker) and updates their
+  // rows in place; runningRefreshed() follows. Skipped while another refresh is under way.
+  void refreshRunning();
   std::optional<RunRepository::RunExtras> extras(int64_t id) const;
   bool busy() const { return busy_ > 0; }
 
@@ -131,6 +140,7 @@ class RunsBrowser : public QObject {
   void loaded(int runs);
   void detailsLoaded(int runs);
   void extrasReady(qint64 id);
+  void runningRefreshed(int runs);
   // ok = false: message says what failed (naming the file / run).
   void done(bool ok, const QString& message);
 
@@ -142,6 +152,7 @@ class RunsBrowser : public QObject {
   int reloadGeneration_ = 0, detailsGeneration_ = 0;
   std::map<int64_t, RunRepository::RunExtras> extras_;
   std::set<int64_t> fetching_;
+  bool refreshingRunning_ = false;
 };
 
 // Metrics of one run as CSV (header step,time,loss,lr,grad_norm,loss_scale,tokens,tokens_per_s,

@@ -82,7 +82,10 @@ struct RangeRow {
   int64_t count = 0;    // spans overlapping the range
   int64_t totalNs = 0;  // their time inside the range (clipped to it)
   double meanNs = 0;    // mean full duration of those spans
-  double share = 0;     // totalNs / sum of totalNs of all rows, in [0, 1]
+  // Self (exclusive) time: totalNs less the time of the spans nested directly inside them,
+  // so a parent and its children are not counted twice.
+  int64_t selfNs = 0;
+  double share = 0;  // selfNs / sum of selfNs of all rows, in [0, 1]: the shares add to 100%
 };
 
 class TimelineData {

@@ -58,6 +58,8 @@ struct RunSummary {
   std::optional<double> lastLoss;      // loss of the highest step
   std::optional<double> bestEvalLoss;  // minimum eval loss
   std::optional<double> tokensPerS;    // of the highest step
+  std::optional<double> accuracy;      // `accuracy` of the latest eval that sent one, in [0, 1]
+  bool profiled = false;               // at least one `kernels` event (a kernel timeline)
   int64_t peakMemory = 0;              // max over ranks of the summed device-tier peaks, bytes
   int64_t parentRun = 0;               // resumed from (0 = none)
   int64_t teacherRun = 0;              // distillation teacher (0 = none)
