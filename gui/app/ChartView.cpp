@@ -181,11 +181,16 @@ double niceStep(double raw) {
 // Ticks at multiples of a nice step from 0 (steps 0, 5000, 10000 … rather than the axis split
 // into equal fifths: 17999, 23999).
 void ChartView::setXAxisRange(double x0, double x1) {
-  ax_->setRange(x0, x1);
   const double step = niceStep((x1 - x0) / 6.0);  // 4 to 7 ticks
+  // Each call lays the axis out at once: the range and the interval must never meet at their
+  // old/new extremes (a range grown from 0–1 to 0–30000 under the old 0.2 interval is 150,000
+  // tick items, which froze a re-attached dashboard). A coarser step goes first, a finer last.
+  const bool coarser = ax_->tickType() == QValueAxis::TicksDynamic && step >= ax_->tickInterval();
+  if (coarser) ax_->setTickInterval(step);
+  ax_->setRange(x0, x1);
   ax_->setTickType(QValueAxis::TicksDynamic);
   ax_->setTickAnchor(0.0);
-  ax_->setTickInterval(step);
+  if (!coarser) ax_->setTickInterval(step);
   ax_->setLabelFormat(step >= 1 ? "%.0f" : "%.3g");
 }
 

@@ -212,7 +212,8 @@ RunDashboard* MainWindow::launch(const QStringList& extraArgs) {
     if (showDialogs_) QMessageBox::warning(this, "Cannot launch", lastError_);
     return nullptr;
   }
-  const nlohmann::json cfg = doc_->resolved();
+  // What Review shows: without the model keys the chosen family does not read.
+  const nlohmann::json cfg = doc_->resolvedForFamily();
   QString name = QString::fromStdString(cfg.value("name", std::string("run")));
   auto* run = new LiveRun(name);
   auto* client = new EngineClient(run);

@@ -57,3 +57,19 @@ TEST(ChartView, ValueAxisTicksAtRoundNumbers) {
       << step;
   for (double t : ticks) EXPECT_NEAR(std::remainder(t, step), 0.0, 1e-9 * step) << t;
 }
+
+// A dashboard re-attached to a run first draws 0..1 (no steps known yet), then the run's whole
+// length at once. Laid out under the old 0.2 interval that range was 5,000,000 tick items and
+// froze the window; the interval must change first, and back again when the range shrinks.
+TEST(ChartView, ARangeThatGrowsAMillionfoldKeepsAHandfulOfTicks) {
+  ChartView c("Loss");
+  c.addSeries("loss", Qt::blue);
+  c.setXRange(0, 1);
+  c.setXRange(0, 1e6);
+  EXPECT_GE(c.xTicks().size(), 4);
+  EXPECT_LE(c.xTicks().size(), 8);
+  c.setXRange(0, 1);
+  EXPECT_GE(c.xTicks().size(), 4);
+  EXPECT_LE(c.xTicks().size(), 8);
+  EXPECT_EQ(c.xTicks().back(), 1.0);
+}

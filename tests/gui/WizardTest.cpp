@@ -16,6 +16,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "GuiTestUtil.h"
 #include "MainWindow.h"
 #include "RunWizard.h"
 #include "trainscope/core/config/Config.h"
@@ -325,7 +326,9 @@ TEST_F(WizardTest, HuggingFaceFolderOnTheModelPage) {
   EXPECT_TRUE(info->text().contains("model.layers: the run has 3")) << info->text().toStdString();
   EXPECT_FALSE(apply->isHidden());
   QTest::mouseClick(apply, Qt::LeftButton);
-  EXPECT_EQ(doc->value("model.layers"), c["num_hidden_layers"]);
+  // The folder is read off the GUI thread; its shape lands when the read does.
+  EXPECT_TRUE(testutil::waitFor(
+      [&] { return doc->value("model.layers") == c["num_hidden_layers"]; }, testutil::kWaitCapMs));
   EXPECT_TRUE(apply->isHidden());
 
   // A folder the engine cannot load: the error names file and field, the document stays.
@@ -495,5 +498,6 @@ TEST_F(WizardTest, CloneListFollowsTheDatabaseWhenShown) {
   }
   wiz->goToPage(1);
   wiz->goToPage(0);
-  EXPECT_TRUE(listed());
+  // Read off the GUI thread: the list fills when the read lands.
+  EXPECT_TRUE(testutil::waitFor(listed, testutil::kWaitCapMs));
 }

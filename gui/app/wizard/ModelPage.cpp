@@ -7,6 +7,7 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
+#include <QFutureWatcher>
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -14,6 +15,7 @@
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrentRun>
 
 #include "ConfigBinder.h"
 #include "MemoryBars.h"
@@ -140,11 +142,11 @@ void ModelPage::addHfRows(QFormLayout* f) {
   f->addRow("", hfInfo_);
   connect(openHf, &QPushButton::clicked, this, [this] {
     const QString dir = QFileDialog::getExistingDirectory(this, "Hugging Face model folder");
-    if (!dir.isEmpty()) openHfFolder(dir);
+    if (!dir.isEmpty()) applyFolderInBackground(dir, true);
   });
   connect(applyHf_, &QPushButton::clicked, this, [this] {
     const auto v = doc()->value("finetune.base_checkpoint");
-    if (v.is_string()) applyFolder(QString::fromStdString(v.get<std::string>()), false);
+    if (v.is_string()) applyFolderInBackground(QString::fromStdString(v.get<std::string>()), false);
   });
 }
 
@@ -274,6 +276,27 @@ QString ModelPage::openHfFolder(const QString& path) {
 // the shape is put back ("Use its shape").
 QString ModelPage::applyFolder(const QString& path, bool asBase) {
   const HfFolderInfo hf = inspectHfFolder(path.toStdString());
+  hfFolders_.put(path.toStdString(), hf);
+  return applyFolderInfo(hf, asBase);
+}
+
+// The safetensors headers of a large sharded checkpoint take a while to read: never on the GUI
+// thread. The buttons stay disabled until the folder is applied.
+void ModelPage::applyFolderInBackground(const QString& path, bool asBase) {
+  hfInfo_->setText("Reading " + path + "…");
+  applyHf_->setEnabled(false);
+  auto* watcher = new QFutureWatcher<HfFolderInfo>(this);
+  connect(watcher, &QFutureWatcher<HfFolderInfo>::finished, this, [this, watcher, path, asBase] {
+    watcher->deleteLater();
+    const HfFolderInfo hf = watcher->result();
+    hfFolders_.put(path.toStdString(), hf);
+    applyFolderInfo(hf, asBase);
+    refreshHfInfo();
+  });
+  watcher->setFuture(QtConcurrent::run([p = path.toStdString()] { return inspectHfFolder(p); }));
+}
+
+QString ModelPage::applyFolderInfo(const HfFolderInfo& hf, bool asBase) {
   if (!hf.ok()) {
     hfInfo_->setText(hf.error);
     return hf.error;

@@ -32,6 +32,9 @@ class ModelPage : public WizardPage {
   void refreshDataPreview();
   void refreshActivation();
   QString applyFolder(const QString& path, bool asBase);
+  // What the buttons do: the folder's headers are read on a worker thread, then applied.
+  void applyFolderInBackground(const QString& path, bool asBase);
+  QString applyFolderInfo(const HfFolderInfo& hf, bool asBase);
 
   QLabel* paramCount_ = nullptr;
   QLabel* hfInfo_ = nullptr;

@@ -4,6 +4,7 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
+#include <QFutureWatcher>
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -12,6 +13,10 @@
 #include <QPushButton>
 #include <QStyledItemDelegate>
 #include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrentRun>
+
+#include <optional>
+#include <utility>
 
 #include "ConfigBinder.h"
 #include "trainscope/gui/RunRepository.h"
@@ -117,19 +122,31 @@ void StartPage::addImportGroup() {
   connect(imp, &QPushButton::clicked, this, [this] { chooseImportFile(); });
 }
 
+// The run's record is read on a worker thread (a busy database may hold a query for seconds).
 void StartPage::clonePastRun(QListWidgetItem* it) {
   if (!repo_) return;
-  QString err;
-  auto run = repo_->getRun(it->data(Qt::UserRole).toLongLong(), &err);
-  if (!run || run->config.is_null()) {
-    startStatus_->setText(err.isEmpty() ? "That run has no recorded config." : err);
-    return;
-  }
-  auto cfg = run->config;
-  cfg["name"] = run->name + "-clone";
-  doc()->reset(cfg);
-  startStatus_->setText(
-      QStringLiteral("Cloned run #%1 (%2).").arg(run->id).arg(QString::fromStdString(run->name)));
+  const int64_t id = it->data(Qt::UserRole).toLongLong();
+  using Result = std::pair<std::optional<core::RunDetail>, QString>;
+  auto* watcher = new QFutureWatcher<Result>(this);
+  connect(watcher, &QFutureWatcher<Result>::finished, this, [this, watcher] {
+    watcher->deleteLater();
+    const auto& [run, err] = watcher->result();
+    if (!run || run->config.is_null()) {
+      startStatus_->setText(err.isEmpty() ? "That run has no recorded config." : err);
+      return;
+    }
+    auto cfg = run->config;
+    cfg["name"] = run->name + "-clone";
+    doc()->reset(cfg);
+    startStatus_->setText(
+        QStringLiteral("Cloned run #%1 (%2).").arg(run->id).arg(QString::fromStdString(run->name)));
+  });
+  const RunRepository repo = *repo_;
+  watcher->setFuture(QtConcurrent::run([repo, id] {
+    QString err;
+    auto run = repo.getRun(id, &err);
+    return Result{std::move(run), err};
+  }));
 }
 
 void StartPage::chooseImportFile() {
@@ -162,22 +179,38 @@ void StartPage::showEvent(QShowEvent* e) {
   refreshPastRuns();
 }
 
+// The list is read on a worker thread and filled when it lands (the newest read wins).
 void StartPage::refreshPastRuns() {
-  if (!pastRuns_) return;
-  pastRuns_->clear();
-  QString err;
-  auto runs = repo_ ? repo_->listRuns(&err) : std::vector<core::RunSummary>{};
-  for (const auto& r : runs) {
-    auto* it = new QListWidgetItem(
-        QStringLiteral("#%1  %2  ·  %3  ·  %4 steps")
-            .arg(r.id)
-            .arg(QString::fromStdString(r.name), QString::fromStdString(r.status))
-            .arg(r.steps));
-    it->setData(Qt::UserRole, QVariant::fromValue<qlonglong>(r.id));
-    pastRuns_->addItem(it);
+  if (!pastRuns_ || !repo_) {
+    if (pastRuns_) pastRuns_->clear();
+    return;
   }
-  if (runs.empty())
-    pastRuns_->addItem(err.isEmpty() ? "No runs in the database yet." : "Database: " + err);
+  using Result = std::pair<std::vector<core::RunSummary>, QString>;
+  const int generation = ++pastRunsGeneration_;
+  auto* watcher = new QFutureWatcher<Result>(this);
+  connect(watcher, &QFutureWatcher<Result>::finished, this, [this, watcher, generation] {
+    watcher->deleteLater();
+    if (generation != pastRunsGeneration_) return;
+    const auto& [runs, err] = watcher->result();
+    pastRuns_->clear();
+    for (const auto& r : runs) {
+      auto* it = new QListWidgetItem(
+          QStringLiteral("#%1  %2  ·  %3  ·  %4 steps")
+              .arg(r.id)
+              .arg(QString::fromStdString(r.name), QString::fromStdString(r.status))
+              .arg(r.steps));
+      it->setData(Qt::UserRole, QVariant::fromValue<qlonglong>(r.id));
+      pastRuns_->addItem(it);
+    }
+    if (runs.empty())
+      pastRuns_->addItem(err.isEmpty() ? "No runs in the database yet." : "Database: " + err);
+  });
+  const RunRepository repo = *repo_;
+  watcher->setFuture(QtConcurrent::run([repo] {
+    QString err;
+    auto runs = repo.listRuns(&err);
+    return Result{std::move(runs), err};
+  }));
 }
 
 }  // namespace ts::gui

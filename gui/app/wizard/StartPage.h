@@ -26,7 +26,7 @@ class StartPage : public WizardPage {
   void applyPreset(int index);
   // Loads a config or DeepSpeed file; returns the error text (empty on success).
   QString importFile(const QString& path);
-  // Re-reads the past runs from the database.
+  // Re-reads the past runs from the database (on a worker thread; the list fills when it lands).
   void refreshPastRuns();
 
  protected:
@@ -48,6 +48,7 @@ class StartPage : public WizardPage {
   QListWidget* pastRuns_ = nullptr;
   QPushButton* refresh_ = nullptr;
   QLabel* startStatus_ = nullptr;
+  int pastRunsGeneration_ = 0;  // only the newest read fills the list
 };
 
 }  // namespace ts::gui

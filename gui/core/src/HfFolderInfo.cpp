@@ -139,4 +139,8 @@ const HfFolderInfo& HfFolderCache::get(const std::string& path) {
   return it->second.folder;
 }
 
+void HfFolderCache::put(const std::string& path, HfFolderInfo folder) {
+  entries_.insert_or_assign(path, Entry{stampOf(path), std::move(folder)});
+}
+
 }  // namespace ts::gui

@@ -44,6 +44,8 @@ nlohmann::json applyHfBase(nlohmann::json doc, const HfFolderInfo& folder);
 class HfFolderCache {
  public:
   const HfFolderInfo& get(const std::string& path);
+  // Stores what a worker thread read (inspectHfFolder), so get() does not read it again.
+  void put(const std::string& path, HfFolderInfo folder);
 
  private:
   struct Entry {
