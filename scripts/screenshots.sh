@@ -2,7 +2,9 @@
 # Real screenshots of the real app driving the real engine, under Xvfb: the live dashboard
 # mid-run, the runs browser, the compare page with two runs, the timeline of a profiled run and
 # the planner with LLaMA-7B on a 24 GB GPU (all that fit; and planner-cuda, as the default
-# filter leaves it: planned for the GPU even where this machine has none). Each shot is checked
+# filter leaves it: planned for the GPU even where this machine has none), and reopened-run: a
+# run kept training while the app closed, re-attached by a second window with its history and
+# working controls (through the engine's control socket). Each shot is checked
 # (widgets visible and not blank, plotted points inside their charts, expected text on screen);
 # a failed check fails the script. The README shows docs/screenshots/*.png.
 #   scripts/screenshots.sh [OUT_DIR] [STEPS]     (default docs/screenshots, 600 steps per run)
