@@ -274,15 +274,15 @@ void Tour::planner() {
 // opens on Live with the run's history and working controls (through the engine's control
 // socket). The run is then stopped from the reopened window.
 void Tour::reopened() {
-  RunDashboard* d = win_.launch({"--set", QStringLiteral("train.steps=%1").arg(o_.steps * 100),
-                                 "--set", "name=kept-running"});
+  // Ten tours long, so the curve before the reopen is a visible part of the run's chart.
+  RunDashboard* d = win_.launch(
+      {"--set", QStringLiteral("train.steps=%1").arg(o_.steps * 10), "--set", "name=kept-running"});
   if (!d) {
     fail("reopened-run", "launch failed: " + win_.lastError());
     return;
   }
   LiveRun* run = d->run();
-  if (!spinUntil([&] { return run->lastStep() >= o_.steps / 4 && run->measured(); },
-                 o_.timeoutMs)) {
+  if (!spinUntil([&] { return run->lastStep() >= o_.steps && run->measured(); }, o_.timeoutMs)) {
     fail("reopened-run", "the kept run made no progress");
     return;
   }
