@@ -3,6 +3,13 @@
 #include <exception>
 
 #include "Commands.h"
+#include "CpuBaseline.h"
+
+// Runs before every other static initializer (the libraries' may already use AVX2): an older CPU
+// gets a sentence naming what it lacks instead of SIGILL.
+__attribute__((constructor(101))) static void checkCpuBaseline() {
+  ts::app::requireCpuBaseline();
+}
 
 int main(int argc, char** argv) {
   CLI::App app{"Trainscope training engine"};
