@@ -2,6 +2,7 @@
 // The schema is ConfigSchema.cpp, the cross-field rules ConfigRules.cpp, the overrides
 // ConfigOverrides.cpp.
 #include "trainscope/core/config/Config.h"
+#include "trainscope/core/protocol/BoundedJson.h"
 
 #include <algorithm>
 #include <cctype>
@@ -88,7 +89,7 @@ ConfigResult parseConfigJson(const nlohmann::json& doc, const ValidationContext&
 
 ConfigResult parseConfigText(const std::string& text, const ValidationContext& ctx) {
   try {
-    return parseConfigJson(json::parse(text), ctx);
+    return parseConfigJson(parseBoundedJson(text), ctx);
   } catch (const json::parse_error& e) {
     size_t line = 0, col = 0;
     lineColumn(text, e.byte, line, col);
@@ -147,7 +148,7 @@ ConfigResult loadConfigWithOverrides(const std::string& path,
     if (!text) return result;
     json doc;
     try {
-      doc = json::parse(*text);
+      doc = parseBoundedJson(*text);
     } catch (const json::exception&) {
       result = parseConfigText(*text, ctx);  // produces the line/column message
       prefixFile(path, result.issues);

@@ -1,6 +1,7 @@
 // `--set key.path=value` overrides, applied to the document before validation.
 #include <algorithm>
 #include <optional>
+#include "trainscope/core/protocol/BoundedJson.h"
 
 #include "ConfigInternal.h"
 
@@ -90,7 +91,7 @@ std::optional<OverrideProblem> applyAssignment(json& doc, const std::string& ass
   std::optional<OverrideProblem> problem;
   json* parent = parentOf(doc, key, parts, problem);
   if (!parent) return problem;
-  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  json value = parseBoundedJsonOrDiscarded(text);
   if (value.is_discarded()) value = text;  // bf16 -> "bf16"
   (*parent)[parts.back()] = std::move(value);
   return std::nullopt;

@@ -1,4 +1,5 @@
 #include "trainscope/core/model/HfConfig.h"
+#include "trainscope/core/protocol/BoundedJson.h"
 
 #include "trainscope/core/model/HfFields.h"
 #include "trainscope/core/model/ModelFamily.h"
@@ -22,7 +23,7 @@ nlohmann::json readJsonFile(const std::string& path, const std::string& what) {
   std::ifstream in(path);
   if (!in) throw HfConfigError(path + ": cannot open" + what);
   try {
-    return nlohmann::json::parse(in);
+    return parseBoundedJson(in);
   } catch (const std::exception& e) {
     throw HfConfigError(path + ": not valid JSON: " + e.what());
   }
@@ -162,7 +163,7 @@ HfStoredWeights readHfStoredWeights(const std::string& dir) {
     in.read(header.data(), static_cast<std::streamsize>(n));
     nlohmann::json h;
     try {
-      h = nlohmann::json::parse(header);
+      h = parseBoundedJson(header);
     } catch (const std::exception& e) {
       throw HfConfigError(file.string() + ": safetensors header is not valid JSON: " + e.what());
     }

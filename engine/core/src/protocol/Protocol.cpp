@@ -1,4 +1,5 @@
 #include "trainscope/core/protocol/Protocol.h"
+#include "trainscope/core/protocol/BoundedJson.h"
 
 #include <array>
 #include <chrono>
@@ -168,7 +169,7 @@ std::optional<Event> EventDecoder::decodeLine(std::string_view raw) {
   };
   std::string_view line = trim(raw);
   if (line.empty()) return std::nullopt;  // blank lines are not events and not errors
-  json j = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+  json j = parseBoundedJsonOrDiscarded(line.begin(), line.end());
   if (j.is_discarded()) return fail("invalid JSON");
   if (!j.is_object()) return fail("event is not a JSON object");
   auto type = j.find("type");
@@ -258,7 +259,7 @@ Command decodeCommand(std::string_view line) {
     return CommandType::Unknown;
   };
   if (s.front() == '{') {
-    json j = json::parse(s.begin(), s.end(), nullptr, /*allow_exceptions=*/false);
+    json j = parseBoundedJsonOrDiscarded(s.begin(), s.end());
     if (j.is_discarded() || !j.is_object()) return c;
     auto cmd = j.find("cmd");
     if (cmd == j.end() || !cmd->is_string()) return c;
