@@ -6,6 +6,7 @@
 // (Qwen3 adds an empty reasoning block to the last one) get the end from the next message
 // instead: the render of messages[:i+2] minus that next message's own text.
 #include "ChatFormatter.h"
+#include "trainscope/core/protocol/BoundedJson.h"
 
 #include <filesystem>
 #include <fstream>
@@ -115,7 +116,7 @@ ChatFormatter ChatFormatter::forTokenizer(const std::string& tokenizerJson) {
   ChatFormatter f;
   ojson cfg = ojson::object();
   if (fs::is_regular_file(cfgPath, ec)) {
-    cfg = ojson::parse(readText(cfgPath), nullptr, false);
+    cfg = core::parseBoundedJsonOrDiscarded<ojson>(readText(cfgPath));
     if (!cfg.is_object())
       throw DatasetError("tokenizer_config.json '" + cfgPath.string() + "' is not a JSON object");
   }

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include "trainscope/core/protocol/BoundedJson.h"
 
 #include <nlohmann/json.hpp>
 
@@ -341,7 +342,7 @@ std::unique_ptr<Dataset> makeJsonlDataset(const core::RunConfig& config) {
     if (text.find_first_not_of(" \t") == std::string::npos) continue;
     std::string why;
     try {
-      samples.push_back(reader.read(nlohmann::ordered_json::parse(text)));
+      samples.push_back(reader.read(core::parseBoundedJson<nlohmann::ordered_json>(text)));
     } catch (const nlohmann::json::parse_error& e) {
       why = std::string("not valid JSON (") + e.what() + ")";
     } catch (const std::invalid_argument& e) {

@@ -1,4 +1,5 @@
 #include "trainscope/engine/io/Checkpoint.h"
+#include "trainscope/core/protocol/BoundedJson.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -274,7 +275,7 @@ nlohmann::json readVerifiedState(const fs::path& dir) {
   const fs::path statePath = dir / "state.json";
   nlohmann::json s;
   try {
-    s = nlohmann::json::parse(readFile(statePath));
+    s = core::parseBoundedJson(readFile(statePath));
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError(statePath.string() + " is corrupt (not valid JSON): " + e.what());
   }

@@ -1,4 +1,5 @@
 #include "trainscope/engine/io/HfExport.h"
+#include "trainscope/core/protocol/BoundedJson.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -73,7 +74,7 @@ constexpr const char* kExportMarker = ".trainscope-export";
 std::set<std::string> exportedFiles(const fs::path& dir) {
   std::ifstream in(dir / kExportMarker);
   if (!in) return {};
-  const auto j = nlohmann::json::parse(in, nullptr, false);
+  const auto j = core::parseBoundedJsonOrDiscarded(in);
   std::set<std::string> files;
   if (j.is_object() && j.contains("files") && j["files"].is_array())
     for (const auto& f : j["files"])

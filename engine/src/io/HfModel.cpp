@@ -1,4 +1,5 @@
 #include "trainscope/engine/io/HfModel.h"
+#include "trainscope/core/protocol/BoundedJson.h"
 
 #include <cmath>
 #include <filesystem>
@@ -35,7 +36,7 @@ HfModel openHfModel(const std::string& dir) {
     nlohmann::json ij;
     try {
       std::ifstream in(index);
-      ij = nlohmann::json::parse(in);
+      ij = core::parseBoundedJson(in);
     } catch (const std::exception& e) {
       throw FormatError(index.string() + ": not valid JSON: " + e.what());
     }

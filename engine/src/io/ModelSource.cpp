@@ -1,4 +1,5 @@
 #include "trainscope/engine/io/ModelSource.h"
+#include "trainscope/core/protocol/BoundedJson.h"
 
 #include <filesystem>
 #include <fstream>
@@ -21,7 +22,7 @@ nlohmann::json readJson(const fs::path& p) {
   std::ifstream in(p);
   if (!in) throw CheckpointError("cannot open " + p.string());
   try {
-    return nlohmann::json::parse(in);
+    return core::parseBoundedJson(in);
   } catch (const std::exception& e) {
     throw CheckpointError(p.string() + " is not valid JSON: " + e.what());
   }

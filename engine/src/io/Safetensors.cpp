@@ -1,4 +1,5 @@
 #include "trainscope/engine/io/Safetensors.h"
+#include "trainscope/core/protocol/BoundedJson.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -133,7 +134,7 @@ SafetensorsFile SafetensorsFile::parseBytes(std::shared_ptr<const Bytes> bytes,
                       " exceeds the file)");
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(d.substr(8, static_cast<size_t>(n)));
+    header = core::parseBoundedJson(d.substr(8, static_cast<size_t>(n)));
   } catch (const std::exception& e) {
     throw FormatError(origin + ": corrupt safetensors header: " + e.what());
   }

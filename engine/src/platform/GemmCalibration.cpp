@@ -1,4 +1,5 @@
 #include "trainscope/engine/platform/GemmCalibration.h"
+#include "trainscope/core/protocol/BoundedJson.h"
 
 #include <omp.h>
 #include <unistd.h>
@@ -68,7 +69,7 @@ bool readCache(const std::string& file, GemmCalibration& c) {
   std::ifstream in(file);
   if (!in) return false;
   try {
-    const json j = json::parse(in);
+    const json j = core::parseBoundedJson(in);
     const json& e = j.at("machines").at(c.key);
     c.fp32Gflops = e.at("fp32_gflops").get<double>();
     c.bf16Gflops = e.at("bf16_gflops").get<double>();
@@ -91,7 +92,7 @@ void writeCache(const std::string& file, GemmCalibration& c) {
   {
     std::ifstream in(file);
     if (in) try {
-        j = json::parse(in);
+        j = core::parseBoundedJson(in);
         if (!j.is_object()) j = json::object();
       } catch (const std::exception&) {
         j = json::object();

@@ -4,6 +4,7 @@
 #include <climits>
 #include <filesystem>
 #include <fstream>
+#include "trainscope/core/protocol/BoundedJson.h"
 
 #include "HfTokenizerInternal.h"
 
@@ -85,7 +86,7 @@ void HfTokenizer::Impl::findSpecialTokens() {
   std::error_code ec;
   if (fs::is_regular_file(cfgPath, ec)) {
     std::ifstream cin(cfgPath);
-    const json cfg = json::parse(cin, nullptr, false);
+    const json cfg = core::parseBoundedJsonOrDiscarded(cin);
     if (cfg.is_object()) {
       if (cfg.contains("bos_token")) bos = idOfEntry(cfg["bos_token"]);
       if (cfg.contains("eos_token")) eos = idOfEntry(cfg["eos_token"]);
@@ -140,7 +141,7 @@ HfTokenizer HfTokenizer::load(const std::string& path) {
   if (!in) impl->fail("cannot be opened");
   json j;
   try {
-    j = json::parse(in);
+    j = core::parseBoundedJson(in);
   } catch (const json::exception& e) {
     impl->fail(std::string("is not valid JSON: ") + e.what());
   }

@@ -1,4 +1,5 @@
 #include "trainscope/gui/ConfigDocument.h"
+#include "trainscope/core/protocol/BoundedJson.h"
 
 #include <algorithm>
 
@@ -254,7 +255,7 @@ nlohmann::json ConfigDocument::fromDeepSpeed(const nlohmann::json& ds, const nlo
 std::string ConfigDocument::importText(const std::string& text) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    j = core::parseBoundedJson(text);
   } catch (const nlohmann::json::parse_error& e) {
     return std::string("not valid JSON: ") + e.what();
   }

@@ -1,4 +1,5 @@
 #include "trainscope/gui/PresetLibrary.h"
+#include "trainscope/core/protocol/BoundedJson.h"
 
 #include <optional>
 
@@ -16,7 +17,7 @@ std::optional<Preset> PresetLibrary::load(const QString& file, QString* error) {
   }
   Preset p;
   try {
-    p.doc = nlohmann::json::parse(f.readAll().toStdString());
+    p.doc = core::parseBoundedJson(f.readAll().toStdString());
   } catch (const std::exception& e) {
     if (error) *error = QStringLiteral("%1: %2").arg(file, e.what());
     return std::nullopt;

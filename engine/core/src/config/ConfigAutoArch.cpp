@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include "trainscope/core/protocol/BoundedJson.h"
 
 #include "ConfigInternal.h"
 #include "trainscope/core/model/HfConfig.h"
@@ -23,7 +24,7 @@ ModelConfig baseModel(const std::string& base) {
                         "(state.json)");
   nlohmann::json s;
   try {
-    s = nlohmann::json::parse(in);
+    s = parseBoundedJson(in);
   } catch (const std::exception& e) {
     throw HfConfigError(state.string() + ": not valid JSON: " + e.what());
   }

@@ -1,6 +1,7 @@
 // RunStore::importEvents: an events.ndjson loaded into the store as one run.
 #include <filesystem>
 #include <fstream>
+#include "trainscope/core/protocol/BoundedJson.h"
 
 #include "RunStoreImpl.h"
 
@@ -26,7 +27,7 @@ store::RunMeta readRecorderMeta(const fs::path& runDir) {
     std::ifstream rj(runDir / "recorder.json");
     if (rj) {
       try {
-        rec = json::parse(rj);
+        rec = parseBoundedJson(rj);
       } catch (const json::exception&) {
       }
     }
@@ -74,7 +75,7 @@ void ingestLines(std::istream& in, store::EventIngestor& ing, RunStore::ImportRe
     if (line.empty() || line == "\r") continue;
     json e;
     try {
-      e = json::parse(line);
+      e = parseBoundedJson(line);
     } catch (const json::exception&) {
       ++result.badLines;
       continue;

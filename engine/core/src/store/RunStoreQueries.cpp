@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include "trainscope/core/protocol/BoundedJson.h"
 
 #include "RunStoreImpl.h"
 
@@ -38,7 +39,7 @@ void readSummary(Stmt& s, RunSummary& r) {
   r.name = s.text(1);
   try {
     std::string text = s.text(2);
-    auto tags = text == "[]" ? json::array() : json::parse(text);
+    auto tags = text == "[]" ? json::array() : parseBoundedJson(text);
     for (auto& t : tags)
       if (t.is_string()) r.tags.push_back(t.get<std::string>());
   } catch (const json::exception&) {
@@ -175,7 +176,7 @@ RunDetail readDetail(Stmt& s) {
   readSummary(s, r);
   if (!s.isNull(25)) {
     try {
-      r.config = json::parse(s.text(25));
+      r.config = parseBoundedJson(s.text(25));
     } catch (const json::exception&) {
       r.config = nullptr;  // a damaged config must not hide the run
     }

@@ -1,6 +1,7 @@
 // RunStore's queries over one run's tables: metric series (downsampled through the rollups),
 // steps, evals, memory samples, kernel summaries, events, checkpoints and artifacts.
 #include <algorithm>
+#include "trainscope/core/protocol/BoundedJson.h"
 
 #include "RunStoreImpl.h"
 
@@ -15,7 +16,7 @@ namespace {
 
 json parseBody(const std::string& text) {
   try {
-    return json::parse(text);
+    return parseBoundedJson(text);
   } catch (const json::exception&) {
     return nullptr;
   }
