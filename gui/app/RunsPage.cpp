@@ -444,50 +444,21 @@ void RunsPage::deleteSelected() {
   const auto* r = model_->run(model_->rowOfRun(selectedRunId()));
   if (!r) return;
   const int64_t id = r->id;
+  // Deleting under a live engine would orphan it: it would train on and write its final
+  // checkpoint into the folder deleted under it. A running run is stopped, then deleted.
+  const bool running = r->status == "running";
   bool files = true;
-  if (r->status == "running") {
-    // Deleting under a live engine would orphan it: it would train on and write its final
-    // checkpoint into the folder deleted under it. Stop it, delete it once it has finished.
-    if (showDialogs_) {
-      QMessageBox box(QMessageBox::Warning, "Delete a running run",
-                      QStringLiteral("Run %1 “%2” is still training.\n\nStop it now and delete "
-                                     "it once it has stopped?")
-                          .arg(id)
-                          .arg(QString::fromStdString(r->name)),
-                      QMessageBox::Cancel, this);
-      auto* del = box.addButton("Stop and delete", QMessageBox::DestructiveRole);
-      auto* withFiles = new QCheckBox("Also delete its files (events, checkpoints, traces)");
-      withFiles->setChecked(true);
-      box.setCheckBox(withFiles);
-      box.exec();
-      if (box.clickedButton() != del) return;
-      files = withFiles->isChecked();
-    }
-    const QString err =
-        RunControl::send(QString::fromStdString(r->runDir), core::CommandType::Stop);
-    if (!err.isEmpty()) {
-      const QString m = QStringLiteral(
-                            "Run %1 is still running and could not be stopped (%2); it was not "
-                            "deleted")
-                            .arg(id)
-                            .arg(err);
-      if (showDialogs_) QMessageBox::warning(this, "Delete run", m);
-      emit message(m);
-      return;
-    }
-    pendingDeletes_[id] = files;
-    emit message(QStringLiteral("Stopping run %1; it is deleted once it has stopped").arg(id));
-    pendingTimer_->start();
-    updateButtons();
-    return;
-  }
   if (showDialogs_) {
-    QMessageBox box(QMessageBox::Warning, "Delete run",
-                    QStringLiteral("Delete run %1 “%2” from the database?")
-                        .arg(id)
-                        .arg(QString::fromStdString(r->name)),
+    const QString name = QString::fromStdString(r->name);
+    QMessageBox box(QMessageBox::Warning, running ? "Delete a running run" : "Delete run",
+                    running
+                        ? QStringLiteral("Run %1 “%2” is still training.\n\nStop it now and "
+                                         "delete it once it has stopped?")
+                              .arg(id)
+                              .arg(name)
+                        : QStringLiteral("Delete run %1 “%2” from the database?").arg(id).arg(name),
                     QMessageBox::Cancel, this);
-    auto* del = box.addButton("Delete", QMessageBox::DestructiveRole);
+    auto* del = box.addButton(running ? "Stop and delete" : "Delete", QMessageBox::DestructiveRole);
     auto* withFiles = new QCheckBox("Also delete its files (events, checkpoints, traces)");
     withFiles->setChecked(true);
     box.setCheckBox(withFiles);
@@ -495,7 +466,24 @@ void RunsPage::deleteSelected() {
     if (box.clickedButton() != del) return;
     files = withFiles->isChecked();
   }
-  browser_->deleteRun(id, files);
+  if (!running) {
+    browser_->deleteRun(id, files);
+    return;
+  }
+  const QString err = RunControl::send(QString::fromStdString(r->runDir), core::CommandType::Stop);
+  if (!err.isEmpty()) {
+    const QString m =
+        QStringLiteral("Run %1 is still running and could not be stopped (%2); it was not deleted")
+            .arg(id)
+            .arg(err);
+    if (showDialogs_) QMessageBox::warning(this, "Delete run", m);
+    emit message(m);
+    return;
+  }
+  pendingDeletes_[id] = files;
+  emit message(QStringLiteral("Stopping run %1; it is deleted once it has stopped").arg(id));
+  pendingTimer_->start();
+  updateButtons();
 }
 
 void RunsPage::deletePendingStopped() {

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <string>
 
+#include "../support/DeepJson.h"
 #include "trainscope/core/config/Config.h"
 #include "trainscope/core/model/HfConfig.h"
 #include "trainscope/core/protocol/Protocol.h"
@@ -22,30 +23,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using ts::testsupport::nestedObjects;
+using ts::testsupport::ScratchDir;
+
 constexpr int kDeep = 1000000;
 
 std::string nestedArrays(int depth) {
   return std::string(static_cast<size_t>(depth), '[') +
          std::string(static_cast<size_t>(depth), ']');
 }
-std::string nestedObjects(int depth, const std::string& key = "a") {
-  std::string s;
-  s.reserve(static_cast<size_t>(depth) * (key.size() + 5) + 1);
-  for (int i = 0; i < depth; ++i) s += "{\"" + key + "\":";
-  s += "1";
-  s.append(static_cast<size_t>(depth), '}');
-  return s;
-}
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/ts_deep_XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
 }  // namespace
 
 TEST(BoundedJson, TheLimitIsADepthNotASize) {
@@ -61,7 +47,7 @@ TEST(BoundedJson, TheLimitIsADepthNotASize) {
 }
 
 TEST(BoundedJson, ValidateRefusesADeepConfigNamingTheFile) {
-  TempDir dir;
+  ScratchDir dir;
   const fs::path cfg = dir.path / "deep.json";
   std::ofstream(cfg) << nestedObjects(kDeep, "model");
   const std::string cmd =
@@ -80,7 +66,7 @@ TEST(BoundedJson, ValidateRefusesADeepConfigNamingTheFile) {
 }
 
 TEST(BoundedJson, ADeepSetValueIsNotACrash) {
-  TempDir dir;
+  ScratchDir dir;
   const fs::path cfg = dir.path / "run.json";
   std::ofstream(cfg) << R"({"name": "deep-set"})";
   ts::core::ValidationContext ctx;
@@ -104,7 +90,7 @@ TEST(BoundedJson, ProtocolLinesAndCommandsThatDeepAreMalformed) {
 }
 
 TEST(BoundedJson, HuggingFaceFilesThatDeepNameTheFile) {
-  TempDir dir;
+  ScratchDir dir;
   std::ofstream(dir.path / "config.json") << nestedObjects(kDeep, "architectures");
   try {
     ts::core::readHfConfig(dir.path.string());

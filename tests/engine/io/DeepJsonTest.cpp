@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "../../support/DeepJson.h"
 #include "trainscope/engine/io/Safetensors.h"
 #include "trainscope/engine/tokenizer/HfTokenizer.h"
 
@@ -16,22 +17,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string nestedObjects(int depth, const std::string& key) {
-  std::string s;
-  for (int i = 0; i < depth; ++i) s += "{\"" + key + "\":";
-  s += "1";
-  s.append(static_cast<size_t>(depth), '}');
-  return s;
-}
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/ts_deepjson_XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using ts::testsupport::nestedObjects;
+using ts::testsupport::ScratchDir;
 
 template <class F>
 std::string errorOf(F f) {
@@ -46,7 +33,7 @@ std::string errorOf(F f) {
 }  // namespace
 
 TEST(DeepJson, ASafetensorsHeaderAMillionLevelsDeepIsCorrupt) {
-  TempDir dir;
+  ScratchDir dir;
   const fs::path file = dir.path / "model.safetensors";
   const std::string header = nestedObjects(1000000, "w");
   {
@@ -61,7 +48,7 @@ TEST(DeepJson, ASafetensorsHeaderAMillionLevelsDeepIsCorrupt) {
 }
 
 TEST(DeepJson, ATokenizerJsonAMillionLevelsDeepIsNotValidJson) {
-  TempDir dir;
+  ScratchDir dir;
   const fs::path file = dir.path / "tokenizer.json";
   std::ofstream(file) << nestedObjects(1000000, "model");
   const std::string e = errorOf([&] { ts::engine::HfTokenizer::load(file.string()); });

@@ -19,7 +19,7 @@ Json parseBoundedJson(Input&&... input) {
   typename Json::parser_callback_t bound = [](int depth, nlohmann::json::parse_event_t event,
                                               Json&) {
     if (depth >= kMaxJsonDepth && (event == nlohmann::json::parse_event_t::object_start ||
-                                  event == nlohmann::json::parse_event_t::array_start))
+                                   event == nlohmann::json::parse_event_t::array_start))
       throw nlohmann::json::parse_error::create(
           101, 0,
           "nested deeper than " + std::to_string(kMaxJsonDepth) +
